@@ -1,0 +1,48 @@
+# hifi: every target sets up what it needs (virtualenv, dependencies, local services).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help venv demo test check lint typecheck bench chaos clean
+
+help:
+	@echo "make demo   - run the connector and retrier against a local broker and a flaky destination"
+	@echo "make test   - run the test suite (starts its own broker; uses or starts Redis)"
+	@echo "make check  - ruff, mypy --strict, tests"
+	@echo "make bench  - throughput, lag and scale benchmark (results in bench/results/)"
+	@echo "make chaos  - fault-injection runs that count loss by event id"
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "hifi needs Python 3.11 or newer")'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m devstack.demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy .
+
+check: lint typecheck test
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.run
+
+chaos: $(STAMP)
+	$(BIN)/python -m bench.chaos
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,199 @@
+"""The destination catalog: `NAME.toml` files validated into `Destination` objects at load time."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from plumbing.errors import ConfigError
+
+CATALOG_ENV_VAR = "HIFI_CATALOG_DIR"
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
+_ENV_REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+PositiveSeconds = Annotated[float, Field(gt=0, le=7 * 86400)]
+
+
+class Destination(BaseModel):
+    """Everything hifi needs to deliver to one HTTP destination; immutable once loaded."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    url: str
+    source_topics: list[str] = Field(min_length=1)
+    id_field: str = Field(default="id", min_length=1)
+    event_time_field: str = Field(default="event_time", min_length=1)
+    format: Literal["json_array", "ndjson"] = "json_array"
+    compression: Literal["none", "gzip"] = "none"
+    max_batch_records: int = Field(default=500, ge=1, le=100_000)
+    max_batch_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1024 * 1024)
+    max_in_flight: int = Field(default=8, ge=1, le=1024)
+    request_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    local_retry_attempts: int = Field(default=3, ge=1, le=50)
+    local_retry_max_backoff_s: float = Field(default=2.0, ge=0, le=600)
+    retry_after_max_s: float = Field(default=30.0, ge=0, le=3600)
+    retry_tiers_s: list[PositiveSeconds] = Field(
+        default_factory=lambda: [30.0, 120.0, 600.0, 1800.0, 7200.0], min_length=1, max_length=20
+    )
+    max_retry_age_s: float = Field(default=86400.0, gt=0, le=30 * 86400)
+    follow_redirects: bool = False
+    max_bisect_requests: int = Field(default=64, ge=0, le=10_000)
+    commit_interval_s: float = Field(default=1.0, gt=0, le=300)
+    shutdown_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    internal_topic_partitions: int = Field(default=4, ge=1, le=1000)
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^\s/?#]+", value):
+            raise ValueError("must be an absolute http:// or https:// URL")
+        return value
+
+    @field_validator("source_topics")
+    @classmethod
+    def _check_topics(cls, value: list[str]) -> list[str]:
+        for topic in value:
+            if not _TOPIC_RE.match(topic):
+                raise ValueError(f"topic {topic!r} is not a valid Kafka topic name")
+        return value
+
+    @field_validator("retry_tiers_s")
+    @classmethod
+    def _check_tiers(cls, value: list[float]) -> list[float]:
+        if any(later < earlier for earlier, later in itertools.pairwise(value)):
+            raise ValueError("tiers must not decrease")
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _check_headers(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        for key in value:
+            if not re.match(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", key):
+                raise ValueError(f"header name {key!r} is not a valid HTTP token")
+        return value
+
+    @property
+    def retry_in_topic(self) -> str:
+        return f"{self.name}.retry_in"
+
+    @property
+    def retry_out_topic(self) -> str:
+        return f"{self.name}.retry_out"
+
+    @property
+    def dlq_topic(self) -> str:
+        return f"{self.name}.dlq"
+
+    @property
+    def connector_group(self) -> str:
+        return f"hifi.connector.{self.name}"
+
+    def header_values(self) -> dict[str, str]:
+        """The configured HTTP headers with secrets revealed, for the wire only."""
+        return {key: secret.get_secret_value() for key, secret in self.headers.items()}
+
+
+def default_catalog_dir() -> Path:
+    """`HIFI_CATALOG_DIR` if set, else the catalog shipped with hifi."""
+    from_env = os.environ.get(CATALOG_ENV_VAR)
+    if from_env:
+        return Path(from_env)
+    return Path(__file__).resolve().parent / "destinations"
+
+
+class Catalog:
+    """A directory of destination files; each file is parsed and validated when it is loaded."""
+
+    def __init__(self, directory: Path, environ: Mapping[str, str] | None = None) -> None:
+        self.directory = directory
+        self._environ = os.environ if environ is None else environ
+
+    def names(self) -> list[str]:
+        """Names of every destination in the catalog, sorted."""
+        if not self.directory.is_dir():
+            raise ConfigError(f"catalog directory {self.directory} does not exist")
+        return sorted(p.stem for p in self.directory.glob("*.toml") if not p.stem.startswith("_"))
+
+    def load(self, name: str) -> Destination:
+        """Load and validate one destination; `ConfigError` names the file, key and what is allowed."""
+        if not _NAME_RE.match(name):
+            raise ConfigError(
+                f"destination name {name!r} is invalid; use letters, digits, '.', '_' or '-'"
+            )
+        path = self.directory / f"{name}.toml"
+        if not path.is_file():
+            known = ", ".join(self.names()) if self.directory.is_dir() else "none"
+            raise ConfigError(f"destination {name!r}: no file {path} (known: {known or 'none'})")
+        return load_destination_file(path, self._environ)
+
+    def load_all(self) -> list[Destination]:
+        return [self.load(name) for name in self.names()]
+
+
+def load_destination_file(path: Path, environ: Mapping[str, str]) -> Destination:
+    """Parse one catalog file, resolve `${VAR}` in header values, and validate it."""
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    if "name" in raw:
+        raise ConfigError(
+            f"{path}: key 'name' is not allowed; the file name is the destination name"
+        )
+    raw["name"] = path.stem
+    headers = raw.get("headers")
+    if isinstance(headers, dict):
+        raw["headers"] = {
+            key: _resolve_env(value, path, key, environ) if isinstance(value, str) else value
+            for key, value in headers.items()
+        }
+    try:
+        return Destination.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_describe(path, exc)) from None
+
+
+def _resolve_env(value: str, path: Path, key: str, environ: Mapping[str, str]) -> str:
+    def substitute(match: re.Match[str]) -> str:
+        var = match.group(1)
+        if var not in environ:
+            raise ConfigError(
+                f"{path}: key 'headers.{key}' refers to ${{{var}}}, which is not set in the environment"
+            )
+        return environ[var]
+
+    return _ENV_REF_RE.sub(substitute, value)
+
+
+def _describe(path: Path, exc: ValidationError) -> str:
+    """One line per problem, never echoing a header value (it may hold a secret)."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        key = ".".join(str(part) for part in error["loc"]) or "(file)"
+        if error["type"] == "extra_forbidden":
+            allowed = ", ".join(sorted(Destination.model_fields))
+            problems.append(f"{path}: unknown key {key!r}; allowed keys: {allowed}")
+            continue
+        if error["type"] == "missing":
+            problems.append(f"{path}: required key {key!r} is missing")
+            continue
+        shown = "" if key.startswith("headers") else f" (got {_short(error.get('input'))})"
+        problems.append(f"{path}: key {key!r}: {error['msg']}{shown}")
+    return "; ".join(problems)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,64 @@
+"""Process-wide settings read from the environment: how to reach Kafka and how to log."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+from plumbing.errors import ConfigError
+
+_ENV_KEYS = {
+    "bootstrap": "HIFI_KAFKA_BOOTSTRAP",
+    "security_protocol": "HIFI_KAFKA_SECURITY_PROTOCOL",
+    "sasl_mechanism": "HIFI_KAFKA_SASL_MECHANISM",
+    "username": "HIFI_KAFKA_USERNAME",
+    "password": "HIFI_KAFKA_PASSWORD",
+    "ca_file": "HIFI_KAFKA_CA_FILE",
+    "enable_idempotence": "HIFI_KAFKA_ENABLE_IDEMPOTENCE",
+    "replication_factor": "HIFI_KAFKA_REPLICATION_FACTOR",
+}
+
+
+class KafkaSettings(BaseModel):
+    """How every aiokafka client of this process connects; the password never appears in a repr."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bootstrap: str = Field(default="127.0.0.1:9092", min_length=1)
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    username: str | None = None
+    password: SecretStr | None = None
+    ca_file: str | None = None
+    enable_idempotence: bool = False
+    replication_factor: int = Field(default=1, ge=1, le=10)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> KafkaSettings:
+        """Read `HIFI_KAFKA_*`; an invalid value raises `ConfigError` naming the variable."""
+        env = os.environ if environ is None else environ
+        raw = {field: env[var] for field, var in _ENV_KEYS.items() if env.get(var, "") != ""}
+        try:
+            settings = cls.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            field = str(first["loc"][0])
+            shown = "" if field == "password" else f" (got {first.get('input')!r})"
+            raise ConfigError(
+                f"environment variable {_ENV_KEYS[field]}: {first['msg']}{shown}"
+            ) from None
+        if settings.security_protocol.startswith("SASL") and not (
+            settings.sasl_mechanism and settings.username and settings.password
+        ):
+            raise ConfigError(
+                f"environment: {_ENV_KEYS['security_protocol']}={settings.security_protocol} needs "
+                f"{_ENV_KEYS['sasl_mechanism']}, {_ENV_KEYS['username']} and {_ENV_KEYS['password']}"
+            )
+        if settings.ca_file and not os.path.isfile(settings.ca_file):
+            raise ConfigError(
+                f"environment variable {_ENV_KEYS['ca_file']}: file {settings.ca_file} does not exist"
+            )
+        return settings

@@ -1,0 +1,75 @@
+"""`connector --dest NAME`: the command line of the egest daemon."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from config.catalog import Catalog, default_catalog_dir
+from config.settings import KafkaSettings
+from connector.daemon import Connector
+from plumbing.cli import fail, run_daemon
+from plumbing.errors import ConfigError
+from plumbing.logging import LogFormat, configure_logging
+
+PROG = "connector"
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--dest", required=True, help="Destination name: the file NAME.toml in the catalog.")
+@click.option(
+    "--catalog",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Catalog directory (default: $HIFI_CATALOG_DIR, else the catalog shipped with hifi).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=9400,
+    show_default=True,
+    help="Port for /metrics, /healthz and /readyz (0 picks a free one).",
+)
+@click.option(
+    "--until-idle",
+    "until_idle_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Exit cleanly once no record has arrived for this long.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["auto", "json", "console"]),
+    default="auto",
+    show_default=True,
+    help="auto: JSON lines unless stderr is a terminal.",
+)
+@click.option(
+    "--log-level", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR."
+)
+def main(
+    dest: str,
+    catalog: Path | None,
+    metrics_port: int,
+    until_idle_s: float | None,
+    log_format: LogFormat,
+    log_level: str,
+) -> None:
+    """Deliver the events of destination DEST from Kafka to its HTTP endpoint.
+
+    Offsets are committed only once every record before them is delivered, handed to the
+    retrier (NAME.retry_in) or dead-lettered (NAME.dlq). SIGTERM drains in-flight requests,
+    commits and exits 0. Kafka is reached through HIFI_KAFKA_BOOTSTRAP and HIFI_KAFKA_*.
+    """
+    configure_logging(log_format, log_level)
+    try:
+        destination = Catalog(catalog or default_catalog_dir()).load(dest)
+        settings = KafkaSettings.from_env()
+    except ConfigError as exc:
+        fail(PROG, str(exc))
+    connector = Connector(
+        destination, settings, metrics_port=metrics_port, until_idle_s=until_idle_s
+    )
+    run_daemon(PROG, connector.run, connector.request_stop)

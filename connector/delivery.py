@@ -1,0 +1,241 @@
+"""Delivery of one batch over HTTP: send, classify, retry locally, isolate rejected events, hand off the rest.
+
+This is the httpx boundary: httpx exceptions and statuses become `plumbing.errors` types here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from email.utils import parsedate_to_datetime
+
+import httpx
+import structlog
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+from config.catalog import Destination
+from connector import metrics
+from connector.handoff import HandOff
+from connector.rebatch import Batch, encode_body
+from plumbing.envelope import short_error
+from plumbing.errors import DestinationRejected, DestinationUnavailable
+
+log = structlog.get_logger(__name__)
+
+_GZIP_IN_THREAD_BYTES = 64 * 1024  # compress larger bodies off the event loop
+_BACKOFF_BASE_S = 0.1
+_ERROR_BODY_CHARS = 120
+
+
+def parse_retry_after(value: str | None, *, now_s: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or HTTP date); None if unreadable."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    now = time.time() if now_s is None else now_s
+    return max(0.0, when.timestamp() - now)
+
+
+def classify(response: httpx.Response, secrets: tuple[str, ...] = ()) -> None:
+    """Return for 2xx; raise `DestinationUnavailable` (retry) or `DestinationRejected` (never retry)."""
+    status = response.status_code
+    if 200 <= status < 300:
+        return
+    detail = short_error(
+        f"HTTP {status} {response.reason_phrase}: {response.text[:_ERROR_BODY_CHARS]}", secrets
+    )
+    if status == 429 or status >= 500 or status < 200:
+        retry_after = (
+            parse_retry_after(response.headers.get("retry-after")) if status in (429, 503) else None
+        )
+        raise DestinationUnavailable(detail, status=status, retry_after_s=retry_after)
+    if 300 <= status < 400:
+        where = response.headers.get("location", "?")
+        raise DestinationRejected(
+            short_error(
+                f"HTTP {status} redirect to {where}; set follow_redirects = true if intended",
+                secrets,
+            ),
+            status=status,
+            reason="redirect",
+        )
+    raise DestinationRejected(detail, status=status, reason="http_4xx")
+
+
+def status_class(status: int) -> str:
+    return f"{status // 100}xx"
+
+
+class Deliverer:
+    """Resolves every event of a batch to delivered, handed to the retrier, or dead-lettered."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        dest: Destination,
+        handoff: HandOff,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._client = client
+        self._dest = dest
+        self._handoff = handoff
+        self._sleep = sleep
+        self._headers = dest.header_values()
+        self._secrets = tuple(v for v in self._headers.values() if len(v) >= 4)
+        self._jitter = wait_random_exponential(
+            multiplier=_BACKOFF_BASE_S, max=dest.local_retry_max_backoff_s
+        )
+        self._failing = False
+        self._labels = dest.name
+
+    async def deliver(self, batch: Batch) -> None:
+        """Return once every event has an outcome; raises only if Kafka cannot take a hand-off."""
+        try:
+            await self.send_with_retries(batch)
+        except DestinationUnavailable as exc:
+            await self._hand_off(batch, exc)
+        except DestinationRejected as exc:
+            await self._isolate(batch, exc)
+        else:
+            self._delivered(batch)
+
+    async def send_with_retries(self, batch: Batch) -> None:
+        """One request, retried locally on transient failures with backoff and Retry-After."""
+        body, content_type = encode_body(batch.events, self._dest.format)
+        headers = {
+            **self._headers,
+            "Content-Type": content_type,
+            "Idempotency-Key": batch.idempotency_key(),
+        }
+        if self._dest.compression == "gzip":
+            body = await self._gzip(body)
+            headers["Content-Encoding"] = "gzip"
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self._dest.local_retry_attempts),
+            wait=self._wait_s,
+            retry=retry_if_exception_type(DestinationUnavailable),
+            sleep=self._sleep,
+            before_sleep=self._count_retry,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                await self._send_once(body, headers, len(batch))
+
+    async def _send_once(self, body: bytes, headers: dict[str, str], events: int) -> None:
+        metrics.EVENTS_PER_REQUEST.labels(self._labels).observe(events)
+        started = time.perf_counter()
+        try:
+            response = await self._client.post(self._dest.url, content=body, headers=headers)
+        except httpx.TimeoutException as exc:
+            metrics.REQUESTS.labels(self._labels, "timeout").inc()
+            raise DestinationUnavailable(
+                f"timeout after {self._dest.request_timeout_s}s ({type(exc).__name__})"
+            ) from exc
+        except httpx.TooManyRedirects as exc:
+            metrics.REQUESTS.labels(self._labels, "3xx").inc()
+            raise DestinationRejected("too many redirects", status=310, reason="redirect") from exc
+        except httpx.TransportError as exc:
+            metrics.REQUESTS.labels(self._labels, "connection").inc()
+            raise DestinationUnavailable(
+                short_error(f"connection error: {type(exc).__name__}: {exc}", self._secrets)
+            ) from exc
+        finally:
+            metrics.REQUEST_DURATION.labels(self._labels).observe(time.perf_counter() - started)
+        metrics.REQUESTS.labels(self._labels, status_class(response.status_code)).inc()
+        classify(response, self._secrets)
+
+    def _wait_s(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, DestinationUnavailable) and exc.retry_after_s is not None:
+            return min(exc.retry_after_s, self._dest.retry_after_max_s)
+        return float(self._jitter(state))
+
+    def _count_retry(self, state: RetryCallState) -> None:
+        metrics.LOCAL_RETRIES.labels(self._labels).inc()
+        if not self._failing:
+            self._failing = True
+            exc = state.outcome.exception() if state.outcome else None
+            log.warning("destination_failing", error=str(exc))
+
+    async def _gzip(self, body: bytes) -> bytes:
+        if len(body) < _GZIP_IN_THREAD_BYTES:
+            return gzip.compress(body, compresslevel=5)
+        return await asyncio.to_thread(gzip.compress, body, 5)
+
+    def _delivered(self, batch: Batch) -> None:
+        if self._failing:
+            self._failing = False
+            log.info("destination_recovered")
+        now_s = time.time()
+        lag_out = metrics.LAG_OUT.labels(self._labels)
+        for event in batch.events:
+            lag_out.observe(max(0.0, now_s - event.event_time_ms / 1000))
+        metrics.RECORDS.labels(self._labels, "delivered").inc(len(batch))
+
+    async def _hand_off(self, batch: Batch, exc: DestinationUnavailable) -> None:
+        await self._handoff.to_retrier(batch.events, status=exc.status, error=str(exc))
+        metrics.RECORDS.labels(self._labels, "handed_off").inc(len(batch))
+        log.warning(
+            "handed_off",
+            events=len(batch),
+            status=exc.status,
+            error=str(exc),
+            attempts=self._dest.local_retry_attempts,
+        )
+
+    async def _dead_letter(self, batch: Batch, exc: DestinationRejected, note: str = "") -> None:
+        error = short_error(f"{exc}{note}", self._secrets)
+        await self._handoff.to_dlq(batch.events, reason=exc.reason, status=exc.status, error=error)
+        metrics.RECORDS.labels(self._labels, "dead_lettered").inc(len(batch))
+        log.warning(
+            "dead_lettered",
+            events=len(batch),
+            reason=exc.reason,
+            status=exc.status,
+            error=error,
+            first_origin=batch.events[0].origin,
+        )
+
+    async def _isolate(self, batch: Batch, first: DestinationRejected) -> None:
+        """Bisect a rejected batch so only the events rejected on their own reach the DLQ."""
+        if first.reason == "redirect":
+            await self._dead_letter(batch, first)
+            return
+        budget = self._dest.max_bisect_requests
+        rejected: deque[tuple[Batch, DestinationRejected]] = deque([(batch, first)])
+        while rejected:
+            part, exc = rejected.popleft()
+            if len(part) == 1:
+                await self._dead_letter(part, exc)
+                continue
+            if budget < 2:
+                note = f" (in a rejected group of {len(part)}; bisection budget spent)"
+                await self._dead_letter(part, exc, note)
+                continue
+            for half in part.halves():
+                budget -= 1
+                try:
+                    await self.send_with_retries(half)
+                except DestinationUnavailable as transient:
+                    await self._hand_off(half, transient)
+                except DestinationRejected as again:
+                    rejected.append((half, again))
+                else:
+                    self._delivered(half)

@@ -1,0 +1,76 @@
+"""Commit watermarks: per partition, the highest offset below which every record has an outcome."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from aiokafka import TopicPartition
+
+
+@dataclass
+class _PartitionProgress:
+    outstanding: deque[int] = field(default_factory=deque)  # offsets in fetch order
+    done: set[int] = field(default_factory=set)  # finished, not yet at the head
+    next_offset: int | None = None  # offset to commit
+    committed: int | None = None  # last offset committed
+
+
+class OffsetTracker:
+    """Tracks fetched records until each has an outcome, even when they finish out of order.
+
+    Offsets within a partition arrive in increasing order but need not be contiguous (compaction,
+    transaction markers), so the watermark follows the fetch order, not arithmetic.
+    """
+
+    def __init__(self) -> None:
+        self._partitions: dict[TopicPartition, _PartitionProgress] = {}
+
+    def track(self, tp: TopicPartition, offset: int) -> None:
+        """Note a fetched record that has no outcome yet."""
+        progress = self._partitions.setdefault(tp, _PartitionProgress())
+        progress.outstanding.append(offset)
+
+    def finish(self, tp: TopicPartition, offset: int) -> None:
+        """Note that a record has its outcome; unknown partitions (revoked) are ignored."""
+        progress = self._partitions.get(tp)
+        if progress is None:
+            return
+        progress.done.add(offset)
+        queue = progress.outstanding
+        while queue and queue[0] in progress.done:
+            head = queue.popleft()
+            progress.done.discard(head)
+            progress.next_offset = head + 1
+
+    def outstanding(self, tp: TopicPartition) -> int:
+        progress = self._partitions.get(tp)
+        return len(progress.outstanding) if progress else 0
+
+    def total_outstanding(self) -> int:
+        return sum(len(p.outstanding) for p in self._partitions.values())
+
+    def to_commit(self, partitions: set[TopicPartition] | None = None) -> dict[TopicPartition, int]:
+        """Offsets that advanced since the last `committed()` call."""
+        return {
+            tp: p.next_offset
+            for tp, p in self._partitions.items()
+            if p.next_offset is not None
+            and p.next_offset != p.committed
+            and (partitions is None or tp in partitions)
+        }
+
+    def committed(self, offsets: dict[TopicPartition, int]) -> None:
+        for tp, offset in offsets.items():
+            progress = self._partitions.get(tp)
+            if progress is not None:
+                progress.committed = offset
+
+    def last_committed(self, tp: TopicPartition) -> int | None:
+        progress = self._partitions.get(tp)
+        return progress.committed if progress else None
+
+    def forget(self, partitions: set[TopicPartition]) -> None:
+        """Drop state for partitions this member no longer owns."""
+        for tp in partitions:
+            self._partitions.pop(tp, None)

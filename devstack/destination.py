@@ -1,0 +1,395 @@
+"""A scriptable HTTP/1.1 destination on loopback that records the batches of JSON events it gets."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import time
+import zlib
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import replace
+from types import TracebackType
+
+import h11
+import orjson
+
+from devstack.destination_script import Decision, Delivery, ReceivedRequest, Reply, Script
+
+__all__ = ["Delivery", "DeliveryHook", "ReceivedRequest", "Reply", "TestDestination"]
+
+DeliveryHook = Callable[[Sequence[Delivery]], None]
+"""Called synchronously with the deliveries of each request right after its 2xx answer is sent."""
+
+_READ_SIZE = 256 * 1024
+_STREAM_LIMIT = 1024 * 1024
+_MAX_HEADER_BYTES = 64 * 1024
+_BACKLOG = 1024
+_NDJSON = "application/x-ndjson"
+
+
+class _IdWaiter:
+    """One `wait_for_ids` call: the ids still missing and the event set once none are."""
+
+    __slots__ = ("done", "missing")
+
+    def __init__(self, missing: set[str]) -> None:
+        self.missing = missing
+        self.done = asyncio.Event()
+
+
+class TestDestination:
+    """A real HTTP server that accepts batches of events and answers as scripted.
+
+    Per request the reply is chosen by, in order: down (connection refused), `reject_ids` /
+    `reject_poison`, the `script` queue, random `set_faults`, else 200 `{"accepted": N}`.
+
+    What it records:
+    - `requests`: every request read, in order of arrival, with the status it was answered
+      (0 when dropped, or when the destination went down before a delayed answer was sent).
+    - `deliveries()`: one `Delivery(id, received_ms, event_time)` per event answered 2xx, in
+      order, duplicates kept; `delivered_ids()` is the ids alone. Kept even with
+      `record_bodies=False`, which only drops bodies and parsed events from `requests`.
+    - `keep_history=False` keeps neither (for long-running processes); `on_delivery` still
+      sees every delivery and `wait_for_*` still work for what arrives after the call.
+    """
+
+    __test__ = False  # a fixture class, not a pytest test class despite its name
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        id_field: str = "id",
+        record_bodies: bool = True,
+        event_time_field: str = "event_time",
+        keep_history: bool = True,
+        on_delivery: DeliveryHook | None = None,
+    ) -> None:
+        self._host = host
+        self._port = port
+        self._id_field = id_field
+        self._event_time_field = event_time_field
+        self._record_bodies = record_bodies
+        self._keep_history = keep_history
+        self._on_delivery = on_delivery
+        self._script = Script()
+        self._server: asyncio.Server | None = None
+        self._serving = False
+        self._connections: dict[asyncio.Task[object], asyncio.StreamWriter] = {}
+        self._connections_opened = 0
+        self._requests: list[ReceivedRequest] = []
+        self._request_count = 0
+        self._deliveries: list[Delivery] = []
+        self._delivered: set[str] = set()
+        self._id_waiters: list[_IdWaiter] = []
+        self._count_waiters: list[tuple[int, asyncio.Event]] = []
+
+    async def __aenter__(self) -> TestDestination:
+        await self._listen()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._stop_listening()
+
+    @property
+    def port(self) -> int:
+        """The TCP port, fixed at the first start (kept across `set_down`)."""
+        if self._port == 0:
+            raise RuntimeError("destination has no port yet; enter `async with` first")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """The events URL, e.g. http://127.0.0.1:PORT/v1/events (any path is accepted)."""
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"http://{host}:{self.port}/v1/events"
+
+    @property
+    def requests(self) -> list[ReceivedRequest]:
+        """A copy of every request read since the last `clear`, in order of arrival."""
+        return list(self._requests)
+
+    @property
+    def connections_opened(self) -> int:
+        """How many TCP connections were accepted since start (to check keep-alive)."""
+        return self._connections_opened
+
+    def deliveries(self) -> list[Delivery]:
+        """A copy of the per-event receipts of 2xx answers, in order, duplicates kept."""
+        return list(self._deliveries)
+
+    def delivered_ids(self) -> list[str]:
+        """Ids of the events in requests answered 2xx, in order, duplicates kept."""
+        return [delivery.id for delivery in self._deliveries]
+
+    def script(self, *replies: Reply) -> None:
+        """Queue replies for the next requests, one each; then default behaviour resumes."""
+        self._script.enqueue(replies)
+
+    def reject_ids(self, ids: Iterable[str], status: int = 400) -> None:
+        """Answer `status` to any request containing one of `ids` (adds to earlier calls)."""
+        self._script.reject_ids(ids, status)
+
+    def reject_poison(self, field: str, status: int = 400) -> None:
+        """Answer `status` to any request containing an event whose `field` is JSON true."""
+        self._script.reject_poison(field, status)
+
+    def set_faults(self, ratio: float, replies: Sequence[Reply], *, seed: int = 0) -> None:
+        """Answer a seeded-random fraction `ratio` of requests with one of `replies`."""
+        self._script.set_faults(ratio, replies, seed=seed)
+
+    def reset_script(self) -> None:
+        """Forget queued replies, rejections and random faults: answer 200 from now on."""
+        self._script.reset()
+
+    @property
+    def is_down(self) -> bool:
+        """Whether the destination refuses connections (after `set_down(True)` or exit)."""
+        return not self._serving
+
+    async def set_down(self, down: bool) -> None:
+        """Down: stop listening and close every connection. Up: listen again on the same port."""
+        if down and self._serving:
+            await self._stop_listening()
+        elif not down and not self._serving:
+            await self._listen()
+
+    async def wait_for_ids(self, ids: Collection[str], timeout_s: float) -> bool:
+        """Wait until every id was delivered (2xx) at least once; False on timeout."""
+        waiter = _IdWaiter(set(ids) - self._delivered)
+        if not waiter.missing:
+            return True
+        self._id_waiters.append(waiter)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await waiter.done.wait()
+        except TimeoutError:
+            return False
+        finally:
+            self._id_waiters.remove(waiter)
+        return True
+
+    async def wait_for_requests(self, count: int, timeout_s: float) -> bool:
+        """Wait until `count` requests were read since the last `clear`; False on timeout."""
+        if self._request_count >= count:
+            return True
+        entry = (count, asyncio.Event())
+        self._count_waiters.append(entry)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await entry[1].wait()
+        except TimeoutError:
+            return False
+        finally:
+            self._count_waiters.remove(entry)
+        return True
+
+    def clear(self) -> None:
+        """Forget recorded requests and deliveries (the script is kept)."""
+        self._requests = []
+        self._request_count = 0
+        self._deliveries = []
+        self._delivered = set()
+
+    async def _listen(self) -> None:
+        self._server = await asyncio.start_server(
+            self._on_connection,
+            self._host,
+            self._port,
+            limit=_STREAM_LIMIT,
+            backlog=_BACKLOG,
+        )
+        if self._port == 0:
+            self._port = int(self._server.sockets[0].getsockname()[1])
+        self._serving = True
+
+    async def _stop_listening(self) -> None:
+        self._serving = False
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        tasks = list(self._connections)
+        for task, writer in self._connections.items():
+            writer.transport.abort()
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if server is not None:
+            await server.wait_closed()
+
+    async def _on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        if not self._serving or task is None:
+            writer.transport.abort()
+            return
+        self._connections[task] = writer
+        self._connections_opened += 1
+        try:
+            await self._serve(reader, writer)
+        except (ConnectionError, h11.RemoteProtocolError):
+            pass  # the client went away or spoke broken HTTP: close the connection
+        finally:
+            del self._connections[task]
+            writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Answer requests on one connection until either side closes it."""
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEADER_BYTES)
+        while True:
+            received = await _read_request(conn, reader)
+            if received is None:
+                return
+            keep_open = await self._answer(conn, writer, *received)
+            if not keep_open or (conn.our_state, conn.their_state) != (h11.DONE, h11.DONE):
+                return
+            conn.start_next_cycle()
+
+    async def _answer(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, request: h11.Request, body: bytes
+    ) -> bool:
+        """Record and answer one request; False when the connection must close."""
+        received_ms = time.time_ns() // 1_000_000
+        headers = _decode_headers(request.headers)
+        payload = _decode_body(body, headers.get("content-encoding", ""))
+        events = _parse_events(payload, headers.get("content-type", ""))
+        ids = tuple(str(event[self._id_field]) for event in events if self._id_field in event)
+        decision = self._script.choose(ids, events)
+        reply = decision.reply
+        record = ReceivedRequest(
+            received_ms=received_ms,
+            method=request.method.decode("ascii"),
+            path=request.target.decode("latin-1"),
+            headers=headers,
+            body=payload if self._record_bodies else b"",
+            events=events if self._record_bodies else [],
+            status=0 if reply.drop else reply.status,
+            ids=ids,
+        )
+        self._record_request(record)
+        try:
+            if reply.delay_s > 0:
+                await asyncio.sleep(reply.delay_s)
+        except asyncio.CancelledError:
+            self._mark_unanswered(record)
+            raise
+        if reply.drop:
+            return False
+        writer.write(_response(conn, decision, len(events), no_body=request.method == b"HEAD"))
+        if 200 <= reply.status < 300:
+            self._record_deliveries(events, received_ms)
+        await writer.drain()
+        return True
+
+    def _record_request(self, record: ReceivedRequest) -> None:
+        if self._keep_history:
+            self._requests.append(record)
+        self._request_count += 1
+        for count, event in self._count_waiters:
+            if self._request_count >= count:
+                event.set()
+
+    def _mark_unanswered(self, record: ReceivedRequest) -> None:
+        """Record status 0 for a request whose delayed answer was cut off by going down."""
+        for index in range(len(self._requests) - 1, -1, -1):
+            if self._requests[index] is record:
+                self._requests[index] = replace(record, status=0)
+                return
+
+    def _record_deliveries(self, events: list[dict[str, object]], received_ms: int) -> None:
+        id_field, time_field = self._id_field, self._event_time_field
+        deliveries = [
+            Delivery(str(event[id_field]), received_ms, event.get(time_field))
+            for event in events
+            if id_field in event
+        ]
+        if not deliveries:
+            return
+        batch = {delivery.id for delivery in deliveries}
+        if self._keep_history:
+            self._deliveries.extend(deliveries)
+            self._delivered |= batch
+        for waiter in self._id_waiters:
+            waiter.missing -= batch
+            if not waiter.missing:
+                waiter.done.set()
+        if self._on_delivery is not None:
+            self._on_delivery(deliveries)
+
+
+async def _read_request(
+    conn: h11.Connection, reader: asyncio.StreamReader
+) -> tuple[h11.Request, bytes] | None:
+    """Read one whole request; None when the client closed the connection between requests."""
+    request: h11.Request | None = None
+    chunks: list[bytes] = []
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(await reader.read(_READ_SIZE))
+        elif isinstance(event, h11.Request):
+            request = event
+        elif isinstance(event, h11.Data):
+            chunks.append(event.data)
+        elif isinstance(event, h11.EndOfMessage) and request is not None:
+            return request, b"".join(chunks)
+        else:
+            return None  # ConnectionClosed
+
+
+def _response(conn: h11.Connection, decision: Decision, accepted: int, *, no_body: bool) -> bytes:
+    """Serialise the reply: {"accepted": N} for 2xx, {"error": reason} otherwise."""
+    status = decision.reply.status
+    if 200 <= status < 300:
+        content = orjson.dumps({"accepted": accepted})
+    else:
+        content = orjson.dumps({"error": f"{status}: {decision.reason}"})
+    no_body = no_body or status in (204, 304)
+    headers = [("content-type", "application/json")]
+    if not no_body:
+        headers.append(("content-length", str(len(content))))
+    if decision.reply.retry_after is not None:
+        headers.append(("retry-after", decision.reply.retry_after))
+    out = conn.send(h11.Response(status_code=status, headers=headers))
+    if not no_body:
+        out += conn.send(h11.Data(data=content))
+    return out + conn.send(h11.EndOfMessage())
+
+
+def _decode_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Header names lower-cased (h11 already does); repeated headers joined with ', '."""
+    headers: dict[str, str] = {}
+    for name, value in raw:
+        key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    return headers
+
+
+def _decode_body(body: bytes, content_encoding: str) -> bytes:
+    """Gunzip a gzip body; an undecodable one is kept as sent (and parses to no events)."""
+    if "gzip" not in content_encoding.lower():
+        return body
+    try:
+        return gzip.decompress(body)
+    except (OSError, EOFError, zlib.error):
+        return body
+
+
+def _parse_events(payload: bytes, content_type: str) -> list[dict[str, object]]:
+    """Events of a JSON array body, or of an NDJSON body; [] if it does not parse."""
+    try:
+        if content_type.split(";", 1)[0].strip().lower() == _NDJSON:
+            parsed: object = [orjson.loads(line) for line in payload.splitlines() if line.strip()]
+        else:
+            parsed = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return []
+    if not isinstance(parsed, list):
+        return []
+    return [event for event in parsed if isinstance(event, dict)]

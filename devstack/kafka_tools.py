@@ -1,0 +1,106 @@
+"""Kafka helpers for tests, the demo, benchmarks and chaos runs: produce events, read a topic to its end."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from config.settings import KafkaSettings
+from plumbing import kafka
+
+_READ_POLL_MS = 300
+
+
+async def produce(
+    settings: KafkaSettings,
+    topic: str,
+    values: Iterable[bytes],
+    *,
+    headers: Sequence[tuple[str, bytes]] = (),
+    key: bytes | None = None,
+) -> int:
+    """Produce raw values with acks=all and return how many were acknowledged."""
+    producer = AIOKafkaProducer(**kafka.client_options(settings), acks="all", linger_ms=5)
+    await producer.start()
+    try:
+        futures = [
+            await producer.send(topic, value=value, key=key, headers=list(headers))
+            for value in values
+        ]
+        await asyncio.gather(*futures)
+        return len(futures)
+    finally:
+        await producer.stop()
+
+
+async def produce_events(
+    settings: KafkaSettings, topic: str, events: Iterable[dict[str, Any]]
+) -> int:
+    """Produce JSON events, keyed by their `id` so one id always lands on one partition."""
+    producer = AIOKafkaProducer(**kafka.client_options(settings), acks="all", linger_ms=5)
+    await producer.start()
+    try:
+        futures = [
+            await producer.send(
+                topic, value=orjson.dumps(event), key=str(event.get("id", "")).encode()
+            )
+            for event in events
+        ]
+        await asyncio.gather(*futures)
+        return len(futures)
+    finally:
+        await producer.stop()
+
+
+async def read_topic(settings: KafkaSettings, topic: str, *, timeout_s: float = 30.0) -> list[Any]:
+    """Every record of `topic` from the beginning to the high watermark seen when reading ends."""
+    consumer = AIOKafkaConsumer(
+        **kafka.client_options(settings), enable_auto_commit=False, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        partitions = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        if not tps:
+            return []
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        records: list[Any] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            fetched = await consumer.getmany(*tps, timeout_ms=_READ_POLL_MS)
+            for batch in fetched.values():
+                records.extend(batch)
+            if not fetched and await _at_end(consumer, tps):
+                return records
+        raise TimeoutError(f"reading {topic} did not reach its end in {timeout_s}s")
+    finally:
+        await consumer.stop()
+
+
+async def _at_end(consumer: AIOKafkaConsumer, tps: Sequence[TopicPartition]) -> bool:
+    for tp in tps:
+        highwater = consumer.highwater(tp)
+        if highwater is None or await consumer.position(tp) < highwater:
+            return False
+    return True
+
+
+async def committed_offsets(
+    settings: KafkaSettings, group_id: str, topic: str
+) -> dict[int, int | None]:
+    """Committed offsets of a consumer group, read through a consumer (works on Tansu too)."""
+    consumer = AIOKafkaConsumer(
+        **kafka.client_options(settings), group_id=group_id, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        partitions = consumer.partitions_for_topic(topic) or set()
+        return {p: await consumer.committed(TopicPartition(topic, p)) for p in sorted(partitions)}
+    finally:
+        await consumer.stop()

@@ -1,0 +1,65 @@
+"""A Redis for development and tests: the configured one, the machine's own, or a private redis-server."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+
+import redis
+
+from devstack.ports import free_port
+
+TEST_REDIS_ENV_VAR = "HIFI_TEST_REDIS_URL"
+_DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+
+def _pings(url: str) -> bool:
+    client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+@contextlib.contextmanager
+def local_redis() -> Iterator[str]:
+    """Yield a Redis URL: $HIFI_TEST_REDIS_URL, else 127.0.0.1:6379 if it answers, else a
+    `redis-server` started on a free port (stopped afterwards); fails naming what to install."""
+    configured = os.environ.get(TEST_REDIS_ENV_VAR)
+    if configured:
+        if not _pings(configured):
+            raise RuntimeError(f"{TEST_REDIS_ENV_VAR}={configured} does not answer PING")
+        yield configured
+        return
+    if _pings(_DEFAULT_URL):
+        yield _DEFAULT_URL
+        return
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError(
+            "no Redis: nothing answers on 127.0.0.1:6379 and redis-server is not installed "
+            "(apt-get install redis-server, or set HIFI_TEST_REDIS_URL)"
+        )
+    port = free_port()
+    process = subprocess.Popen(
+        [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        deadline = time.monotonic() + 15
+        while not _pings(url):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server on port {port} did not start")
+            time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -1,0 +1,135 @@
+"""Kafka clients configured from `KafkaSettings`, and the only place aiokafka errors are translated."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Any
+
+import structlog
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
+
+from config.settings import KafkaSettings
+from plumbing.errors import BrokerUnavailable
+
+log = structlog.get_logger(__name__)
+
+Headers = list[tuple[str, bytes]]
+_TOPIC_ALREADY_EXISTS = 36  # Kafka protocol error code: another client created it first
+
+
+def client_options(settings: KafkaSettings) -> dict[str, Any]:
+    """Connection and security options shared by every aiokafka client."""
+    options: dict[str, Any] = {
+        "bootstrap_servers": settings.bootstrap,
+        "security_protocol": settings.security_protocol,
+    }
+    if settings.security_protocol in ("SSL", "SASL_SSL"):
+        options["ssl_context"] = ssl.create_default_context(cafile=settings.ca_file)
+    if settings.sasl_mechanism:
+        options["sasl_mechanism"] = settings.sasl_mechanism
+        options["sasl_plain_username"] = settings.username
+        options["sasl_plain_password"] = (
+            settings.password.get_secret_value() if settings.password else None
+        )
+    return options
+
+
+@contextlib.asynccontextmanager
+async def producer(settings: KafkaSettings, **overrides: Any) -> AsyncIterator[Producer]:
+    """A started `Producer` (acks=all) that is flushed and stopped on exit."""
+    client = AIOKafkaProducer(
+        **client_options(settings),
+        acks="all",
+        enable_idempotence=settings.enable_idempotence,
+        linger_ms=5,
+        max_request_size=16 * 1024 * 1024,
+        **overrides,
+    )
+    try:
+        await client.start()
+    except KafkaError as exc:
+        await client.stop()
+        raise BrokerUnavailable(
+            f"kafka {settings.bootstrap}: producer cannot start: {exc}"
+        ) from exc
+    try:
+        yield Producer(client)
+    finally:
+        await client.stop()
+
+
+class Producer:
+    """Writes records and waits for the broker's acknowledgement; raises only hifi errors."""
+
+    def __init__(self, client: AIOKafkaProducer) -> None:
+        self._client = client
+
+    async def send_all(
+        self, records: Sequence[tuple[str, bytes | None, bytes | None, Headers]]
+    ) -> None:
+        """Produce (topic, key, value, headers) records and return once all are acknowledged."""
+        try:
+            futures = [
+                await self._client.send(topic, value=value, key=key, headers=headers)
+                for topic, key, value, headers in records
+            ]
+            await asyncio.gather(*futures)
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"kafka produce failed: {exc}") from exc
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Headers | None = None,
+    ) -> None:
+        await self.send_all([(topic, key, value, headers or [])])
+
+
+def consumer(
+    settings: KafkaSettings, *, group_id: str | None, **overrides: Any
+) -> AIOKafkaConsumer:
+    """A consumer with manual commits only; the caller subscribes, starts and stops it."""
+    options: dict[str, Any] = {
+        "group_id": group_id,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "isolation_level": "read_committed",
+        "max_partition_fetch_bytes": 4 * 1024 * 1024,
+    }
+    options.update(overrides)
+    return AIOKafkaConsumer(**client_options(settings), **options)
+
+
+async def ensure_topics(settings: KafkaSettings, names: Iterable[str], *, partitions: int) -> None:
+    """Create whichever of `names` do not exist yet; existing topics are left as they are."""
+    admin = AIOKafkaAdminClient(**client_options(settings))
+    try:
+        await admin.start()
+        existing = set(await admin.list_topics())
+        missing = [name for name in names if name not in existing]
+        if missing:
+            response = await admin.create_topics(
+                [NewTopic(name, partitions, settings.replication_factor) for name in missing]
+            )
+            failed = [
+                f"{error[0]}: error {error[1]}"
+                for error in response.topic_errors
+                if error[1] not in (0, _TOPIC_ALREADY_EXISTS)
+            ]
+            if failed:
+                raise BrokerUnavailable(
+                    f"kafka {settings.bootstrap}: cannot create topics: {', '.join(failed)}"
+                )
+            log.info("topics_created", topics=missing, partitions=partitions)
+    except KafkaError as exc:
+        raise BrokerUnavailable(f"kafka {settings.bootstrap}: cannot create topics: {exc}") from exc
+    finally:
+        await admin.close()

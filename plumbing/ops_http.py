@@ -1,0 +1,104 @@
+"""The operators' HTTP endpoint of a daemon: Prometheus `/metrics`, `/healthz`, `/readyz` and extra JSON routes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import prometheus_client
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from plumbing.errors import ConfigError
+
+JsonProvider = Callable[[Request], Awaitable[Any]]
+
+
+class _QuietServer(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to the daemon that embeds it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class OpsServer:
+    """Serves health, readiness and metrics next to a daemon's work, in the same event loop."""
+
+    def __init__(
+        self,
+        *,
+        port: int,
+        host: str = "0.0.0.0",  # noqa: S104 - probes and scrapers reach the pod from outside
+        registry: prometheus_client.CollectorRegistry = prometheus_client.REGISTRY,
+        json_routes: dict[str, JsonProvider] | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.ready = False
+        self._registry = registry
+        routes = [
+            Route("/metrics", self._metrics),
+            Route("/healthz", self._healthz),
+            Route("/readyz", self._readyz),
+        ]
+        for path, provider in (json_routes or {}).items():
+            routes.append(Route(path, _json_endpoint(provider)))
+        self._app = Starlette(routes=routes)
+        self._server: _QuietServer | None = None
+
+    async def _metrics(self, request: Request) -> Response:
+        return Response(
+            prometheus_client.generate_latest(self._registry),
+            media_type=prometheus_client.CONTENT_TYPE_LATEST,
+        )
+
+    async def _healthz(self, request: Request) -> Response:
+        return PlainTextResponse("ok\n")
+
+    async def _readyz(self, request: Request) -> Response:
+        if self.ready:
+            return PlainTextResponse("ready\n")
+        return PlainTextResponse("not ready\n", status_code=503)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[OpsServer]:
+        """Serve until the block exits; port 0 picks a free port (`.port` tells which)."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self.port))
+        except OSError as exc:
+            sock.close()
+            raise ConfigError(
+                f"--metrics-port {self.port}: cannot listen on {self.host}: {exc.strerror}"
+            ) from None
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self._app,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+        )
+        server = _QuietServer(config)
+        task = asyncio.create_task(server.serve(sockets=[sock]), name="ops-http")
+        try:
+            yield self
+        finally:
+            server.should_exit = True
+            await task
+            sock.close()
+
+
+def _json_endpoint(provider: JsonProvider) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        return JSONResponse(await provider(request))
+
+    return endpoint

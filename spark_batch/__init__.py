@@ -1,0 +1,1 @@
+"""PySpark batch jobs: reconcile delivery counts (loss tables, lag percentiles, availability minutes) and backfill."""

@@ -1,0 +1,59 @@
+"""Session-wide real services for the tests: a Kafka-protocol broker and Redis."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from config.settings import KafkaSettings
+from devstack.broker import LocalBroker
+from devstack.destination import TestDestination
+from devstack.redis import local_redis
+
+TEST_BOOTSTRAP_ENV_VAR = "HIFI_TEST_BOOTSTRAP"
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """$HIFI_TEST_BOOTSTRAP when set (a real Kafka), else a Tansu broker for this session."""
+    external = os.environ.get(TEST_BOOTSTRAP_ENV_VAR)
+    if external:
+        yield external
+        return
+    log_path = tmp_path_factory.mktemp("tansu") / "tansu.log"
+    with LocalBroker(log_path=log_path) as broker:
+        yield broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def kafka_settings(kafka_bootstrap: str) -> KafkaSettings:
+    return KafkaSettings(bootstrap=kafka_bootstrap)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    with local_redis() as url:
+        yield url
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short name no other test uses, for topics, groups and destinations."""
+    return "t" + uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+async def destination() -> AsyncIterator[TestDestination]:
+    async with TestDestination() as dest:
+        yield dest
+
+
+@pytest.fixture
+def catalog_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "catalog"
+    path.mkdir()
+    return path

@@ -1,0 +1,139 @@
+"""The connector against a real broker and a real HTTP destination, in this process."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import orjson
+
+from config.settings import KafkaSettings
+from connector import Connector
+from devstack.destination import Reply, TestDestination
+from devstack.kafka_tools import committed_offsets, produce, produce_events, read_topic
+from plumbing import kafka
+from plumbing.envelope import header_map
+from tests.helpers import events, make_destination
+
+
+async def _run(connector: Connector, timeout_s: float = 60.0) -> None:
+    await asyncio.wait_for(connector.run(), timeout_s)
+
+
+async def test_delivers_every_event_once_without_faults(
+    kafka_settings: KafkaSettings, destination: TestDestination, catalog_dir: Path, unique: str
+) -> None:
+    """With a healthy destination every produced event arrives exactly once and offsets are committed."""
+    await kafka.ensure_topics(kafka_settings, [unique], partitions=3)
+    sent = events(600)
+    await produce_events(kafka_settings, unique, sent)
+    dest = make_destination(catalog_dir, unique, destination.url, unique, max_batch_records=50)
+    await _run(Connector(dest, kafka_settings, until_idle_s=1.5))
+    delivered = destination.delivered_ids()
+    assert sorted(delivered) == sorted(e["id"] for e in sent)
+    assert len(delivered) == len(set(delivered))
+    assert all(len(r.events) <= 50 for r in destination.requests)
+    committed = await committed_offsets(kafka_settings, dest.connector_group, unique)
+    assert sum(offset or 0 for offset in committed.values()) == len(sent)
+    first = destination.requests[0]
+    assert first.headers["content-type"] == "application/json"
+    assert first.headers["idempotency-key"]
+
+
+async def test_recovers_locally_from_5xx(
+    kafka_settings: KafkaSettings, destination: TestDestination, catalog_dir: Path, unique: str
+) -> None:
+    """A 503 then a 500 are retried locally with the same Idempotency-Key, and nothing reaches the retrier."""
+    sent = events(5)
+    await produce_events(kafka_settings, unique, sent)
+    destination.script(Reply(503), Reply(500))
+    dest = make_destination(catalog_dir, unique, destination.url, unique)
+    await _run(Connector(dest, kafka_settings, until_idle_s=1.5))
+    assert sorted(destination.delivered_ids()) == sorted(e["id"] for e in sent)
+    statuses = [r.status for r in destination.requests]
+    assert statuses[:3] == [503, 500, 200]
+    keys = {r.headers["idempotency-key"] for r in destination.requests[:3]}
+    assert len(keys) == 1
+    assert await read_topic(kafka_settings, dest.retry_in_topic) == []
+
+
+async def test_429_retry_after_is_honoured(
+    kafka_settings: KafkaSettings, destination: TestDestination, catalog_dir: Path, unique: str
+) -> None:
+    """After a 429 with Retry-After: 1 the next attempt comes at least one second later."""
+    await produce_events(kafka_settings, unique, events(3))
+    destination.script(Reply(429, retry_after="1"))
+    dest = make_destination(catalog_dir, unique, destination.url, unique)
+    await _run(Connector(dest, kafka_settings, until_idle_s=1.5))
+    first, second = destination.requests[0], destination.requests[1]
+    assert first.status == 429
+    assert second.status == 200
+    assert second.received_ms - first.received_ms >= 1000
+
+
+async def test_persistent_5xx_hands_every_event_to_the_retrier(
+    kafka_settings: KafkaSettings, destination: TestDestination, catalog_dir: Path, unique: str
+) -> None:
+    """When local attempts run out every event goes to NAME.retry_in with its failure headers."""
+    sent = events(20)
+    await produce_events(kafka_settings, unique, sent)
+    destination.set_faults(1.0, [Reply(503)])
+    dest = make_destination(
+        catalog_dir, unique, destination.url, unique, local_retry_attempts=2, max_batch_records=7
+    )
+    await _run(Connector(dest, kafka_settings, until_idle_s=1.5))
+    assert destination.delivered_ids() == []
+    handed = await read_topic(kafka_settings, dest.retry_in_topic)
+    assert sorted(orjson.loads(r.value)["id"] for r in handed) == sorted(e["id"] for e in sent)
+    for record in handed:
+        headers = header_map(record.headers)
+        assert headers["hifi-dest"] == unique.encode()
+        assert headers["hifi-attempt"] == b"1"
+        assert headers["hifi-status"] == b"503"
+        assert b"503" in headers["hifi-error"]
+        assert int(headers["hifi-first-failure-ms"]) > 0
+        assert headers["hifi-origin"].startswith(f"{unique}/".encode())
+    assert len(destination.requests) == 2 * 3  # three batches of at most 7, two attempts each
+    committed = await committed_offsets(kafka_settings, dest.connector_group, unique)
+    assert sum(offset or 0 for offset in committed.values()) == len(sent)
+
+
+async def test_poison_event_alone_goes_to_the_dlq(
+    kafka_settings: KafkaSettings, destination: TestDestination, catalog_dir: Path, unique: str
+) -> None:
+    """A 400 caused by one event in a batch dead-letters exactly that event and delivers the rest."""
+    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    sent = events(64)
+    await produce_events(kafka_settings, unique, sent)
+    destination.reject_ids({"e-17"})
+    dest = make_destination(catalog_dir, unique, destination.url, unique, max_batch_records=64)
+    await _run(Connector(dest, kafka_settings, until_idle_s=1.5))
+    assert sorted(destination.delivered_ids()) == sorted(e["id"] for e in sent if e["id"] != "e-17")
+    dead = await read_topic(kafka_settings, dest.dlq_topic)
+    assert [orjson.loads(r.value)["id"] for r in dead] == ["e-17"]
+    headers = header_map(dead[0].headers)
+    assert headers["hifi-reason"] == b"http_4xx"
+    assert headers["hifi-status"] == b"400"
+    assert dead[0].key == b"e-17"
+    assert len(destination.requests) <= 1 + 2 * 6  # bisection: two requests per level
+
+
+async def test_malformed_and_oversize_records_do_not_block(
+    kafka_settings: KafkaSettings, destination: TestDestination, catalog_dir: Path, unique: str
+) -> None:
+    """Records that are not JSON objects or exceed max_batch_bytes go to the DLQ; later ones arrive."""
+    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    await produce(
+        kafka_settings,
+        unique,
+        [b"not json", b"[1, 2]", b'{"id": "big", "p": "' + b"x" * 3000 + b'"}'],
+    )
+    sent = events(10)
+    await produce_events(kafka_settings, unique, sent)
+    dest = make_destination(catalog_dir, unique, destination.url, unique, max_batch_bytes=2048)
+    await _run(Connector(dest, kafka_settings, until_idle_s=1.5))
+    assert sorted(destination.delivered_ids()) == sorted(e["id"] for e in sent)
+    dead = await read_topic(kafka_settings, dest.dlq_topic)
+    reasons = sorted(header_map(r.headers)["hifi-reason"].decode() for r in dead)
+    assert reasons == ["malformed", "malformed", "too_large"]
+    assert sorted(r.value[:6] for r in dead) == sorted([b"not js", b"[1, 2]", b'{"id":'])

@@ -1,0 +1,57 @@
+"""Small builders shared by the tests: catalog files, events, connector runs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from config.catalog import Catalog, Destination
+
+
+def write_destination(catalog_dir: Path, name: str, **keys: Any) -> Path:
+    """Write `name.toml` with the given top-level keys (and a [headers] table from `headers`)."""
+    headers = keys.pop("headers", None)
+    lines = [f"{key} = {_toml(value)}" for key, value in keys.items()]
+    if headers:
+        lines.append("[headers]")
+        lines.extend(f"{key} = {_toml(value)}" for key, value in headers.items())
+    path = catalog_dir / f"{name}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def make_destination(
+    catalog_dir: Path, name: str, url: str, topic: str, **keys: Any
+) -> Destination:
+    """A loaded destination with fast test-friendly retry settings unless overridden."""
+    settings: dict[str, Any] = {
+        "url": url,
+        "source_topics": [topic],
+        "local_retry_attempts": 3,
+        "local_retry_max_backoff_s": 0.05,
+        "commit_interval_s": 0.2,
+        "shutdown_timeout_s": 10.0,
+        "internal_topic_partitions": 2,
+    }
+    settings.update(keys)
+    write_destination(catalog_dir, name, **settings)
+    return Catalog(catalog_dir).load(name)
+
+
+def events(count: int, prefix: str = "e", start: int = 0) -> list[dict[str, Any]]:
+    now_ms = int(time.time() * 1000)
+    return [
+        {"id": f"{prefix}-{i}", "event_time": now_ms, "seq": i, "payload": "x" * 50}
+        for i in range(start, start + count)
+    ]
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return repr(value)
