@@ -19,11 +19,11 @@ from config.settings import KafkaSettings
 from connector import metrics
 from connector.delivery import Deliverer
 from connector.handoff import HandOff
-from connector.offsets import OffsetTracker
 from connector.rebatch import Batch, take_batch
 from plumbing import kafka
 from plumbing.envelope import Event, KafkaRecord, parse_record
 from plumbing.errors import BrokerUnavailable, MalformedRecord
+from plumbing.offsets import OffsetTracker
 from plumbing.ops_http import OpsServer
 
 log = structlog.get_logger(__name__)

@@ -12,8 +12,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from config.settings import KafkaSettings
 from plumbing import kafka
 
-_READ_POLL_MS = 300
-
 
 async def produce(
     settings: KafkaSettings,
@@ -57,38 +55,8 @@ async def produce_events(
 
 
 async def read_topic(settings: KafkaSettings, topic: str, *, timeout_s: float = 30.0) -> list[Any]:
-    """Every record of `topic` from the beginning to the high watermark seen when reading ends."""
-    consumer = AIOKafkaConsumer(
-        **kafka.client_options(settings), enable_auto_commit=False, auto_offset_reset="earliest"
-    )
-    await consumer.start()
-    try:
-        partitions = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-        if not tps:
-            return []
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        records: list[Any] = []
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while loop.time() < deadline:
-            fetched = await consumer.getmany(*tps, timeout_ms=_READ_POLL_MS)
-            for batch in fetched.values():
-                records.extend(batch)
-            if not fetched and await _at_end(consumer, tps):
-                return records
-        raise TimeoutError(f"reading {topic} did not reach its end in {timeout_s}s")
-    finally:
-        await consumer.stop()
-
-
-async def _at_end(consumer: AIOKafkaConsumer, tps: Sequence[TopicPartition]) -> bool:
-    for tp in tps:
-        highwater = consumer.highwater(tp)
-        if highwater is None or await consumer.position(tp) < highwater:
-            return False
-    return True
+    """Every record of `topic` from the beginning to its end."""
+    return await kafka.read_to_end(settings, topic, timeout_s=timeout_s)
 
 
 async def committed_offsets(

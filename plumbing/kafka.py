@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
@@ -19,6 +19,7 @@ from plumbing.errors import BrokerUnavailable
 log = structlog.get_logger(__name__)
 
 Headers = list[tuple[str, bytes]]
+_READ_POLL_MS = 300
 _TOPIC_ALREADY_EXISTS = 36  # Kafka protocol error code: another client created it first
 
 
@@ -133,3 +134,46 @@ async def ensure_topics(settings: KafkaSettings, names: Iterable[str], *, partit
         raise BrokerUnavailable(f"kafka {settings.bootstrap}: cannot create topics: {exc}") from exc
     finally:
         await admin.close()
+
+
+async def read_to_end(settings: KafkaSettings, topic: str, *, timeout_s: float = 30.0) -> list[Any]:
+    """Every record of `topic` from the beginning to the high watermark seen when reading ends.
+
+    Reads without a consumer group, so it never disturbs one. Raises `TimeoutError` if the end
+    is not reached in `timeout_s`, and `BrokerUnavailable` if Kafka cannot be reached.
+    """
+    consumer = AIOKafkaConsumer(
+        **client_options(settings), enable_auto_commit=False, auto_offset_reset="earliest"
+    )
+    try:
+        await consumer.start()
+    except KafkaError as exc:
+        await consumer.stop()
+        raise BrokerUnavailable(f"kafka {settings.bootstrap}: cannot read {topic}: {exc}") from exc
+    try:
+        partitions = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        if not tps:
+            return []
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        records: list[Any] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            fetched = await consumer.getmany(*tps, timeout_ms=_READ_POLL_MS)
+            for batch in fetched.values():
+                records.extend(batch)
+            if not fetched and await _at_end(consumer, tps):
+                return records
+        raise TimeoutError(f"reading {topic} did not reach its end in {timeout_s}s")
+    finally:
+        await consumer.stop()
+
+
+async def _at_end(consumer: AIOKafkaConsumer, tps: Sequence[TopicPartition]) -> bool:
+    for tp in tps:
+        highwater = consumer.highwater(tp)
+        if highwater is None or await consumer.position(tp) < highwater:
+            return False
+    return True
