@@ -20,13 +20,13 @@ from plumbing.envelope import (
     origin_of,
     passthrough_headers,
 )
-from plumbing.kafka import Headers, Producer
+from plumbing.kafka import Headers, RecordWriter
 
 
 class HandOff:
     """Writes events that leave the HTTP path; returns only once Kafka acknowledged every record."""
 
-    def __init__(self, producer: Producer, dest: Destination) -> None:
+    def __init__(self, producer: RecordWriter, dest: Destination) -> None:
         self._producer = producer
         self._dest = dest
 

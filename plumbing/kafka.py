@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -62,6 +62,14 @@ async def producer(settings: KafkaSettings, **overrides: Any) -> AsyncIterator[P
         yield Producer(client)
     finally:
         await client.stop()
+
+
+class RecordWriter(Protocol):
+    """Anything that durably writes (topic, key, value, headers) records; tests pass fakes."""
+
+    async def send_all(
+        self, records: Sequence[tuple[str, bytes | None, bytes | None, Headers]]
+    ) -> None: ...
 
 
 class Producer:

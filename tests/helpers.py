@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -55,3 +59,23 @@ def _toml(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     return repr(value)
+
+
+def start_daemon(
+    module: str, args: list[str], *, bootstrap: str, log_path: Path
+) -> subprocess.Popen[bytes]:
+    """Start `python -m MODULE ARGS` as a real process with its logs in `log_path`."""
+    env = {**os.environ, "HIFI_KAFKA_BOOTSTRAP": bootstrap}
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", module, *args, "--log-format", "json"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+
+
+async def wait_exit(process: subprocess.Popen[bytes], timeout_s: float) -> int:
+    """Wait for a child process without blocking the event loop."""
+    return await asyncio.wait_for(asyncio.to_thread(process.wait), timeout_s)

@@ -1,0 +1,5 @@
+"""`python -m connector` is the `connector` command."""
+
+from connector.cli import main
+
+main()

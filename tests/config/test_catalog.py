@@ -1,0 +1,145 @@
+"""Catalog validation: every kind of bad file gives one line naming the file, the key and what is allowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from config.catalog import Catalog, default_catalog_dir
+from plumbing.errors import ConfigError
+from tests.helpers import write_destination
+
+GOOD = {"url": "https://collector.test/v1/events", "source_topics": ["events"]}
+
+
+def _error(catalog_dir: Path, text: str, environ: dict[str, str] | None = None) -> str:
+    (catalog_dir / "d.toml").write_text(text)
+    with pytest.raises(ConfigError) as info:
+        Catalog(catalog_dir, environ or {}).load("d")
+    message = str(info.value)
+    assert "\n" not in message
+    assert str(catalog_dir / "d.toml") in message
+    return message
+
+
+def test_minimal_file_gets_documented_defaults(catalog_dir: Path) -> None:
+    """Only url and source_topics are required; every other key has the documented default."""
+    write_destination(catalog_dir, "d", **GOOD)
+    dest = Catalog(catalog_dir, {}).load("d")
+    assert dest.name == "d"
+    assert dest.format == "json_array" and dest.compression == "none"
+    assert (dest.max_batch_records, dest.max_batch_bytes, dest.max_in_flight) == (500, 1048576, 8)
+    assert dest.retry_tiers_s == [30, 120, 600, 1800, 7200]
+    assert (dest.retry_in_topic, dest.retry_out_topic, dest.dlq_topic) == (
+        "d.retry_in",
+        "d.retry_out",
+        "d.dlq",
+    )
+    assert dest.connector_group == "hifi.connector.d"
+
+
+def test_shipped_example_is_valid() -> None:
+    """config/destinations/tvinsight.toml loads once its token variable is set."""
+    dest = Catalog(default_catalog_dir(), {"TVINSIGHT_TOKEN": "abc"}).load("tvinsight")
+    assert dest.header_values() == {"Authorization": "Bearer abc"}
+
+
+def test_syntax_error(catalog_dir: Path) -> None:
+    """A TOML syntax error names the file and says it is not valid TOML."""
+    assert "not valid TOML" in _error(catalog_dir, 'url = "https://x.test\n')
+
+
+@pytest.mark.parametrize("key", ["url", "source_topics"])
+def test_missing_required_key(catalog_dir: Path, key: str) -> None:
+    """A missing required key is named."""
+    keys = dict(GOOD)
+    del keys[key]
+    text = "\n".join(f"{k} = {v!r}".replace("'", '"') for k, v in keys.items())
+    assert f"required key '{key}' is missing" in _error(catalog_dir, text)
+
+
+def test_unknown_key_lists_allowed_keys(catalog_dir: Path) -> None:
+    """A typo'd key is rejected and the allowed keys are listed."""
+    message = _error(
+        catalog_dir,
+        'url = "https://x.test/"\nsource_topics = ["e"]\nmax_in_fligth = 4\n',
+    )
+    assert "unknown key 'max_in_fligth'" in message
+    assert "max_in_flight" in message
+
+
+@pytest.mark.parametrize(
+    ("line", "key", "fragment"),
+    [
+        ("max_in_flight = 0", "max_in_flight", "greater than or equal to 1"),
+        ('max_in_flight = "many"', "max_in_flight", "valid integer"),
+        ('format = "xml"', "format", "'json_array' or 'ndjson'"),
+        ('compression = "brotli"', "compression", "'none' or 'gzip'"),
+        ("request_timeout_s = -1", "request_timeout_s", "greater than 0"),
+        ("retry_tiers_s = [60, 30]", "retry_tiers_s", "must not decrease"),
+        ("retry_tiers_s = []", "retry_tiers_s", "at least 1"),
+        ("max_batch_bytes = 10", "max_batch_bytes", "greater than or equal to 1024"),
+    ],
+)
+def test_out_of_range_and_wrong_type(catalog_dir: Path, line: str, key: str, fragment: str) -> None:
+    """Wrong types and out-of-range values name the key and what is allowed."""
+    message = _error(catalog_dir, f'url = "https://x.test/"\nsource_topics = ["e"]\n{line}\n')
+    assert f"key '{key}'" in message
+    assert fragment in message
+
+
+def test_bad_url_and_topic(catalog_dir: Path) -> None:
+    """A relative URL and an invalid topic name are both reported."""
+    message = _error(catalog_dir, 'url = "collector/v1"\nsource_topics = ["no spaces"]\n')
+    assert "key 'url'" in message and "http" in message
+    assert "key 'source_topics'" in message
+
+
+def test_name_key_is_refused(catalog_dir: Path) -> None:
+    """The destination name comes from the file name, never from inside the file."""
+    assert "'name' is not allowed" in _error(
+        catalog_dir, 'name = "x"\nurl = "https://x.test/"\nsource_topics = ["e"]\n'
+    )
+
+
+def test_env_vars_are_resolved_in_headers(catalog_dir: Path) -> None:
+    """${VAR} in a header value is read from the environment at load."""
+    write_destination(
+        catalog_dir, "d", **GOOD, headers={"Authorization": "Bearer ${TOKEN}", "X-Env": "prod"}
+    )
+    dest = Catalog(catalog_dir, {"TOKEN": "s3cr3t-value"}).load("d")
+    assert dest.header_values() == {"Authorization": "Bearer s3cr3t-value", "X-Env": "prod"}
+
+
+def test_missing_env_var_is_a_clear_error(catalog_dir: Path) -> None:
+    """An unset ${VAR} names the header and the variable."""
+    text = 'url = "https://x.test/"\nsource_topics = ["e"]\n[headers]\nAuthorization = "Bearer ${NOPE}"\n'
+    message = _error(catalog_dir, text)
+    assert "headers.Authorization" in message and "${NOPE}" in message
+
+
+def test_secrets_are_redacted_from_repr_and_errors(catalog_dir: Path) -> None:
+    """Resolved header values never show in reprs, dumps or validation errors."""
+    write_destination(catalog_dir, "d", **GOOD, headers={"Authorization": "Bearer ${TOKEN}"})
+    dest = Catalog(catalog_dir, {"TOKEN": "s3cr3t-value"}).load("d")
+    assert "s3cr3t-value" not in repr(dest)
+    assert "s3cr3t-value" not in str(dest.model_dump())
+    bad = 'url = "https://x.test/"\nsource_topics = ["e"]\n[headers]\n"bad header" = "${TOKEN}"\n'
+    message = _error(catalog_dir, bad, {"TOKEN": "s3cr3t-value"})
+    assert "s3cr3t-value" not in message
+
+
+def test_unknown_destination_lists_known_ones(catalog_dir: Path) -> None:
+    """Asking for a destination with no file names the file and the known destinations."""
+    write_destination(catalog_dir, "alpha", **GOOD)
+    with pytest.raises(
+        ConfigError, match=r"destination 'beta': no file .*beta.toml \(known: alpha\)"
+    ):
+        Catalog(catalog_dir, {}).load("beta")
+
+
+def test_invalid_destination_name(catalog_dir: Path) -> None:
+    """A name that could escape the catalog directory is refused."""
+    with pytest.raises(ConfigError, match="invalid"):
+        Catalog(catalog_dir, {}).load("../etc/passwd")

@@ -1,0 +1,137 @@
+"""The connector as a real process: kill -9, SIGTERM drain and group membership changes lose nothing."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import orjson
+import pytest
+
+from config.settings import KafkaSettings
+from devstack.destination import Reply, TestDestination
+from devstack.kafka_tools import committed_offsets, produce_events, read_topic
+from plumbing import kafka
+from tests.helpers import events, make_destination, start_daemon, wait_exit
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+async def _dead_lettered_ids(settings: KafkaSettings, topic: str) -> set[str]:
+    return {orjson.loads(r.value)["id"] for r in await read_topic(settings, topic)}
+
+
+async def test_kill_9_then_restart_loses_nothing(
+    kafka_settings: KafkaSettings,
+    destination: TestDestination,
+    catalog_dir: Path,
+    unique: str,
+    tmp_path: Path,
+) -> None:
+    """Killing the connector with SIGKILL mid-run and restarting it delivers or dead-letters every id."""
+    await kafka.ensure_topics(kafka_settings, [unique], partitions=4)
+    sent = events(3000)
+    poison = {"e-10", "e-1500", "e-2999"}
+    destination.reject_ids(poison)
+    destination.set_faults(0.3, [Reply(200, delay_s=0.05), Reply(503)], seed=7)
+    make_destination(
+        catalog_dir, unique, destination.url, unique, max_batch_records=50, max_in_flight=4
+    )
+    await produce_events(kafka_settings, unique, sent)
+    args = ["--dest", unique, "--catalog", str(catalog_dir), "--metrics-port", "0"]
+    first = start_daemon(
+        "connector", args, bootstrap=kafka_settings.bootstrap, log_path=tmp_path / "first.log"
+    )
+    try:
+        assert await destination.wait_for_ids([f"e-{i}" for i in range(0, 3000, 7)][:40], 60)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        await wait_exit(first, 30)
+    second = start_daemon(
+        "connector",
+        [*args, "--until-idle", "3"],
+        bootstrap=kafka_settings.bootstrap,
+        log_path=tmp_path / "second.log",
+    )
+    assert await wait_exit(second, 120) == 0
+    delivered = destination.delivered_ids()
+    dead = await _dead_lettered_ids(kafka_settings, f"{unique}.dlq")
+    lost = {e["id"] for e in sent} - set(delivered) - dead
+    assert lost == set()
+    assert dead == poison
+    duplicates = len(delivered) - len(set(delivered))
+    print(f"kill -9: delivered={len(set(delivered))} duplicates={duplicates} dlq={len(dead)}")
+
+
+async def test_sigterm_drains_in_flight_requests_and_commits(
+    kafka_settings: KafkaSettings,
+    destination: TestDestination,
+    catalog_dir: Path,
+    unique: str,
+    tmp_path: Path,
+) -> None:
+    """SIGTERM lets in-flight requests finish, commits exactly what was delivered and exits 0."""
+    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    sent = events(400)
+    await produce_events(kafka_settings, unique, sent)
+    destination.set_faults(1.0, [Reply(200, delay_s=1.0)])
+    dest = make_destination(
+        catalog_dir, unique, destination.url, unique, max_batch_records=20, max_in_flight=4
+    )
+    args = ["--dest", unique, "--catalog", str(catalog_dir), "--metrics-port", "0"]
+    process = start_daemon(
+        "connector", args, bootstrap=kafka_settings.bootstrap, log_path=tmp_path / "connector.log"
+    )
+    assert await destination.wait_for_requests(6, 60)
+    process.send_signal(signal.SIGTERM)
+    assert await wait_exit(process, 60) == 0
+    requests = destination.requests
+    assert requests and all(r.status == 200 for r in requests)  # nothing was cut off mid-flight
+    delivered = destination.delivered_ids()
+    committed = await committed_offsets(kafka_settings, dest.connector_group, unique)
+    assert committed[0] == len(delivered) == len(set(delivered))
+    destination.set_faults(0.0, [])
+    again = start_daemon(
+        "connector",
+        [*args, "--until-idle", "2"],
+        bootstrap=kafka_settings.bootstrap,
+        log_path=tmp_path / "again.log",
+    )
+    assert await wait_exit(again, 120) == 0
+    assert sorted(destination.delivered_ids()) == sorted(e["id"] for e in sent)
+
+
+async def test_members_joining_and_leaving_lose_nothing(
+    kafka_settings: KafkaSettings,
+    destination: TestDestination,
+    catalog_dir: Path,
+    unique: str,
+    tmp_path: Path,
+) -> None:
+    """A second connector joins mid-run and the first leaves; every event is still delivered."""
+    await kafka.ensure_topics(kafka_settings, [unique], partitions=4)
+    sent = events(3000)
+    destination.set_faults(1.0, [Reply(200, delay_s=0.03)])
+    make_destination(
+        catalog_dir, unique, destination.url, unique, max_batch_records=25, max_in_flight=2
+    )
+    await produce_events(kafka_settings, unique, sent)
+    args = ["--dest", unique, "--catalog", str(catalog_dir), "--metrics-port", "0"]
+    first = start_daemon(
+        "connector", args, bootstrap=kafka_settings.bootstrap, log_path=tmp_path / "first.log"
+    )
+    assert await destination.wait_for_ids(["e-0", "e-1", "e-2"], 60)
+    second = start_daemon(
+        "connector", args, bootstrap=kafka_settings.bootstrap, log_path=tmp_path / "second.log"
+    )
+    assert await destination.wait_for_requests(len(destination.requests) + 30, 60)
+    first.send_signal(signal.SIGTERM)
+    assert await wait_exit(first, 60) == 0
+    assert await destination.wait_for_ids([e["id"] for e in sent], 120)
+    second.send_signal(signal.SIGTERM)
+    assert await wait_exit(second, 60) == 0
+    delivered = destination.delivered_ids()
+    assert {e["id"] for e in sent} - set(delivered) == set()
+    print(f"rebalance: duplicates={len(delivered) - len(set(delivered))}")
+    logs = (tmp_path / "second.log").read_text()
+    assert "partitions_assigned" in logs

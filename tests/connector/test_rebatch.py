@@ -1,0 +1,81 @@
+"""Re-batching by record count and body bytes, body encoding and idempotency keys."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import orjson
+
+from connector.rebatch import Batch, encode_body, take_batch
+from plumbing.envelope import Event
+
+
+def _event(i: int, size: int = 10) -> Event:
+    value = orjson.dumps({"id": f"e{i}", "p": "x" * size})
+    return Event(
+        topic="t",
+        partition=0,
+        offset=i,
+        key=None,
+        value=value,
+        id=f"e{i}",
+        event_time_ms=1,
+        id_from_record=True,
+        time_from_record=True,
+        origin=f"t/0/{i}",
+        attempt=0,
+        first_failure_ms=None,
+        history=None,
+        user_headers=[],
+    )
+
+
+def test_batches_are_cut_by_record_count() -> None:
+    """No batch holds more than max_records events, and order is kept."""
+    pending = deque(_event(i) for i in range(7))
+    batches = []
+    while pending:
+        batches.append(take_batch(pending, max_records=3, max_bytes=1_000_000))
+    assert [len(b) for b in batches] == [3, 3, 1]
+    assert [e.id for b in batches for e in b.events] == [f"e{i}" for i in range(7)]
+
+
+def test_batches_are_cut_by_body_bytes() -> None:
+    """The encoded JSON array body never exceeds max_bytes."""
+    pending = deque(_event(i, size=100) for i in range(10))
+    limit = 400
+    while pending:
+        batch = take_batch(pending, max_records=100, max_bytes=limit)
+        body, _ = encode_body(batch.events, "json_array")
+        assert len(body) <= limit
+        assert len(batch) >= 1
+
+
+def test_json_array_body_forwards_original_bytes() -> None:
+    """The body is a JSON array of the original records, byte for byte."""
+    events = [_event(1), _event(2)]
+    body, content_type = encode_body(events, "json_array")
+    assert content_type == "application/json"
+    assert body == b"[" + events[0].value + b"," + events[1].value + b"]"
+    assert [e["id"] for e in orjson.loads(body)] == ["e1", "e2"]
+
+
+def test_ndjson_body_has_one_event_per_line() -> None:
+    """NDJSON puts each event on its own line, re-encoding pretty-printed records."""
+    pretty = _event(3)
+    pretty.value = b'{\n  "id": "e3"\n}'
+    body, content_type = encode_body([_event(1), pretty], "ndjson")
+    assert content_type == "application/x-ndjson"
+    lines = body.decode().splitlines()
+    assert [orjson.loads(line)["id"] for line in lines] == ["e1", "e3"]
+
+
+def test_idempotency_key_depends_only_on_event_ids() -> None:
+    """The same events give the same key on every attempt; other events give another key."""
+    first = Batch([_event(1), _event(2)])
+    again = Batch([_event(1, size=99), _event(2)])
+    other = Batch([_event(2), _event(1)])
+    assert first.idempotency_key() == again.idempotency_key()
+    assert first.idempotency_key() != other.idempotency_key()
+    left, right = Batch([_event(i) for i in range(5)]).halves()
+    assert (len(left), len(right)) == (2, 3)
