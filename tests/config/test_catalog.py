@@ -28,7 +28,8 @@ def test_minimal_file_gets_documented_defaults(catalog_dir: Path) -> None:
     write_destination(catalog_dir, "d", **GOOD)
     dest = Catalog(catalog_dir, {}).load("d")
     assert dest.name == "d"
-    assert dest.format == "json_array" and dest.compression == "none"
+    assert dest.format == "json_array"
+    assert dest.compression == "none"
     assert (dest.max_batch_records, dest.max_batch_bytes, dest.max_in_flight) == (500, 1048576, 8)
     assert dest.retry_tiers_s == [30, 120, 600, 1800, 7200]
     assert (dest.retry_in_topic, dest.retry_out_topic, dest.dlq_topic) == (
@@ -92,7 +93,8 @@ def test_out_of_range_and_wrong_type(catalog_dir: Path, line: str, key: str, fra
 def test_bad_url_and_topic(catalog_dir: Path) -> None:
     """A relative URL and an invalid topic name are both reported."""
     message = _error(catalog_dir, 'url = "collector/v1"\nsource_topics = ["no spaces"]\n')
-    assert "key 'url'" in message and "http" in message
+    assert "key 'url'" in message
+    assert "http" in message
     assert "key 'source_topics'" in message
 
 
@@ -116,7 +118,8 @@ def test_missing_env_var_is_a_clear_error(catalog_dir: Path) -> None:
     """An unset ${VAR} names the header and the variable."""
     text = 'url = "https://x.test/"\nsource_topics = ["e"]\n[headers]\nAuthorization = "Bearer ${NOPE}"\n'
     message = _error(catalog_dir, text)
-    assert "headers.Authorization" in message and "${NOPE}" in message
+    assert "headers.Authorization" in message
+    assert "${NOPE}" in message
 
 
 def test_secrets_are_redacted_from_repr_and_errors(catalog_dir: Path) -> None:

@@ -47,7 +47,8 @@ def test_typo_in_catalog_exits_2_with_one_line(catalog_dir: Path) -> None:
     result = _run("--dest", "bad", "--catalog", str(catalog_dir))
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
-    assert "bad.toml" in result.stderr and "max_in_fligth" in result.stderr
+    assert "bad.toml" in result.stderr
+    assert "max_in_fligth" in result.stderr
     assert "Traceback" not in result.stderr
 
 

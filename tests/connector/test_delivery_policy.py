@@ -103,7 +103,8 @@ async def test_2xx_delivers_with_configured_headers(dest: Destination) -> None:
     request = route.calls[0].request
     assert request.headers["authorization"] == "Bearer sekret-token-123"
     assert request.headers["content-type"] == "application/json"
-    assert kafka.records == [] and sleeps.calls == []
+    assert kafka.records == []
+    assert sleeps.calls == []
 
 
 @respx.mock

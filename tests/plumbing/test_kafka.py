@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 from aiokafka import TopicPartition
 
@@ -21,7 +23,7 @@ async def test_produce_consume_round_trip(kafka_settings: KafkaSettings, unique:
     consumer.subscribe([unique])
     await consumer.start()
     try:
-        seen = []
+        seen: list[Any] = []
         while len(seen) < 50:
             fetched = await consumer.getmany(timeout_ms=1000)
             for records in fetched.values():
