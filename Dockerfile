@@ -1,0 +1,27 @@
+# hifi: one image for the connector (default) and the retrier (--entrypoint retrier).
+FROM python:3.11-slim AS build
+WORKDIR /src
+RUN python -m venv /opt/hifi
+COPY pyproject.toml README.md ./
+COPY config ./config
+COPY connector ./connector
+COPY retrier ./retrier
+COPY spark_batch ./spark_batch
+COPY plumbing ./plumbing
+COPY devstack ./devstack
+RUN /opt/hifi/bin/pip install --no-cache-dir .
+
+FROM python:3.11-slim
+RUN groupadd --system hifi && useradd --system --gid hifi --no-create-home hifi
+COPY --from=build /opt/hifi /opt/hifi
+ENV PATH=/opt/hifi/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    HIFI_CATALOG_DIR=/etc/hifi/destinations
+USER hifi
+EXPOSE 9400
+# Readiness: config loaded and partitions assigned.
+HEALTHCHECK --interval=15s --timeout=3s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:9400/readyz', timeout=2).status == 200 else 1)"]
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["connector"]
+CMD ["--help"]
