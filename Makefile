@@ -42,7 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.run
 
 chaos: $(STAMP)
-	$(BIN)/python -m bench.chaos
+	$(BIN)/python -m chaos
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

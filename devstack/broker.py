@@ -65,9 +65,12 @@ class LocalBroker:
         port: int | None = None,
         startup_timeout_s: float = 30.0,
         log_path: Path | None = None,
+        advertised_port: int | None = None,
     ) -> None:
         self.host = "127.0.0.1"
         self.port = port or free_port()
+        # Advertise another port (a proxy's) so that every client connection goes through it.
+        self.advertised_port = advertised_port or self.port
         self._startup_timeout_s = startup_timeout_s
         self._log_path = log_path
         self._process: subprocess.Popen[bytes] | None = None
@@ -79,6 +82,7 @@ class LocalBroker:
 
     def start(self) -> LocalBroker:
         url = f"tcp://{self.host}:{self.port}"
+        advertised = f"tcp://{self.host}:{self.advertised_port}"
         self._log_file = open(self._log_path, "ab") if self._log_path else None  # noqa: SIM115
         self._process = subprocess.Popen(
             [
@@ -87,7 +91,7 @@ class LocalBroker:
                 "--listener-url",
                 url,
                 "--advertised-listener-url",
-                url,
+                advertised,
                 "--storage-engine",
                 "memory://tansu/",
             ],

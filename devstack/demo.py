@@ -33,8 +33,8 @@ DEST = "demo"
 TOPIC = "demo.events"
 EVENTS = 20_000
 RATE_PER_S = 2_000
-POISON_EVERY = 997      # events the destination always answers 400
-MALFORMED = 5           # records that are not JSON objects
+POISON_EVERY = 997  # events the destination always answers 400
+MALFORMED = 5  # records that are not JSON objects
 DEADLINE_S = 180.0
 WORK_DIR = Path(".demo")
 _METRIC_RE = re.compile(r"^(hifi_[a-z_]+_total)\{([^}]*)\} ([0-9.e+]+)$", re.M)
@@ -99,7 +99,9 @@ def start(module: str, args: list[str], bootstrap: str, log: Path) -> subprocess
     with open(log, "wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", module, *args, "--log-format", "json"],
-            stdout=out, stderr=subprocess.STDOUT, env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
         )
 
 
@@ -117,7 +119,8 @@ async def scrape(client: httpx.AsyncClient, port: int) -> dict[str, float]:
 
 def p95_lag_ms(destination: TestDestination) -> float:
     lags = sorted(
-        d.received_ms - d.event_time for d in destination.deliveries()[-5000:]
+        d.received_ms - d.event_time
+        for d in destination.deliveries()[-5000:]
         if isinstance(d.event_time, int)
     )
     return float(lags[int(len(lags) * 0.95)]) if lags else 0.0
@@ -127,20 +130,29 @@ def p95_lag_ms(destination: TestDestination) -> float:
 async def daemons(catalog: Path, bootstrap: str, ports: tuple[int, int]) -> AsyncIterator[None]:
     """The connector and the retrier as real processes; SIGTERM and wait on exit."""
     common = ["--catalog", str(catalog)]
+    names = ["connector", "retrier"]
     processes = [
-        start("connector", ["--dest", DEST, *common, "--metrics-port", str(ports[0])], bootstrap,
-              WORK_DIR / "connector.log"),
-        start("retrier", ["--dest", DEST, *common, "--metrics-port", str(ports[1])], bootstrap,
-              WORK_DIR / "retrier.log"),
+        start(
+            "connector",
+            ["--dest", DEST, *common, "--metrics-port", str(ports[0])],
+            bootstrap,
+            WORK_DIR / "connector.log",
+        ),
+        start(
+            "retrier",
+            ["--dest", DEST, *common, "--metrics-port", str(ports[1])],
+            bootstrap,
+            WORK_DIR / "retrier.log",
+        ),
     ]
     try:
         yield
     finally:
         for process in processes:
             process.send_signal(signal.SIGTERM)
-        for process in processes:
+        for name, process in zip(names, processes, strict=True):
             code = await asyncio.to_thread(process.wait)
-            print(f"  {process.args[2]} exited with {code}")
+            print(f"  {name} exited with {code}")
 
 
 async def dead_letters(settings: KafkaSettings) -> dict[str, str]:
@@ -166,15 +178,18 @@ async def run(bootstrap: str) -> int:
     async with TestDestination(record_bodies=False) as destination:
         destination.reject_poison("poison")
         destination.set_faults(
-            0.08, [Reply(503), Reply(500), Reply(429, retry_after="1"), Reply(200, delay_s=0.3)],
+            0.08,
+            [Reply(503), Reply(500), Reply(429, retry_after="1"), Reply(200, delay_s=0.3)],
             seed=42,
         )
         (catalog / f"{DEST}.toml").write_text(catalog_text(destination.url))
         await kafka.ensure_topics(settings, [TOPIC], partitions=4)
         ports = (free_port(), free_port())
         print(f"broker {bootstrap}; destination {destination.url} (8% faults: 5xx, 429, slow);")
-        print(f"connector metrics http://127.0.0.1:{ports[0]}/metrics, retrier "
-              f"http://127.0.0.1:{ports[1]}/status; logs in {WORK_DIR}/")
+        print(
+            f"connector metrics http://127.0.0.1:{ports[0]}/metrics, retrier "
+            f"http://127.0.0.1:{ports[1]}/status; logs in {WORK_DIR}/"
+        )
         async with daemons(catalog, bootstrap, ports), httpx.AsyncClient(timeout=2) as client:
             producing = asyncio.create_task(produce(settings, tally))
             started = time.monotonic()
@@ -206,7 +221,8 @@ async def summarize(settings: KafkaSettings, tally: Tally, destination: TestDest
     wrong_dlq = {i for i, reason in dead.items() if i in tally.produced and i not in tally.poison}
     malformed = sum(1 for reason in dead.values() if reason == "malformed")
     lags = sorted(
-        d.received_ms - d.event_time for d in destination.deliveries()
+        d.received_ms - d.event_time
+        for d in destination.deliveries()
         if isinstance(d.event_time, int)
     )
 
@@ -215,10 +231,14 @@ async def summarize(settings: KafkaSettings, tally: Tally, destination: TestDest
 
     print("\nsummary")
     print(f"  produced      {len(tally.produced)} events + {tally.malformed} malformed records")
-    print(f"  delivered     {len(delivered & tally.produced)} "
-          f"(duplicates {len(delivered_list) - len(delivered)})")
-    print(f"  dead-lettered {len(set(dead) & tally.produced)} poison (expected "
-          f"{len(tally.poison)}), {malformed} malformed (expected {tally.malformed})")
+    print(
+        f"  delivered     {len(delivered & tally.produced)} "
+        f"(duplicates {len(delivered_list) - len(delivered)})"
+    )
+    print(
+        f"  dead-lettered {len(set(dead) & tally.produced)} poison (expected "
+        f"{len(tally.poison)}), {malformed} malformed (expected {tally.malformed})"
+    )
     print(f"  lost          {len(lost)}")
     print(f"  lag ms        p50={pct(0.5)} p95={pct(0.95)} p99={pct(0.99)}")
     ok = not lost and not wrong_dlq and malformed == tally.malformed

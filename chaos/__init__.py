@@ -1,0 +1,1 @@
+"""Fault-injection runs of real processes that account for every event id: `make chaos`."""

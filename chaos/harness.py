@@ -1,0 +1,194 @@
+"""The stage for a chaos run: a broker behind a cuttable proxy, a scriptable destination, supervised daemons."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import orjson
+from aiokafka import AIOKafkaProducer
+
+from config.settings import KafkaSettings
+from devstack.broker import LocalBroker
+from devstack.destination import TestDestination
+from devstack.ports import free_port
+from devstack.tcp_proxy import TcpProxy
+from plumbing import kafka
+from plumbing.envelope import header_map
+
+_RESTART_DELAY_S = 0.5
+
+
+class Daemon:
+    """A connector or retrier process, restarted when it exits on its own (as systemd would)."""
+
+    def __init__(
+        self, name: str, module: str, args: Sequence[str], *, bootstrap: str, log_path: Path
+    ) -> None:
+        self.name = name
+        self._command = [
+            sys.executable,
+            "-m",
+            module,
+            *args,
+            "--log-format",
+            "json",
+            "--metrics-port",
+            "0",
+        ]
+        self._env = {**os.environ, "HIFI_KAFKA_BOOTSTRAP": bootstrap}
+        self._log_path = log_path
+        self._process: asyncio.subprocess.Process | None = None
+        self._supervisor: asyncio.Task[None] | None = None
+        self._stopping = False
+        self.kills = 0
+        self.restarts = 0
+
+    async def start(self) -> None:
+        self._stopping = False
+        await self._spawn()
+        self._supervisor = asyncio.create_task(self._supervise(), name=f"supervise-{self.name}")
+
+    async def _spawn(self) -> None:
+        with open(self._log_path, "ab") as log:
+            self._process = await asyncio.create_subprocess_exec(
+                *self._command,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                stdin=asyncio.subprocess.DEVNULL,
+                env=self._env,
+            )
+
+    async def _supervise(self) -> None:
+        while not self._stopping:
+            assert self._process is not None
+            await self._process.wait()
+            if self._stopping:
+                return
+            self.restarts += 1
+            await asyncio.sleep(_RESTART_DELAY_S)
+            if not self._stopping:
+                await self._spawn()
+
+    def kill9(self) -> None:
+        """SIGKILL the running process; the supervisor starts a new one."""
+        if self._process is not None and self._process.returncode is None:
+            self._process.send_signal(signal.SIGKILL)
+            self.kills += 1
+
+    async def stop(self, timeout_s: float = 60.0) -> int | None:
+        """SIGTERM, wait for the drain, and return the exit code."""
+        self._stopping = True
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+        process = self._process
+        if process is None or process.returncode is not None:
+            return process.returncode if process else None
+        process.send_signal(signal.SIGTERM)
+        try:
+            return await asyncio.wait_for(process.wait(), timeout_s)
+        except TimeoutError:
+            process.kill()
+            return await process.wait()
+
+
+class Stage:
+    """Everything one chaos run needs; scenarios use distinct destination names on it."""
+
+    def __init__(
+        self, work_dir: Path, broker: LocalBroker, proxy: TcpProxy, destination: TestDestination
+    ) -> None:
+        self.work_dir = work_dir
+        self.broker = broker
+        self.proxy = proxy
+        self.destination = destination
+        self.catalog = work_dir / "catalog"
+        self.catalog.mkdir(parents=True, exist_ok=True)
+        self.settings = KafkaSettings(bootstrap=f"127.0.0.1:{proxy.port}")
+
+    def write_destination(self, name: str, topic: str, **overrides: object) -> None:
+        keys: dict[str, object] = {
+            "url": self.destination.url,
+            "source_topics": [topic],
+            "max_batch_records": 200,
+            "request_timeout_s": 2.0,
+            "local_retry_attempts": 2,
+            "local_retry_max_backoff_s": 0.2,
+            "retry_after_max_s": 2.0,
+            "retry_tiers_s": [1, 2, 4, 8, 16, 32, 64],
+            "max_retry_age_s": 3600,
+            "shutdown_timeout_s": 10.0,
+            "internal_topic_partitions": 2,
+            **overrides,
+        }
+        lines = [f"{key} = {_toml(value)}" for key, value in keys.items()]
+        (self.catalog / f"{name}.toml").write_text("\n".join(lines) + "\n")
+
+    def daemon(self, module: str, name: str) -> Daemon:
+        args = ["--dest", name, "--catalog", str(self.catalog)]
+        return Daemon(
+            f"{module}-{name}",
+            module,
+            args,
+            bootstrap=self.settings.bootstrap,
+            log_path=self.work_dir / f"{module}-{name}.log",
+        )
+
+    async def produce(self, topic: str, values: Sequence[bytes]) -> list[str]:
+        """Produce with acks=all; returns each record's origin (topic/partition/offset)."""
+        producer = AIOKafkaProducer(**kafka.client_options(self.settings), acks="all", linger_ms=5)
+        await producer.start()
+        try:
+            futures = [await producer.send(topic, value=value) for value in values]
+            metadata = await asyncio.gather(*futures)
+        finally:
+            await producer.stop()
+        return [f"{m.topic}/{m.partition}/{m.offset}" for m in metadata]
+
+    async def dead_letters(self, name: str) -> dict[str, str]:
+        """id (origin for records that are not JSON objects) -> reason, for NAME.dlq."""
+        found: dict[str, str] = {}
+        for record in await kafka.read_to_end(self.settings, f"{name}.dlq", timeout_s=60):
+            headers = header_map(record.headers)
+            reason = headers.get("hifi-reason", b"?").decode()
+            try:
+                key = str(orjson.loads(record.value)["id"])
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                key = headers.get("hifi-origin", b"?").decode()
+            found[key] = reason
+        return found
+
+
+@contextlib.asynccontextmanager
+async def stage(work_dir: Path) -> AsyncIterator[Stage]:
+    """A fresh broker that advertises a proxy, so every Kafka connection can be cut at once."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    proxy_port = free_port()
+    with LocalBroker(advertised_port=proxy_port, log_path=work_dir / "tansu.log") as broker:
+        async with (
+            TcpProxy("127.0.0.1", broker.port, port=proxy_port) as proxy,
+            TestDestination(record_bodies=False) as destination,
+        ):
+            yield Stage(work_dir, broker, proxy, destination)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, str):
+        return orjson.dumps(value).decode()
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)

@@ -1,0 +1,91 @@
+"""A TCP proxy on loopback that can cut every connection and refuse new ones, to test network faults."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from types import TracebackType
+
+_CHUNK_BYTES = 64 * 1024
+
+
+class TcpProxy:
+    """Forwards 127.0.0.1:`port` to `target_host`:`target_port` until told to cut the link."""
+
+    def __init__(self, target_host: str, target_port: int, *, port: int = 0) -> None:
+        self.target = (target_host, target_port)
+        self.port = port
+        self._server: asyncio.Server | None = None
+        self._pipes: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.connections = 0
+
+    async def __aenter__(self) -> TcpProxy:
+        await self.restore()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.cut()
+
+    @property
+    def is_cut(self) -> bool:
+        return self._server is None
+
+    async def restore(self) -> None:
+        """Listen again (on the same port) and forward new connections."""
+        if self._server is not None:
+            return
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def cut(self) -> None:
+        """Stop listening and reset every open connection in both directions."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        for writer in list(self._writers):
+            with contextlib.suppress(Exception):
+                writer.transport.abort()
+        for pipe in list(self._pipes):
+            pipe.cancel()
+        if self._pipes:
+            await asyncio.gather(*self._pipes, return_exceptions=True)
+        if server is not None:
+            await server.wait_closed()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.transport.abort()
+            return
+        self.connections += 1
+        for w in (writer, up_writer):
+            self._writers.add(w)
+        pipes = [
+            asyncio.create_task(self._pipe(reader, up_writer)),
+            asyncio.create_task(self._pipe(up_reader, writer)),
+        ]
+        self._pipes.update(pipes)
+        try:
+            await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for pipe in pipes:
+                pipe.cancel()
+            await asyncio.gather(*pipes, return_exceptions=True)
+            self._pipes.difference_update(pipes)
+            for w in (writer, up_writer):
+                self._writers.discard(w)
+                w.transport.abort()
+
+    @staticmethod
+    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while chunk := await reader.read(_CHUNK_BYTES):
+                writer.write(chunk)
+                await writer.drain()
