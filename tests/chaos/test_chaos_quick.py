@@ -1,0 +1,30 @@
+"""The short version of `make chaos`: every scenario with real processes, nothing lost, nothing wrongly dead-lettered."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from chaos.harness import Stage, stage
+from chaos.scenarios import QUICK, SCENARIOS, Scenario, run_scenario
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+async def scene(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stage]:
+    async with stage(Path(tmp_path_factory.mktemp("chaos"))) as scene:
+        yield scene
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+async def test_scenario_loses_nothing(scene: Stage, scenario: Scenario) -> None:
+    """Under this fault every produced id is delivered or, if poison or malformed, dead-lettered."""
+    result = await run_scenario(scene, scenario, QUICK)
+    print(result.line())
+    assert result.account.lost == 0, result.line()
+    assert result.account.wrong_dlq == 0, result.line()
+    assert result.account.missing_dlq == 0, result.line()
+    assert result.account.produced == QUICK.events + scenario.malformed
