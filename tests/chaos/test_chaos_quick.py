@@ -1,4 +1,4 @@
-"""The short version of `make chaos`: every scenario with real processes, nothing lost, nothing wrongly dead-lettered."""
+"""The short version of `make chaos`: every scenario with real processes; nothing lost or wrongly dead-lettered."""
 
 from __future__ import annotations
 
