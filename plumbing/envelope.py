@@ -20,6 +20,7 @@ HDR_ERROR = "hifi-error"
 HDR_ORIGIN = "hifi-origin"
 HDR_REASON = "hifi-reason"
 HDR_HISTORY = "hifi-history"
+HDR_DUE_MS = "hifi-due-ms"  # set by the retrier: when a waiting event is due for re-offer
 
 HIFI_HEADERS = frozenset(
     {
@@ -32,6 +33,7 @@ HIFI_HEADERS = frozenset(
         HDR_ORIGIN,
         HDR_REASON,
         HDR_HISTORY,
+        HDR_DUE_MS,
     }
 )
 MAX_HISTORY_ENTRIES = 25

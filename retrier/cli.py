@@ -1,0 +1,217 @@
+"""`retrier [--dest NAME ...]` runs the global retrier; `retrier dlq list|replay` works on dead letters."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from config.catalog import Catalog, Destination, default_catalog_dir
+from config.settings import KafkaSettings
+from plumbing.cli import EXIT_FAILURE, EXIT_USAGE, fail, run_daemon
+from plumbing.errors import ConfigError, HifiError
+from plumbing.logging import LogFormat, configure_logging
+from retrier.daemon import Retrier
+from retrier.dlq import parse_since, read_dead_letters, replay
+
+PROG = "retrier"
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _catalog_option(function: F) -> F:
+    return click.option(
+        "--catalog",
+        type=click.Path(path_type=Path, file_okay=False),
+        default=None,
+        help="Catalog directory (default: $HIFI_CATALOG_DIR, else the catalog shipped with hifi).",
+    )(function)
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--dest",
+    "dests",
+    multiple=True,
+    metavar="NAME",
+    help="Serve this destination (repeatable; default: every destination in the catalog).",
+)
+@_catalog_option
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=9401,
+    show_default=True,
+    help="Port for /metrics, /healthz, /readyz and /status (0 picks a free one).",
+)
+@click.option(
+    "--until-idle",
+    "until_idle_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Exit cleanly once nothing arrived, waits or is in flight for this long.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["auto", "json", "console"]),
+    default="auto",
+    show_default=True,
+    help="auto: JSON lines unless stderr is a terminal.",
+)
+@click.option(
+    "--log-level", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR."
+)
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    dests: tuple[str, ...],
+    catalog: Path | None,
+    metrics_port: int,
+    until_idle_s: float | None,
+    log_format: LogFormat,
+    log_level: str,
+) -> None:
+    """Hold failed events for the delay of their retry tier, then offer them to the connector again.
+
+    Reads hand-offs from NAME.retry_in (consumer group hifi.retrier). The first hand-off of
+    an event waits retry_tiers_s[0] seconds in NAME.retry_tier0, the second retry_tiers_s[1]
+    in NAME.retry_tier1, and so on; when due it is produced to NAME.retry_out, where the
+    connector picks it up. After the last tier, or once older than max_retry_age_s since its
+    first failure, it goes to NAME.dlq with hifi-reason expired.
+
+    Offsets are committed only after the broker acknowledged what they led to, so a crash may
+    re-offer an event twice but never loses one. Ordering of retried events is not
+    guaranteed: events wait in different tiers and are re-offered as each becomes due.
+
+    SIGTERM stops intake, finishes in-flight produces, commits and exits 0. Kafka is reached
+    through HIFI_KAFKA_BOOTSTRAP and HIFI_KAFKA_*.
+    """
+    configure_logging(log_format, log_level)
+    ctx.obj = catalog
+    if ctx.invoked_subcommand is not None:
+        return
+    try:
+        destinations = _serve(catalog, dests)
+        settings = KafkaSettings.from_env()
+        retrier = Retrier(
+            destinations, settings, metrics_port=metrics_port, until_idle_s=until_idle_s
+        )
+    except ConfigError as exc:
+        fail(PROG, str(exc))
+    run_daemon(PROG, retrier.run, retrier.request_stop)
+
+
+def _serve(catalog_dir: Path | None, names: tuple[str, ...]) -> list[Destination]:
+    catalog = Catalog(catalog_dir or default_catalog_dir())
+    if not names:
+        found = catalog.load_all()
+        if not found:
+            raise ConfigError(f"catalog {catalog.directory} has no destinations; add NAME.toml")
+        return found
+    return [catalog.load(name) for name in dict.fromkeys(names)]
+
+
+@cli.group()
+def dlq() -> None:
+    """Inspect and replay the dead letters of a destination (NAME.dlq)."""
+
+
+@dlq.command("list")
+@click.option("--dest", required=True, metavar="NAME", help="Destination whose NAME.dlq to read.")
+@click.option(
+    "--reason", default=None, help="Only this hifi-reason: expired, http_4xx, malformed..."
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="Print at most this many, the most recent.",
+)
+@_catalog_option
+@click.pass_obj
+def dlq_list(
+    group_catalog: Path | None, dest: str, reason: str | None, limit: int, catalog: Path | None
+) -> None:
+    """Print one line per dead letter, oldest first: reason, status, error, origin, age, body."""
+    destination, settings = _configured(catalog or group_catalog, dest)
+    letters = _run(read_dead_letters(settings, destination, reason=reason))
+    now_ms = int(time.time() * 1000)
+    for letter in letters[-limit:]:
+        click.echo(letter.describe(now_ms))
+
+
+@dlq.command("replay")
+@click.option("--dest", required=True, metavar="NAME", help="Destination whose NAME.dlq to replay.")
+@click.option(
+    "--reason", default=None, help="Only this hifi-reason: expired, http_4xx, malformed..."
+)
+@click.option(
+    "--since",
+    default=None,
+    metavar="T",
+    help="Only dead letters written since T: an ISO timestamp, or a duration ago (30m, 2h, 1d).",
+)
+@click.option("--dry-run", is_flag=True, help="Count what would be replayed; write nothing.")
+@_catalog_option
+@click.pass_obj
+def dlq_replay(
+    group_catalog: Path | None,
+    dest: str,
+    reason: str | None,
+    since: str | None,
+    dry_run: bool,
+    catalog: Path | None,
+) -> None:
+    """Re-inject dead letters into NAME.retry_out as fresh events (attempt count reset).
+
+    They keep their origin, history and own headers; the connector delivers them as it does
+    any retried event. Replaying twice delivers twice.
+    """
+    destination, settings = _configured(catalog or group_catalog, dest)
+    try:
+        since_ms = parse_since(since, now_ms=int(time.time() * 1000)) if since else None
+    except ConfigError as exc:
+        fail(f"{PROG} dlq replay", str(exc))
+    letters = _run(read_dead_letters(settings, destination, reason=reason, since_ms=since_ms))
+    route = f"from {destination.dlq_topic} into {destination.retry_out_topic}"
+    if dry_run:
+        click.echo(f"would replay {len(letters)} dead letters {route} (dry run)")
+        return
+    count = _run(replay(settings, destination, letters))
+    click.echo(f"replayed {count} dead letters {route}")
+
+
+def _configured(catalog_dir: Path | None, name: str) -> tuple[Destination, KafkaSettings]:
+    try:
+        destination = Catalog(catalog_dir or default_catalog_dir()).load(name)
+        return destination, KafkaSettings.from_env()
+    except ConfigError as exc:
+        fail(PROG, str(exc))
+
+
+def _run(work: Coroutine[Any, Any, T]) -> T:
+    """Run one Kafka operation of a subcommand; failures end in one line and exit 1."""
+    try:
+        return asyncio.run(work)
+    except (HifiError, TimeoutError) as exc:
+        fail(PROG, str(exc), EXIT_FAILURE)
+
+
+def main() -> None:
+    """The `retrier` command: usage errors are one line on stderr and exit 2, as every failure."""
+    try:
+        code = cli.main(prog_name=PROG, standalone_mode=False)
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else PROG
+        fail(where, f"{exc.format_message()} (see '{where} --help')", EXIT_USAGE)
+    except click.ClickException as exc:
+        fail(PROG, exc.format_message(), exc.exit_code)
+    except click.Abort:
+        fail(PROG, "aborted", EXIT_FAILURE)
+    raise SystemExit(code if isinstance(code, int) else 0)

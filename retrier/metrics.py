@@ -1,0 +1,43 @@
+"""Prometheus metrics of the retrier, all labelled by destination."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+WAITING = Gauge(
+    "hifi_retrier_waiting_events",
+    "Events in a tier topic not yet re-offered: high watermark minus the group's committed"
+    " offset, for the whole topic (every member reports it; aggregate with max).",
+    ["dest", "tier"],
+)
+OLDEST_WAITING_AGE = Gauge(
+    "hifi_retrier_oldest_waiting_age_seconds",
+    "Time since the first failure of the oldest event held at the head of a tier partition"
+    " this member owns.",
+    ["dest"],
+)
+ROUTED = Counter(
+    "hifi_retrier_routed", "Events from NAME.retry_in placed in a tier topic.", ["dest", "tier"]
+)
+REOFFERED = Counter(
+    "hifi_retrier_reoffered", "Events produced to NAME.retry_out once due.", ["dest"]
+)
+EXPIRED = Counter(
+    "hifi_retrier_expired",
+    "Events dead-lettered with reason expired (tiers used up or too old).",
+    ["dest"],
+)
+REOFFER_DELAY = Histogram(
+    "hifi_retrier_reoffer_delay_seconds",
+    "Re-offer acknowledged by the broker minus the event's due time.",
+    ["dest"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0),
+)
+IN_FLIGHT = Gauge(
+    "hifi_retrier_in_flight_records", "Records being produced now, not yet acknowledged.", ["dest"]
+)
+DLQ_RECORDS = Gauge(
+    "hifi_retrier_dlq_records",
+    "Records in NAME.dlq: sum of its high watermarks (aggregate with max).",
+    ["dest"],
+)

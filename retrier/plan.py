@@ -1,0 +1,147 @@
+"""Turning fetched records into the records to produce: routing from NAME.retry_in, release from a tier."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from config.catalog import Destination
+from plumbing.envelope import HDR_ORIGIN, header_map, origin_of
+from plumbing.kafka import Headers
+from retrier import records
+from retrier.holds import Head
+from retrier.status import RecentFailures
+from retrier.tiers import Expire, HandOff, ReOffer, ToTier, Wait, due_of, release, route, tier_topic
+
+
+class Outcome(Enum):
+    ROUTED = "routed"
+    REOFFERED = "reoffered"
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One record to produce, and the consumed record that is done once the broker acknowledged it."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    source: TopicPartition
+    offset: int
+    outcome: Outcome
+    tier: int
+    due_ms: int
+    why: str = ""  # for an expired event: which limit it reached
+
+    def as_record(self) -> tuple[str, bytes | None, bytes | None, Headers]:
+        return (self.topic, self.key, self.value, self.headers)
+
+
+def plan_routing(
+    dest: Destination,
+    tp: TopicPartition,
+    fetched: Sequence[Any],
+    *,
+    now_ms: int,
+    recent: RecentFailures,
+) -> list[Outgoing]:
+    """Each hand-off from NAME.retry_in goes to the tier of its attempt, or expires to NAME.dlq."""
+    planned = []
+    for record in fetched:
+        headers = header_map(record.headers)
+        handoff = HandOff.from_headers(headers, record_ms=record.timestamp)
+        recent.note(dest.name, headers, handoff)
+        decision = route(
+            handoff, tiers_s=dest.retry_tiers_s, max_age_s=dest.max_retry_age_s, now_ms=now_ms
+        )
+        if isinstance(decision, ToTier):
+            planned.append(
+                Outgoing(
+                    tier_topic(dest.name, decision.tier),
+                    record.key,
+                    record.value,
+                    records.to_tier(record.headers, due_ms=decision.due_ms),
+                    tp,
+                    record.offset,
+                    Outcome.ROUTED,
+                    decision.tier,
+                    decision.due_ms,
+                )
+            )
+        else:
+            planned.append(_expired(dest, tp, record, decision, tier=-1, due_ms=0))
+    return planned
+
+
+@dataclass(slots=True)
+class Release:
+    """The records of a tier partition that are due, and the first one that is not (if any)."""
+
+    due: list[Outgoing]
+    head: Head | None
+
+
+def plan_release(
+    dest: Destination, tier: int, tp: TopicPartition, fetched: Sequence[Any], *, now_ms: int
+) -> Release:
+    """Due records go to NAME.retry_out (or expire); planning stops at the first record not due."""
+    due: list[Outgoing] = []
+    for record in fetched:
+        headers = header_map(record.headers)
+        due_ms = due_of(headers, record_ms=record.timestamp)
+        handoff = HandOff.from_headers(headers, record_ms=record.timestamp)
+        decision = release(
+            due_ms,
+            first_failure_ms=handoff.first_failure_ms,
+            max_age_s=dest.max_retry_age_s,
+            now_ms=now_ms,
+        )
+        if isinstance(decision, Wait):
+            return Release(
+                due, Head(dest.name, tier, record.offset, due_ms, handoff.first_failure_ms)
+            )
+        if isinstance(decision, ReOffer):
+            due.append(
+                Outgoing(
+                    dest.retry_out_topic,
+                    record.key,
+                    record.value,
+                    records.to_retry_out(record.headers),
+                    tp,
+                    record.offset,
+                    Outcome.REOFFERED,
+                    tier,
+                    due_ms,
+                )
+            )
+        else:
+            due.append(_expired(dest, tp, record, decision, tier=tier, due_ms=due_ms))
+    return Release(due, None)
+
+
+def _expired(
+    dest: Destination, tp: TopicPartition, record: Any, decision: Expire, *, tier: int, due_ms: int
+) -> Outgoing:
+    return Outgoing(
+        dest.dlq_topic,
+        record.key,
+        record.value,
+        records.to_dlq(record.headers),
+        tp,
+        record.offset,
+        Outcome.EXPIRED,
+        tier,
+        due_ms,
+        f"{decision.why} (origin {_origin(record)})",
+    )
+
+
+def _origin(record: Any) -> str:
+    origin = header_map(record.headers).get(HDR_ORIGIN)
+    return origin.decode("utf-8", errors="replace") if origin else origin_of(record)

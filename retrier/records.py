@@ -1,0 +1,56 @@
+"""How the retrier rewrites a record's headers on its way to a tier, NAME.retry_out or NAME.dlq."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from plumbing.envelope import (
+    HDR_ATTEMPT,
+    HDR_DUE_MS,
+    HDR_ERROR,
+    HDR_FIRST_FAILURE_MS,
+    HDR_HANDOFF_MS,
+    HDR_REASON,
+    HDR_STATUS,
+)
+from plumbing.kafka import Headers
+
+EXPIRED = "expired"
+
+# What a replayed dead letter must not carry: it starts over as a fresh event.
+_RESET_ON_REPLAY = frozenset(
+    {
+        HDR_ATTEMPT,
+        HDR_DUE_MS,
+        HDR_ERROR,
+        HDR_FIRST_FAILURE_MS,
+        HDR_HANDOFF_MS,
+        HDR_REASON,
+        HDR_STATUS,
+    }
+)
+
+
+def _without(headers: Iterable[tuple[str, bytes]] | None, names: Iterable[str]) -> Headers:
+    drop = frozenset(names)
+    return [(name, value) for name, value in (headers or ()) if name not in drop]
+
+
+def to_tier(headers: Iterable[tuple[str, bytes]] | None, *, due_ms: int) -> Headers:
+    """Every header of the hand-off, plus the due time fixed at routing."""
+    return [*_without(headers, [HDR_DUE_MS]), (HDR_DUE_MS, str(due_ms).encode())]
+
+
+def to_retry_out(headers: Iterable[tuple[str, bytes]] | None) -> Headers:
+    """Every header including hifi-attempt, so the connector keeps counting; no due time."""
+    return _without(headers, [HDR_DUE_MS])
+
+
+def to_dlq(headers: Iterable[tuple[str, bytes]] | None) -> Headers:
+    """Every header and the failure history, with `hifi-reason: expired`."""
+    return [*_without(headers, [HDR_DUE_MS, HDR_REASON]), (HDR_REASON, EXPIRED.encode())]
+
+
+def replayed(headers: Iterable[tuple[str, bytes]] | None) -> Headers:
+    """A dead letter as a fresh event: attempt 0, no first failure or reason; origin, history kept."""
+    return [*_without(headers, _RESET_ON_REPLAY), (HDR_ATTEMPT, b"0")]

@@ -1,0 +1,126 @@
+"""Retry tiers as pure decisions: which tier a hand-off waits in, when it is due, when it has expired."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from plumbing.envelope import (
+    HDR_ATTEMPT,
+    HDR_DUE_MS,
+    HDR_FIRST_FAILURE_MS,
+    HDR_HANDOFF_MS,
+)
+
+_TIER_SUFFIX = ".retry_tier"
+
+
+def tier_topic(dest_name: str, tier: int) -> str:
+    """The topic where events of `dest_name` wait out tier `tier` (0-based)."""
+    return f"{dest_name}{_TIER_SUFFIX}{tier}"
+
+
+def tier_of(dest_name: str, topic: str) -> int | None:
+    """The tier index of one of `dest_name`'s tier topics; None for any other topic."""
+    match = re.fullmatch(re.escape(dest_name + _TIER_SUFFIX) + r"(0|[1-9][0-9]{0,3})", topic)
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True, slots=True)
+class HandOff:
+    """What the retrier needs to know about an event handed to it, read from its headers."""
+
+    attempt: int  # hand-offs so far, 1 on the first
+    first_failure_ms: int
+    handoff_ms: int
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, bytes], *, record_ms: int) -> HandOff:
+        """Read the hand-off headers; missing or unreadable values fall back to `record_ms`."""
+        handoff_ms = _int(headers.get(HDR_HANDOFF_MS)) or record_ms
+        return cls(
+            attempt=max(1, _int(headers.get(HDR_ATTEMPT)) or 1),
+            first_failure_ms=_int(headers.get(HDR_FIRST_FAILURE_MS)) or handoff_ms,
+            handoff_ms=handoff_ms,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ToTier:
+    """Wait in tier `tier` until `due_ms`, then re-offer."""
+
+    tier: int
+    due_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Not due yet: hold the partition at this record until `due_ms`."""
+
+    due_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReOffer:
+    """Due: produce to NAME.retry_out now, `late_ms` after the due time."""
+
+    late_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Expire:
+    """Give up: dead-letter with reason `expired`; `why` says which limit was reached."""
+
+    why: str
+
+
+def route(
+    handoff: HandOff, *, tiers_s: Sequence[float], max_age_s: float, now_ms: int
+) -> ToTier | Expire:
+    """Where an event arriving on NAME.retry_in goes: the tier of its attempt, or the DLQ.
+
+    The due time is fixed here, from the hand-off time and the tier as configured now, so a
+    later change of `retry_tiers_s` does not strand events already waiting.
+    """
+    tier = handoff.attempt - 1
+    if tier >= len(tiers_s):
+        return Expire(f"all {len(tiers_s)} retry tiers used ({handoff.attempt} hand-offs)")
+    if is_too_old(handoff.first_failure_ms, max_age_s=max_age_s, now_ms=now_ms):
+        return _too_old(handoff.first_failure_ms, max_age_s, now_ms)
+    return ToTier(tier, handoff.handoff_ms + round(tiers_s[tier] * 1000))
+
+
+def release(
+    due_ms: int, *, first_failure_ms: int, max_age_s: float, now_ms: int
+) -> Wait | ReOffer | Expire:
+    """What to do with the record at the head of a tier partition at `now_ms`."""
+    if due_ms > now_ms:
+        return Wait(due_ms)
+    if is_too_old(first_failure_ms, max_age_s=max_age_s, now_ms=now_ms):
+        return _too_old(first_failure_ms, max_age_s, now_ms)
+    return ReOffer(now_ms - due_ms)
+
+
+def is_too_old(first_failure_ms: int, *, max_age_s: float, now_ms: int) -> bool:
+    """True once more than `max_age_s` passed since the first failure."""
+    return now_ms - first_failure_ms > max_age_s * 1000
+
+
+def due_of(headers: Mapping[str, bytes], *, record_ms: int) -> int:
+    """The due time a tier record carries; a record without one is due at once."""
+    return _int(headers.get(HDR_DUE_MS)) or record_ms
+
+
+def _too_old(first_failure_ms: int, max_age_s: float, now_ms: int) -> Expire:
+    age_s = (now_ms - first_failure_ms) / 1000
+    return Expire(f"first failure {age_s:.0f}s ago, over max_retry_age_s={max_age_s:g}")
+
+
+def _int(raw: bytes | None) -> int | None:
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None

@@ -1,0 +1,120 @@
+"""Builders and waits for the retrier tests: hand-off records, reading a topic until enough arrived."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from config.catalog import Destination
+from config.settings import KafkaSettings
+from plumbing import kafka
+from plumbing.envelope import header_map
+
+SLACK_MS = 3000  # "within 1 s after due", plus room for a loaded two-core machine
+RETRIER = [sys.executable, "-m", "retrier"]
+
+
+def handoff(
+    dest: Destination,
+    event_id: str,
+    *,
+    attempt: int,
+    handoff_ms: int,
+    first_failure_ms: int | None = None,
+) -> tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]]]:
+    """A record as the connector writes it to NAME.retry_in after `attempt` failures."""
+    headers = [
+        ("trace", f"tr-{event_id}".encode()),
+        ("hifi-dest", dest.name.encode()),
+        ("hifi-attempt", str(attempt).encode()),
+        ("hifi-first-failure-ms", str(first_failure_ms or handoff_ms).encode()),
+        ("hifi-handoff-ms", str(handoff_ms).encode()),
+        ("hifi-status", b"503"),
+        ("hifi-error", b"HTTP 503 Service Unavailable"),
+        ("hifi-origin", f"src/0/{event_id}".encode()),
+        ("hifi-history", orjson.dumps([{"at_ms": handoff_ms, "attempt": attempt}])),
+    ]
+    value = orjson.dumps({"id": event_id, "payload": "x" * 40})
+    return dest.retry_in_topic, event_id.encode(), value, headers
+
+
+async def create_topics(settings: KafkaSettings, *dests: Destination) -> None:
+    """The topics the connector and retrier would create, so tests can read them from the start."""
+    for dest in dests:
+        await kafka.ensure_topics(
+            settings,
+            [dest.retry_in_topic, dest.retry_out_topic, dest.dlq_topic],
+            partitions=dest.internal_topic_partitions,
+        )
+
+
+async def produce_all(
+    settings: KafkaSettings,
+    records: Iterable[tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]]]],
+) -> None:
+    async with kafka.producer(settings) as producer:
+        await producer.send_all(list(records))
+
+
+async def collect(
+    settings: KafkaSettings, topic: str, count: int, timeout_s: float = 60.0
+) -> list[Any]:
+    """Read `topic` from the beginning until at least `count` records arrived; all read so far.
+
+    Waits on the broker's long polls, not on sleeps; returns what it has at the deadline.
+    """
+    consumer = AIOKafkaConsumer(
+        **kafka.client_options(settings), enable_auto_commit=False, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        partitions = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        found: list[Any] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while len(found) < count and loop.time() < deadline:
+            fetched = await consumer.getmany(timeout_ms=500)
+            for batch in fetched.values():
+                found.extend(batch)
+        return found
+    finally:
+        await consumer.stop()
+
+
+def id_of(record: Any) -> str:
+    return str(orjson.loads(record.value)["id"])
+
+
+def headers_of(record: Any) -> dict[str, bytes]:
+    return header_map(record.headers)
+
+
+def due_ms(record: Any, dest: Destination) -> int:
+    """When a record on NAME.retry_out was due: its hand-off plus the delay of its attempt's tier."""
+    headers = headers_of(record)
+    tier = int(headers["hifi-attempt"]) - 1
+    return int(headers["hifi-handoff-ms"]) + round(dest.retry_tiers_s[tier] * 1000)
+
+
+async def run_retrier_command(*args: str, bootstrap: str) -> tuple[int, str, str]:
+    """`python -m retrier ARGS` without blocking the event loop; exit code, stdout, stderr."""
+    process = await asyncio.create_subprocess_exec(
+        *RETRIER,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
+        env={**os.environ, "HIFI_KAFKA_BOOTSTRAP": bootstrap},
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, stdout.decode(), stderr.decode()
