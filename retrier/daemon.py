@@ -186,9 +186,10 @@ class Retrier:
         """Re-measure the backlog every few seconds in a task that ends with the block."""
 
         async def refresh_until_stopped() -> None:
-            while True:
+            while not self._stop.is_set():
                 await backlog.refresh(_now_ms())
-                await asyncio.sleep(_BACKLOG_REFRESH_S)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), _BACKLOG_REFRESH_S)
 
         task = asyncio.create_task(refresh_until_stopped(), name="retrier-backlog")
         task.add_done_callback(self._on_task_done)
