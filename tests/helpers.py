@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +80,14 @@ def start_daemon(
 async def wait_exit(process: subprocess.Popen[bytes], timeout_s: float) -> int:
     """Wait for a child process without blocking the event loop."""
     return await asyncio.wait_for(asyncio.to_thread(process.wait), timeout_s)
+
+
+async def until(condition: Callable[[], bool], timeout_s: float, interval_s: float = 0.1) -> bool:
+    """Poll `condition` (for state only visible outside this process, like a log file)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(interval_s)
+    return True
