@@ -286,7 +286,7 @@ class Retrier:
         now_ms = _now_ms()
         for item in outgoing:
             self._tracker.finish(item.source, item.offset)
-            _count(dest_name, item, now_ms)
+            item.count(dest_name, now_ms)
         expired = [item for item in outgoing if item.outcome is Outcome.EXPIRED]
         if expired:
             log.info("expired", dest=dest_name, events=len(expired), first=expired[0].why)
@@ -367,16 +367,6 @@ class Retrier:
             recent=self._recent,
             now_ms=_now_ms(),
         )
-
-
-def _count(dest_name: str, item: Outgoing, now_ms: int) -> None:
-    if item.outcome is Outcome.ROUTED:
-        metrics.ROUTED.labels(dest_name, str(item.tier)).inc()
-    elif item.outcome is Outcome.REOFFERED:
-        metrics.REOFFERED.labels(dest_name).inc()
-        metrics.REOFFER_DELAY.labels(dest_name).observe(max(0.0, (now_ms - item.due_ms) / 1000))
-    else:
-        metrics.EXPIRED.labels(dest_name).inc()
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -12,7 +12,7 @@ from aiokafka import TopicPartition
 from config.catalog import Destination
 from plumbing.envelope import HDR_ORIGIN, header_map, origin_of
 from plumbing.kafka import Headers
-from retrier import records
+from retrier import metrics, records
 from retrier.holds import Head
 from retrier.status import RecentFailures
 from retrier.tiers import Expire, HandOff, ReOffer, ToTier, Wait, due_of, release, route, tier_topic
@@ -41,6 +41,17 @@ class Outgoing:
 
     def as_record(self) -> tuple[str, bytes | None, bytes | None, Headers]:
         return (self.topic, self.key, self.value, self.headers)
+
+    def count(self, dest_name: str, acked_ms: int) -> None:
+        """Record the outcome in the metrics, once the broker acknowledged it at `acked_ms`."""
+        if self.outcome is Outcome.ROUTED:
+            metrics.ROUTED.labels(dest_name, str(self.tier)).inc()
+        elif self.outcome is Outcome.REOFFERED:
+            metrics.REOFFERED.labels(dest_name).inc()
+            late_s = max(0.0, (acked_ms - self.due_ms) / 1000)
+            metrics.REOFFER_DELAY.labels(dest_name).observe(late_s)
+        else:
+            metrics.EXPIRED.labels(dest_name).inc()
 
 
 def plan_routing(
