@@ -155,6 +155,20 @@ async def daemons(catalog: Path, bootstrap: str, ports: tuple[int, int]) -> Asyn
             print(f"  {name} exited with {code}")
 
 
+async def wait_ready(client: httpx.AsyncClient, ports: tuple[int, int]) -> None:
+    """Wait until both daemons answer /readyz (joined their consumer groups)."""
+    started = time.monotonic()
+    for port in ports:
+        while time.monotonic() - started < DEADLINE_S:
+            with contextlib.suppress(httpx.HTTPError):
+                if (await client.get(f"http://127.0.0.1:{port}/readyz")).status_code == 200:
+                    break
+            await asyncio.sleep(0.2)
+        else:
+            raise RuntimeError(f"a daemon did not become ready; see {WORK_DIR}/*.log")
+    print(f"connector and retrier ready after {time.monotonic() - started:.1f}s; producing")
+
+
 async def dead_letters(settings: KafkaSettings) -> dict[str, str]:
     """id (or origin for malformed records) -> reason, for every record in the DLQ."""
     found: dict[str, str] = {}
@@ -191,6 +205,7 @@ async def run(bootstrap: str) -> int:
             f"http://127.0.0.1:{ports[1]}/status; logs in {WORK_DIR}/"
         )
         async with daemons(catalog, bootstrap, ports), httpx.AsyncClient(timeout=2) as client:
+            await wait_ready(client, ports)
             producing = asyncio.create_task(produce(settings, tally))
             started = time.monotonic()
             while time.monotonic() - started < DEADLINE_S:
