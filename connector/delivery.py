@@ -184,9 +184,9 @@ class Deliverer:
             self._failing = False
             log.info("destination_recovered")
         now_s = time.time()
-        lag_out = metrics.LAG_OUT.labels(self._labels)
-        for event in batch.events:
-            lag_out.observe(max(0.0, now_s - event.event_time_ms / 1000))
+        metrics.LAG_OUT.labels(self._labels).observe_many(
+            max(0.0, now_s - event.event_time_ms / 1000) for event in batch.events
+        )
         metrics.RECORDS.labels(self._labels, "delivered").inc(len(batch))
 
     async def _hand_off(self, batch: Batch, exc: DestinationUnavailable) -> None:

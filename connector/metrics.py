@@ -2,7 +2,99 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import bisect
+import itertools
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import HistogramMetricFamily, Metric
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
+
+_format_le: Callable[[float], str] = floatToGoString  # how Histogram writes `le` (untyped upstream)
+
+# prometheus_client's own switch for the `_created` series, read the same way it reads it.
+_USE_CREATED = os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES", "False").lower() not in (
+    "true",
+    "1",
+    "t",
+)
+
+
+class _PerEventHistogramChild:
+    """One label set of a `PerEventHistogram`: bucket counts, sum and creation time."""
+
+    __slots__ = ("_bounds", "counts", "created", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self._bounds = bounds
+        self.counts = [0] * len(bounds)
+        self.sum = 0.0
+        self.created = time.time()
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self._bounds, value)] += 1
+        self.sum += value
+
+    def observe_many(self, values: Iterable[float]) -> None:
+        """Observe every value; the same counts and sum as one `observe` per value."""
+        bounds, counts, total = self._bounds, self.counts, self.sum
+        for value in values:
+            counts[bisect.bisect_left(bounds, value)] += 1
+            total += value
+        self.sum = total
+
+
+class PerEventHistogram:
+    """A labelled histogram for per-event observations, exposed exactly like `Histogram`.
+
+    `prometheus_client.Histogram.observe` takes a lock and scans the buckets for every value; at
+    one call per event that was ~15 % of the connector's CPU. This one bisects into plain
+    counters (the connector observes from its event loop thread only) and builds the same
+    `_bucket`, `_count`, `_sum` and `_created` samples when scraped.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        *,
+        buckets: Sequence[float],
+        registry: CollectorRegistry = REGISTRY,
+    ) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._labelnames = tuple(labelnames)
+        self._bounds = (*(float(b) for b in buckets), float("inf"))
+        self._children: dict[tuple[str, ...], _PerEventHistogramChild] = {}
+        registry.register(self)
+
+    def labels(self, *values: str) -> _PerEventHistogramChild:
+        key = tuple(str(value) for value in values)
+        if len(key) != len(self._labelnames):
+            raise ValueError(f"{self._name}: expected labels {self._labelnames}, got {key}")
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = _PerEventHistogramChild(self._bounds)
+        return child
+
+    def describe(self) -> list[Metric]:
+        return [HistogramMetricFamily(self._name, self._documentation, labels=self._labelnames)]
+
+    def collect(self) -> list[Metric]:
+        family = HistogramMetricFamily(self._name, self._documentation, labels=self._labelnames)
+        les = [_format_le(bound) for bound in self._bounds]
+        for key, child in list(self._children.items()):
+            cumulative = itertools.accumulate(float(count) for count in child.counts)
+            family.add_metric(key, list(zip(les, cumulative, strict=True)), child.sum)
+            if _USE_CREATED:
+                labels = dict(zip(self._labelnames, key, strict=True))
+                family.samples.append(Sample(f"{self._name}_created", labels, child.created))
+        return [family]
+
 
 LAG_BUCKETS_S = (
     0.005,
@@ -45,13 +137,13 @@ MISSING_FIELDS = Counter(
     "Events without an id or event time of their own (a fallback was used).",
     ["dest", "field"],
 )
-LAG_IN = Histogram(
+LAG_IN = PerEventHistogram(
     "hifi_connector_lag_in_seconds",
     "Arrival at the connector minus event time.",
     ["dest"],
     buckets=LAG_BUCKETS_S,
 )
-LAG_OUT = Histogram(
+LAG_OUT = PerEventHistogram(
     "hifi_connector_lag_out_seconds",
     "Destination 2xx minus event time: the end-to-end lag at this last node.",
     ["dest"],

@@ -30,11 +30,9 @@ class Batch:
 
     def idempotency_key(self) -> str:
         """Derived from the event ids only, so every attempt of the same events carries the same key."""
-        digest = hashlib.sha256()
-        for event in self.events:
-            digest.update(event.id.encode())
-            digest.update(b"\x00")
-        return digest.hexdigest()[:40]
+        ids = "\x00".join(event.id for event in self.events)
+        body = ids.encode() + b"\x00" if self.events else b""
+        return hashlib.sha256(body).hexdigest()[:40]
 
 
 def take_batch(pending: deque[Event], *, max_records: int, max_bytes: int) -> Batch:
@@ -45,8 +43,8 @@ def take_batch(pending: deque[Event], *, max_records: int, max_bytes: int) -> Ba
     """
     taken: list[Event] = []
     size = _ARRAY_BRACKETS_BYTES
-    while pending and len(taken) < max_records:
-        added = pending[0].size_bytes + _SEPARATOR_BYTES
+    for _ in range(min(max_records, len(pending))):
+        added = len(pending[0].value) + _SEPARATOR_BYTES  # Event.size_bytes, without the call
         if taken and size + added > max_bytes:
             break
         taken.append(pending.popleft())
@@ -62,4 +60,4 @@ def encode_body(events: Sequence[Event], body_format: str) -> tuple[bytes, str]:
             for event in events
         ]
         return b"\n".join(lines) + b"\n", "application/x-ndjson"
-    return b"[" + b",".join(event.value for event in events) + b"]", "application/json"
+    return b"".join((b"[", b",".join([event.value for event in events]), b"]")), "application/json"

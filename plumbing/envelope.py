@@ -107,25 +107,34 @@ def parse_record(
         raise MalformedRecord(
             f"value is JSON {type(body).__name__}, not an object", reason="malformed"
         )
-    headers = header_map(record.headers)
-    raw_id = body.get(id_field)
-    event_id = _as_id(raw_id)
+    event_id = _as_id(body.get(id_field))
     event_time_ms = parse_event_time(body.get(event_time_field))
+    if record.headers:
+        headers = header_map(record.headers)
+        origin = _text(headers.get(HDR_ORIGIN)) or origin_of(record)
+        attempt = _int(headers.get(HDR_ATTEMPT)) or 0
+        first_failure_ms = _int(headers.get(HDR_FIRST_FAILURE_MS))
+        history = headers.get(HDR_HISTORY)
+        user_headers = passthrough_headers(record.headers)
+    else:  # the common case: a record straight from a producer, no headers to read
+        origin = f"{record.topic}/{record.partition}/{record.offset}"
+        attempt, first_failure_ms, history, user_headers = 0, None, None, []
+    # Positional, in the field order of `Event`: keywords cost ~0.5 us more per event.
     return Event(
-        topic=record.topic,
-        partition=record.partition,
-        offset=record.offset,
-        key=record.key,
-        value=value,
-        id=event_id if event_id is not None else origin_of(record),
-        event_time_ms=event_time_ms if event_time_ms is not None else record.timestamp,
-        id_from_record=event_id is not None,
-        time_from_record=event_time_ms is not None,
-        origin=_text(headers.get(HDR_ORIGIN)) or origin_of(record),
-        attempt=_int(headers.get(HDR_ATTEMPT)) or 0,
-        first_failure_ms=_int(headers.get(HDR_FIRST_FAILURE_MS)),
-        history=headers.get(HDR_HISTORY),
-        user_headers=passthrough_headers(record.headers),
+        record.topic,
+        record.partition,
+        record.offset,
+        record.key,
+        value,
+        event_id if event_id is not None else origin_of(record),
+        event_time_ms if event_time_ms is not None else record.timestamp,
+        event_id is not None,
+        event_time_ms is not None,
+        origin,
+        attempt,
+        first_failure_ms,
+        history,
+        user_headers,
     )
 
 

@@ -1,0 +1,1 @@
+"""`make bench`: ceiling, throughput, lag and scale rating of the connector on one machine."""

@@ -1,0 +1,83 @@
+"""Unit tests of the bench's pure helpers: percentiles, rates, the scale rating and its search."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench.measure import (
+    Probe,
+    delivery_rate,
+    next_probe_rate,
+    parse_vm_hwm_kb,
+    percentile,
+    scale_rating,
+    summarize_lag,
+)
+
+LIMIT_MS = 1000.0
+
+
+def test_percentile_is_nearest_rank() -> None:
+    """Nearest rank: p50 of 1..10 is 5, p95 is 10, p0 is the smallest, p100 the largest."""
+    values = [float(v) for v in range(1, 11)]
+    assert percentile(values, 50) == 5.0
+    assert percentile(values, 95) == 10.0
+    assert percentile(values, 0) == 1.0
+    assert percentile(values, 100) == 10.0
+
+
+def test_percentile_of_nothing_is_nan_and_out_of_range_is_refused() -> None:
+    """An empty run has no percentile; a percentile outside 0..100 is a caller error."""
+    assert math.isnan(percentile([], 95))
+    with pytest.raises(ValueError, match="outside"):
+        percentile([1.0], 101)
+
+
+def test_summarize_lag_sorts_its_input() -> None:
+    """The summary sorts the lags itself, so receipt order does not matter."""
+    summary = summarize_lag([30, 10, 20, 40])
+    assert (summary.count, summary.p50_ms, summary.p99_ms, summary.max_ms) == (4, 20, 40, 40)
+
+
+def test_delivery_rate_starts_the_clock_at_the_first_receipt() -> None:
+    """Events of the first receipt only start the clock: 3 events in 0.5 s after it is 6/s."""
+    assert delivery_rate([1000, 1000, 1200, 1400, 1500]) == pytest.approx(6.0)
+    assert delivery_rate([1000, 1000]) == 0.0
+    assert delivery_rate([]) == 0.0
+
+
+def test_scale_rating_is_the_best_rate_below_every_failure() -> None:
+    """A pass above a failure (noise) does not count; incomplete probes fail."""
+    probes = [
+        Probe(rate=100, p95_ms=50, complete=True),
+        Probe(rate=200, p95_ms=1500, complete=True),
+        Probe(rate=150, p95_ms=400, complete=True),
+        Probe(rate=300, p95_ms=100, complete=True),  # above a failure: ignored
+        Probe(rate=180, p95_ms=100, complete=False),  # lost events: a failure
+    ]
+    assert scale_rating(probes, LIMIT_MS) == 150
+    assert scale_rating([], LIMIT_MS) == 0.0
+    assert scale_rating([Probe(rate=10, p95_ms=1000, complete=True)], LIMIT_MS) == 0.0
+
+
+def test_search_starts_at_first_then_climbs_then_bisects() -> None:
+    """First probe at `first`; all held: try `high`; after a failure bisect the bracket."""
+    kwargs = {"first": 100.0, "high": 125.0, "resolution": 0.1}
+    assert next_probe_rate([], LIMIT_MS, **kwargs) == 100.0
+    held = Probe(rate=100, p95_ms=10, complete=True)
+    assert next_probe_rate([held], LIMIT_MS, **kwargs) == 125.0
+    top = Probe(rate=125, p95_ms=10, complete=True)
+    assert next_probe_rate([held, top], LIMIT_MS, **kwargs) is None
+    failed = Probe(rate=100, p95_ms=5000, complete=True)
+    assert next_probe_rate([failed], LIMIT_MS, **kwargs) == 50.0
+    narrow = [Probe(rate=95, p95_ms=10, complete=True), failed]
+    assert next_probe_rate(narrow, LIMIT_MS, **kwargs) is None
+
+
+def test_parse_vm_hwm_reads_kilobytes() -> None:
+    """VmHWM is read from /proc/PID/status text; a text without it gives None."""
+    status = "Name:\tpython\nVmPeak:\t  300 kB\nVmHWM:\t  123456 kB\nVmRSS:\t 100 kB\n"
+    assert parse_vm_hwm_kb(status) == 123456
+    assert parse_vm_hwm_kb("Name:\tpython\n") is None
