@@ -96,6 +96,7 @@ class Connector:
         self._failure: BaseException | None = None
         self._paused = False
         self._assignment_epoch = 0  # advanced by every rebalance callback
+        self._taking_in = False  # a poll is being taken in: batch it whole before dispatching
         self._buffer_limit = dest.max_in_flight * dest.max_batch_records * _BUFFER_WINDOWS
         self._buffer_limit_bytes = dest.max_in_flight * dest.max_batch_bytes * _BUFFER_WINDOWS
         self._pending_bytes = 0
@@ -199,16 +200,21 @@ class Connector:
         """Take in a poll partition by partition, yielding to the event loop before each one.
 
         The yield lets aiokafka's fetcher send the next fetch (it waits until a poll has been
-        consumed) and lets HTTP replies be read while this poll is parsed. A rebalance can run
-        in a yield; the rest of the poll is then dropped, as the new assignment fetches again
-        from the committed offsets.
+        consumed) and lets HTTP replies be read while this poll is parsed. Requests that finish
+        meanwhile start no new ones, so the whole poll is batched together afterwards (fewer,
+        fuller requests under live load). A rebalance can run in a yield; the rest of the poll
+        is then dropped, as the new assignment fetches again from the committed offsets.
         """
         epoch = self._assignment_epoch
-        for tp, records in fetched.items():
-            await asyncio.sleep(0)
-            if self._assignment_epoch != epoch:
-                return
-            self._intake(tp, records)
+        self._taking_in = True
+        try:
+            for tp, records in fetched.items():
+                await asyncio.sleep(0)
+                if self._assignment_epoch != epoch:
+                    return
+                self._intake(tp, records)
+        finally:
+            self._taking_in = False
 
     def _intake(self, tp: TopicPartition, records: list[Any]) -> None:
         now_s = time.time()
@@ -281,7 +287,7 @@ class Connector:
         if not task.cancelled() and task.exception() is not None and self._failure is None:
             self._failure = task.exception()
             self._log.error("delivery_failed", error=str(self._failure))
-        if self._failure is None and not self._stop.is_set():
+        if self._failure is None and not self._stop.is_set() and not self._taking_in:
             self._dispatch()
         self._progress.set()
 
