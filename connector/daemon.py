@@ -201,9 +201,9 @@ class Connector:
 
         The yield lets aiokafka's fetcher send the next fetch (it waits until a poll has been
         consumed) and lets HTTP replies be read while this poll is parsed. Requests that finish
-        meanwhile start no new ones, so the whole poll is batched together afterwards (fewer,
-        fuller requests under live load). A rebalance can run in a yield; the rest of the poll
-        is then dropped, as the new assignment fetches again from the committed offsets.
+        meanwhile start only full batches, so a poll is not cut into small requests under live
+        load. A rebalance can run in a yield; the rest of the poll is then dropped, as the new
+        assignment fetches again from the committed offsets.
         """
         epoch = self._assignment_epoch
         self._taking_in = True
@@ -258,13 +258,18 @@ class Connector:
 
     # --- bounded parallel delivery ------------------------------------------------------
 
-    def _dispatch(self) -> None:
-        """Start work while there is room: dead letters for malformed records first, then batches."""
+    def _dispatch(self, *, full_batches_only: bool = False) -> None:
+        """Start work while there is room: dead letters for malformed records first, then batches.
+
+        With `full_batches_only`, a batch starts only if the buffer fills it to a bound.
+        """
         while self._malformed and len(self._tasks) < self.dest.max_in_flight:
             chunk, self._malformed = self._malformed[:500], self._malformed[500:]
             partitions = _partition_counts(record for record, _ in chunk)
             self._spawn(self._dead_letter_records(chunk), partitions)
         while self._pending and len(self._tasks) < self.dest.max_in_flight:
+            if full_batches_only and not self._fills_a_batch():
+                return
             batch = take_batch(
                 self._pending,
                 max_records=self.dest.max_batch_records,
@@ -272,6 +277,12 @@ class Connector:
             )
             self._pending_bytes -= sum(map(len, map(_value_of, batch.events)))
             self._spawn(self._deliver(batch), _partition_counts(batch.events))
+
+    def _fills_a_batch(self) -> bool:
+        return (
+            len(self._pending) >= self.dest.max_batch_records
+            or self._pending_bytes >= self.dest.max_batch_bytes
+        )
 
     def _spawn(self, work: Any, partitions: Counter[TopicPartition]) -> None:
         task: asyncio.Task[None] = asyncio.create_task(work)
@@ -287,8 +298,8 @@ class Connector:
         if not task.cancelled() and task.exception() is not None and self._failure is None:
             self._failure = task.exception()
             self._log.error("delivery_failed", error=str(self._failure))
-        if self._failure is None and not self._stop.is_set() and not self._taking_in:
-            self._dispatch()
+        if self._failure is None and not self._stop.is_set():
+            self._dispatch(full_batches_only=self._taking_in)
         self._progress.set()
 
     async def _deliver(self, batch: Batch) -> None:
