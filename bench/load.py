@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from dataclasses import dataclass
 
@@ -23,7 +24,12 @@ def make_event(event_id: str, event_time_ms: int, seq: int) -> bytes:
         event_time_ms,
         seq,
     )
-    return head + b"x" * max(0, EVENT_BYTES - len(head) - 2) + b'"}'
+    return b'%s%s"}' % (head, _padding(EVENT_BYTES - len(head) - 2))
+
+
+@functools.cache
+def _padding(length: int) -> bytes:
+    return b"x" * max(0, length)
 
 
 @dataclass(frozen=True)

@@ -84,11 +84,12 @@ class LiveResult:
 
 
 class LiveSession:
-    """A destination and a connector delivering live, probed at paced rates in turn.
+    """A destination that stays up, and per probe a fresh topic and connector delivering it live.
 
-    Each probe writes to a topic of its own (all subscribed from the start): Tansu's in-memory
-    storage slows down as a topic grows (even a bare consumer's p95 lag went from 35 to 380 ms
-    over 1.2 M events on one topic, and back to 53 ms on a fresh one).
+    Fresh topics: Tansu's in-memory storage slows down as a topic grows (a bare consumer's p95
+    lag went from 35 to 380 ms over 1.2 M events on one topic, and back to 53 ms on a new one).
+    A connector per probe: subscribed to every probe topic at once, one connector made the
+    broker serve ~40 partitions per fetch, most of them idle.
     """
 
     def __init__(
@@ -109,15 +110,12 @@ class LiveSession:
         self._fault = fault
         self._stack = contextlib.ExitStack()
         self._tail = DeliveriesTail(work / "deliveries.ndjson")
-        self._connector: processes.ConnectorProcess | None = None
-
-    @property
-    def peak_rss_kb(self) -> int:
-        return self._connector.peak_rss_kb if self._connector else 0
+        self._url = ""
+        self.peak_rss_kb = 0
 
     async def __aenter__(self) -> LiveSession:
         await kafka.ensure_topics(self._settings, self._topics, partitions=self._partitions)
-        url = self._stack.enter_context(
+        self._url = self._stack.enter_context(
             processes.destination(
                 self._work / "deliveries.ndjson",
                 self._work / "destination.log",
@@ -125,17 +123,6 @@ class LiveSession:
                 fault=self._fault,
             )
         )
-        write_catalog(self._work, url=url, topics=self._topics)
-        self._connector = processes.ConnectorProcess(
-            catalog_dir=self._work,
-            dest=DEST,
-            bootstrap=self._settings.bootstrap,
-            log_path=self._work / "connector.log",
-            until_idle_s=_LIVE_IDLE_S,
-        )
-        self._connector.start()
-        self._stack.callback(self._connector.stop)
-        await self._connector.wait_ready()
         return self
 
     async def __aexit__(
@@ -150,28 +137,44 @@ class LiveSession:
         self, label: str, *, index: int, rate: float, duration_s: float, drain_s: float
     ) -> LiveResult:
         """Offer `rate` events/s for `duration_s` on the `index`th topic; wait for every delivery."""
-        prefix = self._topics[index]
-        offered = await load.paced(
-            self._settings,
-            prefix,
-            partitions=self._partitions,
-            rate=rate,
-            duration_s=duration_s,
-            prefix=prefix,
+        topic = self._topics[index]
+        catalog = self._work / f"catalog{index}"
+        write_catalog(catalog, url=self._url, topics=[topic])
+        connector = processes.ConnectorProcess(
+            catalog_dir=catalog,
+            dest=DEST,
+            bootstrap=self._settings.bootstrap,
+            log_path=self._work / "connector.log",
+            until_idle_s=_LIVE_IDLE_S,
         )
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + drain_s
-        while loop.time() < deadline:
-            self._tail.read()
-            if self._tail.delivered(prefix) >= offered.events:
-                break
-            await asyncio.sleep(_DRAIN_POLL_S)
-        if self._connector is not None:
-            self._connector.sample_rss()
-        run = self._tail.runs.get(prefix)
+        connector.start()
+        try:
+            await connector.wait_ready()
+            offered = await load.paced(
+                self._settings,
+                topic,
+                partitions=self._partitions,
+                rate=rate,
+                duration_s=duration_s,
+                prefix=topic,
+            )
+            await self._wait_delivered(topic, offered.events, drain_s)
+        finally:
+            connector.stop()
+            self.peak_rss_kb = max(self.peak_rss_kb, connector.peak_rss_kb)
+        run = self._tail.runs.get(topic)
         return LiveResult(
             label=label,
             offered=offered,
-            delivered=self._tail.delivered(prefix),
+            delivered=self._tail.delivered(topic),
             lag=summarize_lag(run.lags_ms if run else []),
         )
+
+    async def _wait_delivered(self, prefix: str, events: int, timeout_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            self._tail.read()
+            if self._tail.delivered(prefix) >= events:
+                return
+            await asyncio.sleep(_DRAIN_POLL_S)
