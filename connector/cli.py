@@ -9,7 +9,7 @@ import click
 from config.catalog import Catalog, default_catalog_dir
 from config.settings import KafkaSettings
 from connector.daemon import Connector
-from plumbing.cli import fail, run_daemon
+from plumbing.cli import daemon_options, fail, run_daemon
 from plumbing.errors import ConfigError
 from plumbing.logging import LogFormat, configure_logging
 
@@ -18,36 +18,10 @@ PROG = "connector"
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--dest", required=True, help="Destination name: the file NAME.toml in the catalog.")
-@click.option(
-    "--catalog",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=None,
-    help="Catalog directory (default: $HIFI_CATALOG_DIR, else the catalog shipped with hifi).",
-)
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=9400,
-    show_default=True,
-    help="Port for /metrics, /healthz and /readyz (0 picks a free one).",
-)
-@click.option(
-    "--until-idle",
-    "until_idle_s",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    metavar="SECONDS",
-    help="Exit cleanly once no record has arrived for this long.",
-)
-@click.option(
-    "--log-format",
-    type=click.Choice(["auto", "json", "console"]),
-    default="auto",
-    show_default=True,
-    help="auto: JSON lines unless stderr is a terminal.",
-)
-@click.option(
-    "--log-level", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR."
+@daemon_options(
+    metrics_port=9400,
+    metrics_help="Port for /metrics, /healthz and /readyz (0 picks a free one).",
+    idle_help="Exit cleanly once no record has arrived for this long.",
 )
 def main(
     dest: str,

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import structlog
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from config.catalog import Destination
@@ -26,6 +26,7 @@ from connector.rebatch import Batch, take_batch
 from plumbing import kafka
 from plumbing.envelope import Event, KafkaRecord, parse_record
 from plumbing.errors import BrokerUnavailable, MalformedRecord
+from plumbing.group import GroupListener
 from plumbing.offsets import OffsetTracker
 from plumbing.ops_http import OpsServer
 
@@ -158,7 +159,7 @@ class Connector:
             max_partition_fetch_bytes=max(1024 * 1024, self.dest.max_batch_bytes),
             fetch_max_wait_ms=_FETCH_MAX_WAIT_MS,
         )
-        consumer.subscribe(topics=self._topics(), listener=_Rebalance(self))
+        consumer.subscribe(topics=self._topics(), listener=GroupListener(self, dest=self.dest.name))
         try:
             await consumer.start()
         except KafkaError as exc:
@@ -365,6 +366,12 @@ class Connector:
                     max(0, highwater - committed)
                 )
 
+    def assigned(self, partitions: set[TopicPartition]) -> None:
+        """Rebalance: partitions are ours; the connector is ready once it has an assignment."""
+        self._assignment_epoch += 1
+        if self.ops is not None:
+            self.ops.ready = True
+
     async def release(self, partitions: set[TopicPartition]) -> None:
         """Rebalance: stop starting work for `partitions`, wait for theirs, commit, forget them."""
         self._assignment_epoch += 1
@@ -401,25 +408,4 @@ class Connector:
             self.ops.ready = False
         self._log.info(
             "connector_stopped", drained=drained, outstanding=self._tracker.total_outstanding()
-        )
-
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    """Hooks the connector into the consumer group protocol."""
-
-    def __init__(self, connector: Connector) -> None:
-        self._connector = connector
-
-    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        if revoked:
-            await self._connector.release(set(revoked))
-
-    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        connector = self._connector
-        connector._assignment_epoch += 1
-        if connector.ops is not None:
-            connector.ops.ready = True
-        connector._log.info(
-            "partitions_assigned",
-            partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in assigned),
         )

@@ -6,12 +6,15 @@ import asyncio
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import NoReturn
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
 
 import click
 import structlog
 
 from plumbing.errors import ConfigError, HifiError
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -48,3 +51,56 @@ def run_daemon(
 def _on_signal(sig: signal.Signals, request_stop: Callable[[], None]) -> None:
     log.info("signal_received", signal=sig.name)
     request_stop()
+
+
+def catalog_option(function: F) -> F:
+    """`--catalog DIR`, shared by every command that reads the destination catalog."""
+    return click.option(
+        "--catalog",
+        type=click.Path(path_type=Path, file_okay=False),
+        default=None,
+        help="Catalog directory (default: $HIFI_CATALOG_DIR, else the catalog shipped with hifi).",
+    )(function)
+
+
+def daemon_options(*, metrics_port: int, metrics_help: str, idle_help: str) -> Callable[[F], F]:
+    """The flags every hifi daemon shares: catalog, ops port, --until-idle and logging."""
+
+    def decorate(function: F) -> F:
+        for option in reversed(
+            [
+                catalog_option,
+                click.option(
+                    "--metrics-port",
+                    type=click.IntRange(0, 65535),
+                    default=metrics_port,
+                    show_default=True,
+                    help=metrics_help,
+                ),
+                click.option(
+                    "--until-idle",
+                    "until_idle_s",
+                    type=click.FloatRange(min=0, min_open=True),
+                    default=None,
+                    metavar="SECONDS",
+                    help=idle_help,
+                ),
+                click.option(
+                    "--log-format",
+                    type=click.Choice(["auto", "json", "console"]),
+                    default="auto",
+                    show_default=True,
+                    help="auto: JSON lines unless stderr is a terminal.",
+                ),
+                click.option(
+                    "--log-level",
+                    default="INFO",
+                    show_default=True,
+                    help="DEBUG, INFO, WARNING or ERROR.",
+                ),
+            ]
+        ):
+            function = option(function)
+        return function
+
+    return decorate

@@ -28,7 +28,9 @@ class OffsetTracker:
 
     def track(self, tp: TopicPartition, offset: int) -> None:
         """Note a fetched record that has no outcome yet."""
-        progress = self._partitions.setdefault(tp, _PartitionProgress())
+        progress = self._partitions.get(tp)
+        if progress is None:
+            progress = self._partitions[tp] = _PartitionProgress()
         progress.outstanding.append(offset)
 
     def finish(self, tp: TopicPartition, offset: int) -> None:

@@ -12,7 +12,7 @@ import click
 
 from config.catalog import Catalog, Destination, default_catalog_dir
 from config.settings import KafkaSettings
-from plumbing.cli import EXIT_FAILURE, EXIT_USAGE, fail, run_daemon
+from plumbing.cli import EXIT_FAILURE, EXIT_USAGE, catalog_option, daemon_options, fail, run_daemon
 from plumbing.errors import ConfigError, HifiError
 from plumbing.logging import LogFormat, configure_logging
 from retrier.daemon import Retrier
@@ -23,15 +23,6 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _catalog_option(function: F) -> F:
-    return click.option(
-        "--catalog",
-        type=click.Path(path_type=Path, file_okay=False),
-        default=None,
-        help="Catalog directory (default: $HIFI_CATALOG_DIR, else the catalog shipped with hifi).",
-    )(function)
-
-
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--dest",
@@ -40,31 +31,10 @@ def _catalog_option(function: F) -> F:
     metavar="NAME",
     help="Serve this destination (repeatable; default: every destination in the catalog).",
 )
-@_catalog_option
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=9401,
-    show_default=True,
-    help="Port for /metrics, /healthz, /readyz and /status (0 picks a free one).",
-)
-@click.option(
-    "--until-idle",
-    "until_idle_s",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    metavar="SECONDS",
-    help="Exit cleanly once nothing arrived, waits or is in flight for this long.",
-)
-@click.option(
-    "--log-format",
-    type=click.Choice(["auto", "json", "console"]),
-    default="auto",
-    show_default=True,
-    help="auto: JSON lines unless stderr is a terminal.",
-)
-@click.option(
-    "--log-level", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR."
+@daemon_options(
+    metrics_port=9401,
+    metrics_help="Port for /metrics, /healthz, /readyz and /status (0 picks a free one).",
+    idle_help="Exit cleanly once nothing arrived, waits or is in flight for this long.",
 )
 @click.pass_context
 def cli(
@@ -133,7 +103,7 @@ def dlq() -> None:
     show_default=True,
     help="Print at most this many, the most recent.",
 )
-@_catalog_option
+@catalog_option
 @click.pass_obj
 def dlq_list(
     group_catalog: Path | None, dest: str, reason: str | None, limit: int, catalog: Path | None
@@ -158,7 +128,7 @@ def dlq_list(
     help="Only dead letters written since T: an ISO timestamp, or a duration ago (30m, 2h, 1d).",
 )
 @click.option("--dry-run", is_flag=True, help="Count what would be replayed; write nothing.")
-@_catalog_option
+@catalog_option
 @click.pass_obj
 def dlq_replay(
     group_catalog: Path | None,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 from starlette.requests import Request
 
@@ -19,6 +19,7 @@ from config.catalog import Destination
 from config.settings import KafkaSettings
 from plumbing import kafka
 from plumbing.errors import BrokerUnavailable, ConfigError
+from plumbing.group import GroupListener
 from plumbing.offsets import OffsetTracker
 from plumbing.ops_http import OpsServer
 from retrier import metrics, status
@@ -173,7 +174,9 @@ class Retrier:
         except KafkaError as exc:
             await consumer.stop()
             raise BrokerUnavailable(f"kafka {self._settings.bootstrap}: {exc}") from exc
-        consumer.subscribe(topics=sorted(self._sources), listener=_Rebalance(self))
+        consumer.subscribe(
+            topics=sorted(self._sources), listener=GroupListener(self, component="retrier")
+        )
         self._consumer = consumer
         try:
             yield consumer
@@ -336,6 +339,12 @@ class Retrier:
             age_s = status.oldest_age_s((h for h in heads if h.dest == name), now_ms)
             metrics.OLDEST_WAITING_AGE.labels(name).set(age_s or 0.0)
 
+    def assigned(self, partitions: set[TopicPartition]) -> None:
+        """Rebalance: partitions are ours; the retrier is ready once it has an assignment."""
+        self._assigned = True
+        if self.ops is not None:
+            self.ops.ready = True
+
     async def release(self, partitions: set[TopicPartition]) -> None:
         """Rebalance: end holds, wait for in-flight produces of `partitions`, commit, forget them."""
         self._holds.drop(partitions)
@@ -366,25 +375,4 @@ class Retrier:
             heads=self._holds.heads(),
             recent=self._recent,
             now_ms=_now_ms(),
-        )
-
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    """Hooks the retrier into the consumer group protocol."""
-
-    def __init__(self, retrier: Retrier) -> None:
-        self._retrier = retrier
-
-    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        if revoked:
-            await self._retrier.release(set(revoked))
-
-    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        retrier = self._retrier
-        retrier._assigned = True
-        if retrier.ops is not None:
-            retrier.ops.ready = True
-        log.info(
-            "partitions_assigned",
-            partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in assigned),
         )
