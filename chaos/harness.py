@@ -48,7 +48,8 @@ class Daemon:
         self._supervisor: asyncio.Task[None] | None = None
         self._stopping = False
         self.kills = 0
-        self.restarts = 0
+        self.restarts = 0  # exits nobody asked for (a kill -9 from the scenario is not one)
+        self._killed = False
 
     async def start(self) -> None:
         self._stopping = False
@@ -71,7 +72,10 @@ class Daemon:
             await self._process.wait()
             if self._stopping:
                 return
-            self.restarts += 1
+            if self._killed:
+                self._killed = False
+            else:
+                self.restarts += 1
             await asyncio.sleep(_RESTART_DELAY_S)
             if not self._stopping:
                 await self._spawn()
@@ -79,6 +83,7 @@ class Daemon:
     def kill9(self) -> None:
         """SIGKILL the running process; the supervisor starts a new one."""
         if self._process is not None and self._process.returncode is None:
+            self._killed = True
             self._process.send_signal(signal.SIGKILL)
             self.kills += 1
 

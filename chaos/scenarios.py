@@ -43,6 +43,7 @@ class Run:
     connector: Daemon
     retrier: Daemon
     rng: random.Random
+    rate_per_s: float
     production_s: float = 0.0
 
 
@@ -52,6 +53,7 @@ class Result:
     account: Account
     drain_s: float
     restarts: int
+    kills: int
 
     def line(self) -> str:
         a = self.account
@@ -59,7 +61,7 @@ class Result:
             f"{self.name:<22} produced={a.produced:<6} delivered={a.delivered:<6} "
             f"dead_lettered={a.dead_lettered:<4} lost={a.lost} "
             f"wrong_dlq={a.wrong_dlq + a.missing_dlq} duplicated={a.duplicated_pct:.1f}% "
-            f"drain_s={self.drain_s:.1f} restarts={self.restarts}"
+            f"drain_s={self.drain_s:.1f} kills={self.kills} restarts={self.restarts}"
             + (f" lost_sample={list(a.lost_sample)}" if a.lost else "")
             + (f" wrong_sample={list(a.wrong_dlq_sample)}" if a.wrong_dlq else "")
         )
@@ -74,6 +76,7 @@ class Scenario:
     fault: Fault
     poison_every: int = 0
     malformed: int = 0
+    rate_factor: float = 1.0  # of Size.rate_per_s, for faults that need a longer load
     destination_keys: dict[str, object] = field(default_factory=dict)
 
 
@@ -83,13 +86,15 @@ async def _at(run: Run, fraction: float) -> None:
 
 
 async def kill_connector(run: Run) -> None:
-    """SIGKILL the connector `kills` times at random moments under load; it is restarted each time."""
-    moments = sorted(run.rng.uniform(0.1, 1.0) * run.production_s for _ in range(run.size.kills))
-    started = time.monotonic()
-    for moment in moments:
-        await asyncio.sleep(max(0.0, moment - (time.monotonic() - started)))
+    """SIGKILL the connector `kills` times, each at a random moment while it is delivering."""
+    destination = run.stage.destination
+    for _ in range(run.size.kills):
+        # Wait until this incarnation is delivering, so the kill hits live work; a restart takes
+        # a session timeout or so, which the slower load of this scenario is paced to outlast.
+        if not await destination.wait_for_requests(destination.request_count + 5, 60.0):
+            return
+        await asyncio.sleep(run.rng.uniform(0.0, 1.0))
         run.connector.kill9()
-        await asyncio.sleep(1.0)
 
 
 async def kill_retrier(run: Run) -> None:
@@ -140,7 +145,7 @@ async def cut_broker_link(run: Run) -> None:
 
 
 SCENARIOS = (
-    Scenario("connector_kill9", kill_connector),
+    Scenario("connector_kill9", kill_connector, rate_factor=0.1),
     Scenario("retrier_kill9", kill_retrier, destination_keys={"local_retry_attempts": 1}),
     Scenario("flaky_destination", flaky_destination),
     Scenario("destination_down", destination_down),
@@ -158,7 +163,7 @@ async def _produce_paced(run: Run, topic: str, poison_every: int) -> tuple[set[s
     """Produce `size.events` events at `size.rate_per_s`; returns (ids, poison ids)."""
     ids: set[str] = set()
     poison: set[str] = set()
-    per_tick = max(1, run.size.rate_per_s // 10)
+    per_tick = max(1, int(run.rate_per_s // 10))
     async with kafka.producer(run.stage.settings) as producer:
         for start in range(0, run.size.events, per_tick):
             tick_started = time.monotonic()
@@ -181,6 +186,7 @@ async def run_scenario(stage: Stage, scenario: Scenario, size: Size, seed: int =
     name, topic = scenario.name, f"{scenario.name}.events"
     await kafka.ensure_topics(stage.settings, [topic], partitions=4)
     stage.write_destination(name, topic, **scenario.destination_keys)
+    rate = size.rate_per_s * scenario.rate_factor
     run = Run(
         name,
         stage,
@@ -188,7 +194,8 @@ async def run_scenario(stage: Stage, scenario: Scenario, size: Size, seed: int =
         stage.daemon("connector", name),
         stage.daemon("retrier", name),
         random.Random(seed),
-        production_s=size.events / size.rate_per_s,
+        rate,
+        production_s=size.events / rate,
     )
     _healthy(run)
     await run.connector.start()
@@ -208,7 +215,5 @@ async def run_scenario(stage: Stage, scenario: Scenario, size: Size, seed: int =
     dead = await stage.dead_letters(name)
     expected_dlq = poison | set(malformed)
     account = settle(ids | set(malformed), stage.destination.delivered_ids(), dead, expected_dlq)
-    restarts = (
-        run.connector.restarts + run.retrier.restarts - run.connector.kills - run.retrier.kills
-    )
-    return Result(name, account, drain_s, restarts)
+    restarts = run.connector.restarts + run.retrier.restarts
+    return Result(name, account, drain_s, restarts, run.connector.kills + run.retrier.kills)

@@ -100,6 +100,11 @@ class Connector:
         self._taking_in = False  # a poll is being taken in: batch it whole before dispatching
         self._buffer_limit = dest.max_in_flight * dest.max_batch_records * _BUFFER_WINDOWS
         self._buffer_limit_bytes = dest.max_in_flight * dest.max_batch_bytes * _BUFFER_WINDOWS
+        # Commit by time or by count, whichever comes first: at high throughput what finished
+        # since the last commit is what a kill -9 delivers again, so bound it by count too.
+        self._commit_every = max(
+            dest.max_batch_records, dest.max_in_flight * dest.max_batch_records // 4
+        )
         self._pending_bytes = 0
         self._consumer: AIOKafkaConsumer | None = None
         self._deliverer: Deliverer | None = None
@@ -190,7 +195,7 @@ class Connector:
             now = loop.time()
             if fetched or self._tasks or self._pending:
                 last_activity = now
-            if now >= next_commit:
+            if now >= next_commit or self._tracker.finished_since_commit >= self._commit_every:
                 await self._commit(consumer)
                 next_commit = now + self.dest.commit_interval_s
             if self._until_idle_s is not None and now - last_activity >= self._until_idle_s:

@@ -116,6 +116,11 @@ class TestDestination:
         return list(self._requests)
 
     @property
+    def request_count(self) -> int:
+        """How many requests were read since the last `clear` (kept even without history)."""
+        return self._request_count
+
+    @property
     def connections_opened(self) -> int:
         """How many TCP connections were accepted since start (to check keep-alive)."""
         return self._connections_opened

@@ -25,6 +25,7 @@ class OffsetTracker:
 
     def __init__(self) -> None:
         self._partitions: dict[TopicPartition, _PartitionProgress] = {}
+        self.finished_since_commit = 0  # outcomes noted since the last `committed()` call
 
     def track(self, tp: TopicPartition, offset: int) -> None:
         """Note a fetched record that has no outcome yet."""
@@ -39,6 +40,7 @@ class OffsetTracker:
         if progress is None:
             return
         progress.done.add(offset)
+        self.finished_since_commit += 1
         queue = progress.outstanding
         while queue and queue[0] in progress.done:
             head = queue.popleft()
@@ -63,6 +65,7 @@ class OffsetTracker:
         }
 
     def committed(self, offsets: dict[TopicPartition, int]) -> None:
+        self.finished_since_commit = 0
         for tp, offset in offsets.items():
             progress = self._partitions.get(tp)
             if progress is not None:
