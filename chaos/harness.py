@@ -15,12 +15,12 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from config.settings import KafkaSettings
+from devstack import kafka_tools
 from devstack.broker import LocalBroker
 from devstack.destination import TestDestination
 from devstack.ports import free_port
 from devstack.tcp_proxy import TcpProxy
 from plumbing import kafka
-from plumbing.envelope import header_map
 
 _RESTART_DELAY_S = 0.5
 
@@ -160,16 +160,7 @@ class Stage:
 
     async def dead_letters(self, name: str) -> dict[str, str]:
         """id (origin for records that are not JSON objects) -> reason, for NAME.dlq."""
-        found: dict[str, str] = {}
-        for record in await kafka.read_to_end(self.settings, f"{name}.dlq", timeout_s=60):
-            headers = header_map(record.headers)
-            reason = headers.get("hifi-reason", b"?").decode()
-            try:
-                key = str(orjson.loads(record.value)["id"])
-            except (orjson.JSONDecodeError, KeyError, TypeError):
-                key = headers.get("hifi-origin", b"?").decode()
-            found[key] = reason
-        return found
+        return await kafka_tools.dead_letters(self.settings, name)
 
 
 @contextlib.asynccontextmanager

@@ -23,11 +23,11 @@ import httpx
 import orjson
 
 from config.settings import KafkaSettings
+from devstack import kafka_tools
 from devstack.broker import LocalBroker
 from devstack.destination import Reply, TestDestination
 from devstack.ports import free_port
 from plumbing import kafka
-from plumbing.envelope import header_map
 
 DEST = "demo"
 TOPIC = "demo.events"
@@ -169,20 +169,6 @@ async def wait_ready(client: httpx.AsyncClient, ports: tuple[int, int]) -> None:
     print(f"connector and retrier ready after {time.monotonic() - started:.1f}s; producing")
 
 
-async def dead_letters(settings: KafkaSettings) -> dict[str, str]:
-    """id (or origin for malformed records) -> reason, for every record in the DLQ."""
-    found: dict[str, str] = {}
-    for record in await kafka.read_to_end(settings, f"{DEST}.dlq"):
-        headers = header_map(record.headers)
-        reason = headers.get("hifi-reason", b"?").decode()
-        try:
-            key = str(orjson.loads(record.value)["id"])
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            key = headers.get("hifi-origin", b"?").decode()
-        found[key] = reason
-    return found
-
-
 async def run(bootstrap: str) -> int:
     settings = KafkaSettings(bootstrap=bootstrap)
     tally = Tally()
@@ -231,7 +217,7 @@ async def run(bootstrap: str) -> int:
 async def summarize(settings: KafkaSettings, tally: Tally, destination: TestDestination) -> int:
     delivered_list = destination.delivered_ids()
     delivered = set(delivered_list)
-    dead = await dead_letters(settings)
+    dead = await kafka_tools.dead_letters(settings, DEST)
     lost = tally.produced - delivered - set(dead)
     wrong_dlq = {i for i, reason in dead.items() if i in tally.produced and i not in tally.poison}
     malformed = sum(1 for reason in dead.values() if reason == "malformed")

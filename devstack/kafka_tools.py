@@ -11,6 +11,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from config.settings import KafkaSettings
 from plumbing import kafka
+from plumbing.envelope import HDR_ORIGIN, HDR_REASON, header_map
 
 
 async def produce(
@@ -72,3 +73,20 @@ async def committed_offsets(
         return {p: await consumer.committed(TopicPartition(topic, p)) for p in sorted(partitions)}
     finally:
         await consumer.stop()
+
+
+async def dead_letters(
+    settings: KafkaSettings, dest: str, *, timeout_s: float = 60.0
+) -> dict[str, str]:
+    """Event id -> hifi-reason for every record in `dest`.dlq; records that are not JSON objects
+    with an id are keyed by their hifi-origin (topic/partition/offset)."""
+    found: dict[str, str] = {}
+    for record in await kafka.read_to_end(settings, f"{dest}.dlq", timeout_s=timeout_s):
+        headers = header_map(record.headers)
+        reason = headers.get(HDR_REASON, b"?").decode()
+        try:
+            key = str(orjson.loads(record.value)["id"])
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            key = headers.get(HDR_ORIGIN, b"?").decode()
+        found[key] = reason
+    return found

@@ -112,8 +112,8 @@ def parse_record(
     if record.headers:
         headers = header_map(record.headers)
         origin = _text(headers.get(HDR_ORIGIN)) or origin_of(record)
-        attempt = _int(headers.get(HDR_ATTEMPT)) or 0
-        first_failure_ms = _int(headers.get(HDR_FIRST_FAILURE_MS))
+        attempt = header_int(headers.get(HDR_ATTEMPT)) or 0
+        first_failure_ms = header_int(headers.get(HDR_FIRST_FAILURE_MS))
         history = headers.get(HDR_HISTORY)
         user_headers = passthrough_headers(record.headers)
     else:  # the common case: a record straight from a producer, no headers to read
@@ -172,7 +172,8 @@ def _text(raw: bytes | None) -> str | None:
     return raw.decode("utf-8", errors="replace")
 
 
-def _int(raw: bytes | None) -> int | None:
+def header_int(raw: bytes | None) -> int | None:
+    """An integer header value; None when absent or not a number."""
     if raw is None:
         return None
     try:

@@ -11,6 +11,7 @@ from plumbing.envelope import (
     HDR_DUE_MS,
     HDR_FIRST_FAILURE_MS,
     HDR_HANDOFF_MS,
+    header_int,
 )
 
 _TIER_SUFFIX = ".retry_tier"
@@ -38,10 +39,10 @@ class HandOff:
     @classmethod
     def from_headers(cls, headers: Mapping[str, bytes], *, record_ms: int) -> HandOff:
         """Read the hand-off headers; missing or unreadable values fall back to `record_ms`."""
-        handoff_ms = _int(headers.get(HDR_HANDOFF_MS)) or record_ms
+        handoff_ms = header_int(headers.get(HDR_HANDOFF_MS)) or record_ms
         return cls(
-            attempt=max(1, _int(headers.get(HDR_ATTEMPT)) or 1),
-            first_failure_ms=_int(headers.get(HDR_FIRST_FAILURE_MS)) or handoff_ms,
+            attempt=max(1, header_int(headers.get(HDR_ATTEMPT)) or 1),
+            first_failure_ms=header_int(headers.get(HDR_FIRST_FAILURE_MS)) or handoff_ms,
             handoff_ms=handoff_ms,
         )
 
@@ -109,18 +110,9 @@ def is_too_old(first_failure_ms: int, *, max_age_s: float, now_ms: int) -> bool:
 
 def due_of(headers: Mapping[str, bytes], *, record_ms: int) -> int:
     """The due time a tier record carries; a record without one is due at once."""
-    return _int(headers.get(HDR_DUE_MS)) or record_ms
+    return header_int(headers.get(HDR_DUE_MS)) or record_ms
 
 
 def _too_old(first_failure_ms: int, max_age_s: float, now_ms: int) -> Expire:
     age_s = (now_ms - first_failure_ms) / 1000
     return Expire(f"first failure {age_s:.0f}s ago, over max_retry_age_s={max_age_s:g}")
-
-
-def _int(raw: bytes | None) -> int | None:
-    if raw is None:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        return None
