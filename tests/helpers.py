@@ -11,7 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from config.catalog import Catalog, Destination
+from plumbing.envelope import Event
 
 
 def write_destination(catalog_dir: Path, name: str, **keys: Any) -> Path:
@@ -91,3 +94,30 @@ async def until(condition: Callable[[], bool], timeout_s: float, interval_s: flo
             return False
         await asyncio.sleep(interval_s)
     return True
+
+
+def make_event(
+    i: int,
+    *,
+    topic: str = "src",
+    size: int = 0,
+    user_headers: list[tuple[str, bytes]] | None = None,
+) -> Event:
+    """An `Event` as the connector builds it from record `i` of partition 0 of `topic`."""
+    value = orjson.dumps({"id": f"e{i}", "p": "x" * size} if size else {"id": f"e{i}"})
+    return Event(
+        topic=topic,
+        partition=0,
+        offset=i,
+        key=f"e{i}".encode(),
+        value=value,
+        id=f"e{i}",
+        event_time_ms=1,
+        id_from_record=True,
+        time_from_record=True,
+        origin=f"{topic}/0/{i}",
+        attempt=0,
+        first_failure_ms=None,
+        history=None,
+        user_headers=user_headers or [],
+    )

@@ -19,7 +19,7 @@ from connector.rebatch import Batch
 from plumbing.envelope import Event, header_map
 from plumbing.errors import BrokerUnavailable
 from plumbing.kafka import Headers
-from tests.helpers import make_destination
+from tests.helpers import make_destination, make_event
 
 URL = "https://collector.test/v1/events"
 
@@ -51,23 +51,7 @@ class Sleeps:
 
 
 def _event(i: int) -> Event:
-    value = orjson.dumps({"id": f"e{i}"})
-    return Event(
-        topic="src",
-        partition=0,
-        offset=i,
-        key=f"e{i}".encode(),
-        value=value,
-        id=f"e{i}",
-        event_time_ms=1,
-        id_from_record=True,
-        time_from_record=True,
-        origin=f"src/0/{i}",
-        attempt=0,
-        first_failure_ms=None,
-        history=None,
-        user_headers=[("trace", b"abc")],
-    )
+    return make_event(i, user_headers=[("trace", b"abc")])
 
 
 @pytest.fixture

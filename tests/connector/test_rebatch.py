@@ -8,26 +8,11 @@ import orjson
 
 from connector.rebatch import Batch, encode_body, take_batch
 from plumbing.envelope import Event
+from tests.helpers import make_event
 
 
 def _event(i: int, size: int = 10) -> Event:
-    value = orjson.dumps({"id": f"e{i}", "p": "x" * size})
-    return Event(
-        topic="t",
-        partition=0,
-        offset=i,
-        key=None,
-        value=value,
-        id=f"e{i}",
-        event_time_ms=1,
-        id_from_record=True,
-        time_from_record=True,
-        origin=f"t/0/{i}",
-        attempt=0,
-        first_failure_ms=None,
-        history=None,
-        user_headers=[],
-    )
+    return make_event(i, topic="t", size=size)
 
 
 def test_batches_are_cut_by_record_count() -> None:
