@@ -25,7 +25,7 @@ from connector.handoff import HandOff
 from connector.rebatch import Batch, take_batch
 from plumbing import kafka
 from plumbing.envelope import Event, KafkaRecord, parse_record
-from plumbing.errors import BrokerUnavailable, MalformedRecord
+from plumbing.errors import MalformedRecord
 from plumbing.group import GroupListener
 from plumbing.offsets import OffsetTracker
 from plumbing.ops_http import OpsServer
@@ -165,16 +165,9 @@ class Connector:
             fetch_max_wait_ms=_FETCH_MAX_WAIT_MS,
         )
         consumer.subscribe(topics=self._topics(), listener=GroupListener(self, dest=self.dest.name))
-        try:
-            await consumer.start()
-        except KafkaError as exc:
-            await consumer.stop()
-            raise BrokerUnavailable(f"kafka {self._settings.bootstrap}: {exc}") from exc
-        self._consumer = consumer
-        try:
+        async with kafka.started(consumer, self._settings):
+            self._consumer = consumer
             yield consumer
-        finally:
-            await consumer.stop()
 
     # --- intake -------------------------------------------------------------------------
 

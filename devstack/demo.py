@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -27,6 +25,7 @@ from devstack import kafka_tools
 from devstack.broker import LocalBroker
 from devstack.destination import Reply, TestDestination
 from devstack.ports import free_port
+from devstack.processes import start_daemon
 from plumbing import kafka
 
 DEST = "demo"
@@ -94,17 +93,6 @@ async def produce(settings: KafkaSettings, tally: Tally) -> None:
             await asyncio.sleep(0.1)
 
 
-def start(module: str, args: list[str], bootstrap: str, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "HIFI_KAFKA_BOOTSTRAP": bootstrap}
-    with open(log, "wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", module, *args, "--log-format", "json"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-
-
 async def scrape(client: httpx.AsyncClient, port: int) -> dict[str, float]:
     """Counters from a daemon's /metrics, summed by metric name."""
     try:
@@ -132,17 +120,17 @@ async def daemons(catalog: Path, bootstrap: str, ports: tuple[int, int]) -> Asyn
     common = ["--catalog", str(catalog)]
     names = ["connector", "retrier"]
     processes = [
-        start(
+        start_daemon(
             "connector",
             ["--dest", DEST, *common, "--metrics-port", str(ports[0])],
-            bootstrap,
-            WORK_DIR / "connector.log",
+            bootstrap=bootstrap,
+            log_path=WORK_DIR / "connector.log",
         ),
-        start(
+        start_daemon(
             "retrier",
             ["--dest", DEST, *common, "--metrics-port", str(ports[1])],
-            bootstrap,
-            WORK_DIR / "retrier.log",
+            bootstrap=bootstrap,
+            log_path=WORK_DIR / "retrier.log",
         ),
     ]
     try:

@@ -117,6 +117,22 @@ def consumer(
     return AIOKafkaConsumer(**client_options(settings), **options)
 
 
+@contextlib.asynccontextmanager
+async def started(
+    consumer: AIOKafkaConsumer, settings: KafkaSettings
+) -> AsyncIterator[AIOKafkaConsumer]:
+    """Start `consumer` (a failure becomes `BrokerUnavailable`) and stop it when the block exits."""
+    try:
+        await consumer.start()
+    except KafkaError as exc:
+        await consumer.stop()
+        raise BrokerUnavailable(f"kafka {settings.bootstrap}: {exc}") from exc
+    try:
+        yield consumer
+    finally:
+        await consumer.stop()
+
+
 async def ensure_topics(settings: KafkaSettings, names: Iterable[str], *, partitions: int) -> None:
     """Create whichever of `names` do not exist yet; existing topics are left as they are."""
     admin = AIOKafkaAdminClient(**client_options(settings))
@@ -153,12 +169,7 @@ async def read_to_end(settings: KafkaSettings, topic: str, *, timeout_s: float =
     consumer = AIOKafkaConsumer(
         **client_options(settings), enable_auto_commit=False, auto_offset_reset="earliest"
     )
-    try:
-        await consumer.start()
-    except KafkaError as exc:
-        await consumer.stop()
-        raise BrokerUnavailable(f"kafka {settings.bootstrap}: cannot read {topic}: {exc}") from exc
-    try:
+    async with started(consumer, settings):
         partitions = consumer.partitions_for_topic(topic) or set()
         tps = [TopicPartition(topic, p) for p in sorted(partitions)]
         if not tps:
@@ -175,8 +186,6 @@ async def read_to_end(settings: KafkaSettings, topic: str, *, timeout_s: float =
             if not fetched and await _at_end(consumer, tps):
                 return records
         raise TimeoutError(f"reading {topic} did not reach its end in {timeout_s}s")
-    finally:
-        await consumer.stop()
 
 
 async def _at_end(consumer: AIOKafkaConsumer, tps: Sequence[TopicPartition]) -> bool:

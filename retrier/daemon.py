@@ -168,21 +168,19 @@ class Retrier:
     @contextlib.asynccontextmanager
     async def _consuming(self) -> AsyncIterator[AIOKafkaConsumer]:
         consumer = kafka.consumer(self._settings, group_id=self.group_id, **_CONSUMER_OPTIONS)
-        try:
-            await consumer.start()
-            self._sources = self._sources_for(await consumer.topics())
-        except KafkaError as exc:
-            await consumer.stop()
-            raise BrokerUnavailable(f"kafka {self._settings.bootstrap}: {exc}") from exc
-        consumer.subscribe(
-            topics=sorted(self._sources), listener=GroupListener(self, component="retrier")
-        )
-        self._consumer = consumer
-        try:
-            yield consumer
-        finally:
-            self._consumer = None
-            await consumer.stop()
+        async with kafka.started(consumer, self._settings):
+            try:
+                self._sources = self._sources_for(await consumer.topics())
+            except KafkaError as exc:
+                raise BrokerUnavailable(f"kafka {self._settings.bootstrap}: {exc}") from exc
+            consumer.subscribe(
+                topics=sorted(self._sources), listener=GroupListener(self, component="retrier")
+            )
+            self._consumer = consumer
+            try:
+                yield consumer
+            finally:
+                self._consumer = None
 
     @contextlib.asynccontextmanager
     async def _refreshing(self, backlog: Backlog) -> AsyncIterator[None]:

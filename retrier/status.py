@@ -16,7 +16,6 @@ from aiokafka.errors import KafkaError
 from config.settings import KafkaSettings
 from plumbing import kafka
 from plumbing.envelope import HDR_ERROR, HDR_STATUS
-from plumbing.errors import BrokerUnavailable
 from retrier import metrics
 from retrier.holds import Head
 from retrier.tiers import HandOff
@@ -60,12 +59,7 @@ class Backlog:
         consumer = kafka.consumer(
             self._settings, group_id=self._group_id, max_partition_fetch_bytes=_PROBE_FETCH_BYTES
         )
-        try:
-            await consumer.start()
-        except KafkaError as exc:
-            await consumer.stop()
-            raise BrokerUnavailable(f"kafka {self._settings.bootstrap}: {exc}") from exc
-        try:
+        async with kafka.started(consumer, self._settings):
             consumer.assign(
                 [
                     TopicPartition(topic, p)
@@ -74,10 +68,10 @@ class Backlog:
                 ]
             )
             self._consumer = consumer
-            yield self
-        finally:
-            self._consumer = None
-            await consumer.stop()
+            try:
+                yield self
+            finally:
+                self._consumer = None
 
     async def refresh(self, now_ms: int) -> None:
         """Re-measure every topic; on a Kafka error keep the previous numbers and log a warning."""

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +12,18 @@ from typing import Any
 import orjson
 
 from config.catalog import Catalog, Destination
+from devstack.processes import start_daemon
 from plumbing.envelope import Event
+
+__all__ = [
+    "events",
+    "make_destination",
+    "make_event",
+    "start_daemon",
+    "until",
+    "wait_exit",
+    "write_destination",
+]
 
 
 def write_destination(catalog_dir: Path, name: str, **keys: Any) -> Path:
@@ -63,21 +72,6 @@ def _toml(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     return repr(value)
-
-
-def start_daemon(
-    module: str, args: list[str], *, bootstrap: str, log_path: Path
-) -> subprocess.Popen[bytes]:
-    """Start `python -m MODULE ARGS` as a real process with its logs in `log_path`."""
-    env = {**os.environ, "HIFI_KAFKA_BOOTSTRAP": bootstrap}
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", module, *args, "--log-format", "json"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
 
 
 async def wait_exit(process: subprocess.Popen[bytes], timeout_s: float) -> int:
