@@ -24,7 +24,7 @@ from connector.delivery import Deliverer
 from connector.handoff import HandOff
 from connector.rebatch import Batch, take_batch
 from plumbing import kafka
-from plumbing.envelope import Event, KafkaRecord, parse_record
+from plumbing.envelope import Event, KafkaRecord, parse_records
 from plumbing.errors import MalformedRecord
 from plumbing.group import GroupListener
 from plumbing.offsets import OffsetTracker
@@ -43,8 +43,10 @@ _BUFFER_WINDOWS = 2  # records buffered beyond those in flight, in units of max_
 # ConsumerRecord and their lists per record, the default ran ~1,000 passes per 300k events, with
 # pauses of up to ~100 ms; start-up objects are frozen out of every pass.
 _GC_GEN0_THRESHOLD = 10_000
-_partition_key = attrgetter("topic", "partition")
+_partition_of = attrgetter("tp")
+_offset_of = attrgetter("offset")
 _value_of = attrgetter("value")
+_event_time_of = attrgetter("event_time_ms")
 
 
 def _tune_gc() -> None:
@@ -57,17 +59,19 @@ def _tune_gc() -> None:
     gc.set_threshold(_GC_GEN0_THRESHOLD, gen1, gen2)
 
 
-def _by_partition(items: Iterable[Any]) -> Iterator[tuple[TopicPartition, Iterator[Any]]]:
-    """Runs of consecutive events (or records) of one partition, with its `TopicPartition`."""
-    for key, run in itertools.groupby(items, _partition_key):
-        yield TopicPartition(*key), run
+def _by_partition(events: Iterable[Event]) -> Iterator[tuple[TopicPartition, list[int]]]:
+    """Runs of consecutive events of one partition, as the partition and their offsets."""
+    for tp, run in itertools.groupby(events, _partition_of):
+        yield tp, list(map(_offset_of, run))
 
 
-def _partition_counts(items: Iterable[Any]) -> Counter[TopicPartition]:
-    """How many of `items` belong to each partition (one `TopicPartition` per partition)."""
-    return Counter(
-        {TopicPartition(*key): n for key, n in Counter(map(_partition_key, items)).items()}
-    )
+def _partition_counts(events: Iterable[Event]) -> Counter[TopicPartition]:
+    """How many of `events` belong to each partition."""
+    return Counter(map(_partition_of, events))
+
+
+def _record_partition_counts(records: Iterable[KafkaRecord]) -> Counter[TopicPartition]:
+    return Counter(TopicPartition(record.topic, record.partition) for record in records)
 
 
 class Connector:
@@ -216,28 +220,23 @@ class Connector:
             self._taking_in = False
 
     def _intake(self, tp: TopicPartition, records: list[Any]) -> None:
-        now_s = time.time()
+        now_ms = time.time() * 1000
         dest = self.dest
-        track = self._tracker.track
-        id_field, time_field, max_bytes = dest.id_field, dest.event_time_field, dest.max_batch_bytes
-        events: list[Event] = []
-        for record in records:
-            track(tp, record.offset)
-            try:
-                event = parse_record(
-                    record, id_field=id_field, event_time_field=time_field, max_bytes=max_bytes
-                )
-            except MalformedRecord as exc:
-                self._malformed.append((record, exc))
-                continue
-            if not event.id_from_record:
-                metrics.MISSING_FIELDS.labels(dest.name, "id").inc()
-            if not event.time_from_record:
-                metrics.MISSING_FIELDS.labels(dest.name, "event_time").inc()
-            events.append(event)
-        metrics.LAG_IN.labels(dest.name).observe_many(
-            max(0.0, now_s - event.event_time_ms / 1000) for event in events
+        self._tracker.track(tp, map(_offset_of, records))
+        parsed = parse_records(
+            tp,
+            records,
+            id_field=dest.id_field,
+            event_time_field=dest.event_time_field,
+            max_bytes=dest.max_batch_bytes,
         )
+        self._malformed.extend(parsed.malformed)
+        if parsed.missing_id:
+            metrics.MISSING_FIELDS.labels(dest.name, "id").inc(parsed.missing_id)
+        if parsed.missing_time:
+            metrics.MISSING_FIELDS.labels(dest.name, "event_time").inc(parsed.missing_time)
+        events = parsed.events
+        metrics.LAG_IN.labels(dest.name).observe_ages(now_ms, map(_event_time_of, events))
         self._pending.extend(events)
         self._pending_bytes += sum(map(len, map(_value_of, events)))
 
@@ -264,7 +263,7 @@ class Connector:
         """
         while self._malformed and len(self._tasks) < self.dest.max_in_flight:
             chunk, self._malformed = self._malformed[:500], self._malformed[500:]
-            partitions = _partition_counts(record for record, _ in chunk)
+            partitions = _record_partition_counts(record for record, _ in chunk)
             self._spawn(self._dead_letter_records(chunk), partitions)
         while self._pending and len(self._tasks) < self.dest.max_in_flight:
             if full_batches_only and not self._fills_a_batch():
@@ -304,17 +303,15 @@ class Connector:
     async def _deliver(self, batch: Batch) -> None:
         assert self._deliverer is not None
         await self._deliverer.deliver(batch)
-        finish = self._tracker.finish
-        for tp, events in _by_partition(batch.events):
-            for event in events:
-                finish(tp, event.offset)
+        for tp, offsets in _by_partition(batch.events):
+            self._tracker.finish(tp, offsets)
 
     async def _dead_letter_records(self, chunk: list[tuple[KafkaRecord, MalformedRecord]]) -> None:
         assert self._handoff is not None
         for record, exc in chunk:
             await self._handoff.record_to_dlq(record, reason=exc.reason, error=str(exc))
             metrics.RECORDS.labels(self.dest.name, "dead_lettered").inc()
-            self._tracker.finish(TopicPartition(record.topic, record.partition), record.offset)
+            self._tracker.finish(TopicPartition(record.topic, record.partition), (record.offset,))
         self._log.warning("malformed_dead_lettered", records=len(chunk), reason=chunk[0][1].reason)
 
     async def _wait_progress(self, timeout_s: float) -> None:
@@ -373,9 +370,7 @@ class Connector:
     async def release(self, partitions: set[TopicPartition]) -> None:
         """Rebalance: stop starting work for `partitions`, wait for theirs, commit, forget them."""
         self._assignment_epoch += 1
-        self._pending = deque(
-            e for e in self._pending if TopicPartition(e.topic, e.partition) not in partitions
-        )
+        self._pending = deque(e for e in self._pending if e.tp not in partitions)
         self._pending_bytes = sum(e.size_bytes for e in self._pending)
         self._malformed = [
             (r, x)

@@ -183,9 +183,8 @@ class Deliverer:
         if self._failing:
             self._failing = False
             log.info("destination_recovered")
-        now_s = time.time()
-        metrics.LAG_OUT.labels(self._labels).observe_many(
-            max(0.0, now_s - event.event_time_ms / 1000) for event in batch.events
+        metrics.LAG_OUT.labels(self._labels).observe_ages(
+            time.time() * 1000, [event.event_time_ms for event in batch.events]
         )
         metrics.RECORDS.labels(self._labels, "delivered").inc(len(batch))
 

@@ -17,7 +17,6 @@ from plumbing.envelope import (
     Event,
     KafkaRecord,
     failure_headers,
-    header_map,
     origin_of,
     passthrough_headers,
 )
@@ -90,7 +89,7 @@ class HandOff:
             (HDR_DEST, self._dest.name.encode()),
             (HDR_STATUS, b"0"),
             (HDR_ERROR, error.encode()),
-            (HDR_ORIGIN, header_map(record.headers).get(HDR_ORIGIN) or origin_of(record).encode()),
+            (HDR_ORIGIN, origin_of(record).encode()),
             (HDR_ATTEMPT, b"0"),
         ]
         await self._producer.send_all([(self._dest.dlq_topic, record.key, record.value, headers)])

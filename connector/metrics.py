@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -13,6 +14,7 @@ from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+_INF = float("inf")
 _format_le: Callable[[float], str] = floatToGoString  # how Histogram writes `le` (untyped upstream)
 
 # prometheus_client's own switch for the `_created` series, read the same way it reads it.
@@ -38,13 +40,23 @@ class _PerEventHistogramChild:
         self.counts[bisect.bisect_left(self._bounds, value)] += 1
         self.sum += value
 
-    def observe_many(self, values: Iterable[float]) -> None:
-        """Observe every value; the same counts and sum as one `observe` per value."""
-        bounds, counts, total = self._bounds, self.counts, self.sum
-        for value in values:
-            counts[bisect.bisect_left(bounds, value)] += 1
-            total += value
-        self.sum = total
+    def observe_ages(self, now_ms: float, times_ms: Iterable[float]) -> None:
+        """Observe `now_ms - t` in seconds for every `t` (0 for a `t` in the future).
+
+        The same counts and sum as one `observe` per value, found with one sort and a bisection
+        per bucket instead of a bisection per value: an age is within a bound when its time is
+        at or after `now_ms - bound`.
+        """
+        times = sorted(times_ms)
+        if not times:
+            return
+        counts, seen_newer = self.counts, len(times)
+        for index, bound_s in enumerate(self._bounds):
+            newer = 0 if bound_s == _INF else bisect.bisect_left(times, now_ms - bound_s * 1000)
+            counts[index] += seen_newer - newer
+            seen_newer = newer
+        past = bisect.bisect_right(times, now_ms)  # future times add 0 to the sum
+        self.sum += (past * now_ms - math.fsum(times[:past])) / 1000
 
 
 class PerEventHistogram:

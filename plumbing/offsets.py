@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 from aiokafka import TopicPartition
@@ -27,24 +28,26 @@ class OffsetTracker:
         self._partitions: dict[TopicPartition, _PartitionProgress] = {}
         self.finished_since_commit = 0  # outcomes noted since the last `committed()` call
 
-    def track(self, tp: TopicPartition, offset: int) -> None:
-        """Note a fetched record that has no outcome yet."""
+    def track(self, tp: TopicPartition, offsets: Iterable[int]) -> None:
+        """Note fetched records of one partition, in fetch order, that have no outcome yet."""
         progress = self._partitions.get(tp)
         if progress is None:
             progress = self._partitions[tp] = _PartitionProgress()
-        progress.outstanding.append(offset)
+        progress.outstanding.extend(offsets)
 
-    def finish(self, tp: TopicPartition, offset: int) -> None:
-        """Note that a record has its outcome; unknown partitions (revoked) are ignored."""
+    def finish(self, tp: TopicPartition, offsets: Collection[int]) -> None:
+        """Note that records of one partition have their outcome; unknown (revoked) ones are ignored."""
         progress = self._partitions.get(tp)
         if progress is None:
             return
-        progress.done.add(offset)
-        self.finished_since_commit += 1
-        queue = progress.outstanding
-        while queue and queue[0] in progress.done:
+        done, queue = progress.done, progress.outstanding
+        done.update(offsets)
+        self.finished_since_commit += len(offsets)
+        head = None
+        while queue and queue[0] in done:
             head = queue.popleft()
-            progress.done.discard(head)
+            done.discard(head)
+        if head is not None:
             progress.next_offset = head + 1
 
     def outstanding(self, tp: TopicPartition) -> int:

@@ -244,8 +244,7 @@ class Retrier:
                 outgoing = release.due
                 if release.head is not None:
                     self._holds.hold(consumer, tp, release.head, now_ms)
-            for item in outgoing:
-                self._tracker.track(tp, item.offset)
+            self._tracker.track(tp, [item.offset for item in outgoing])
             planned[source.dest.name].extend(outgoing)
         for dest_name, outgoing in planned.items():
             if outgoing:
@@ -286,7 +285,7 @@ class Retrier:
             await self._producer.send_all([item.as_record() for item in outgoing])
         now_ms = _now_ms()
         for item in outgoing:
-            self._tracker.finish(item.source, item.offset)
+            self._tracker.finish(item.source, (item.offset,))
             item.count(dest_name, now_ms)
         expired = [item for item in outgoing if item.outcome is Outcome.EXPIRED]
         if expired:

@@ -10,7 +10,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from config.catalog import Destination
-from plumbing.envelope import HDR_ORIGIN, header_map, origin_of
+from plumbing.envelope import header_map, origin_of
 from plumbing.kafka import Headers
 from retrier import metrics, records
 from retrier.holds import Head
@@ -149,10 +149,5 @@ def _expired(
         Outcome.EXPIRED,
         tier,
         due_ms,
-        f"{decision.why} (origin {_origin(record)})",
+        f"{decision.why} (origin {origin_of(record)})",
     )
-
-
-def _origin(record: Any) -> str:
-    origin = header_map(record.headers).get(HDR_ORIGIN)
-    return origin.decode("utf-8", errors="replace") if origin else origin_of(record)

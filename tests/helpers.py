@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from aiokafka import ConsumerRecord, TopicPartition
 
 from config.catalog import Catalog, Destination
 from devstack.processes import start_daemon
-from plumbing.envelope import Event
+from plumbing.envelope import Event, parse_records
 
 __all__ = [
     "events",
@@ -99,19 +100,10 @@ def make_event(
 ) -> Event:
     """An `Event` as the connector builds it from record `i` of partition 0 of `topic`."""
     value = orjson.dumps({"id": f"e{i}", "p": "x" * size} if size else {"id": f"e{i}"})
-    return Event(
-        topic=topic,
-        partition=0,
-        offset=i,
-        key=f"e{i}".encode(),
-        value=value,
-        id=f"e{i}",
-        event_time_ms=1,
-        id_from_record=True,
-        time_from_record=True,
-        origin=f"{topic}/0/{i}",
-        attempt=0,
-        first_failure_ms=None,
-        history=None,
-        user_headers=user_headers or [],
+    record = ConsumerRecord(
+        topic, 0, i, 1, 0, f"e{i}".encode(), value, None, 3, len(value), user_headers or ()
     )
+    parsed = parse_records(
+        TopicPartition(topic, 0), [record], id_field="id", event_time_field="t", max_bytes=1 << 20
+    )
+    return parsed.events[0]

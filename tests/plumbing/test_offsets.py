@@ -12,26 +12,24 @@ TP = TopicPartition("events", 0)
 def test_watermark_waits_for_the_lowest_unfinished_offset() -> None:
     """Finishing later offsets first does not move the watermark past an unfinished one."""
     tracker = OffsetTracker()
-    for offset in range(5):
-        tracker.track(TP, offset)
-    tracker.finish(TP, 3)
-    tracker.finish(TP, 1)
+    tracker.track(TP, range(5))
+    tracker.finish(TP, [3])
+    tracker.finish(TP, [1])
     assert tracker.to_commit() == {}
-    tracker.finish(TP, 0)
+    tracker.finish(TP, [0])
     assert tracker.to_commit() == {TP: 2}
-    tracker.finish(TP, 2)
+    tracker.finish(TP, [2])
     assert tracker.to_commit() == {TP: 4}
-    tracker.finish(TP, 4)
+    tracker.finish(TP, [4])
     assert tracker.to_commit() == {TP: 5}
 
 
 def test_gaps_in_offsets_follow_fetch_order() -> None:
     """Offsets skipped by compaction or transaction markers do not hold the watermark back."""
     tracker = OffsetTracker()
-    for offset in (10, 11, 15, 20):
-        tracker.track(TP, offset)
+    tracker.track(TP, [10, 11, 15, 20])
     for offset in (20, 15, 11, 10):
-        tracker.finish(TP, offset)
+        tracker.finish(TP, [offset])
     assert tracker.to_commit() == {TP: 21}
 
 
@@ -39,26 +37,26 @@ def test_committed_offsets_are_not_offered_again() -> None:
     """After `committed` only partitions that advanced further are returned."""
     tracker = OffsetTracker()
     other = TopicPartition("events", 1)
-    tracker.track(TP, 0)
-    tracker.track(other, 7)
-    tracker.finish(TP, 0)
-    tracker.finish(other, 7)
+    tracker.track(TP, [0])
+    tracker.track(other, [7])
+    tracker.finish(TP, [0])
+    tracker.finish(other, [7])
     offsets = tracker.to_commit()
     assert offsets == {TP: 1, other: 8}
     tracker.committed(offsets)
     assert tracker.to_commit() == {}
     assert tracker.last_committed(other) == 8
-    tracker.track(TP, 1)
-    tracker.finish(TP, 1)
+    tracker.track(TP, [1])
+    tracker.finish(TP, [1])
     assert tracker.to_commit() == {TP: 2}
 
 
 def test_forgotten_partitions_ignore_late_outcomes() -> None:
     """Outcomes arriving after a partition was revoked change nothing and raise nothing."""
     tracker = OffsetTracker()
-    tracker.track(TP, 0)
+    tracker.track(TP, [0])
     tracker.forget({TP})
-    tracker.finish(TP, 0)
+    tracker.finish(TP, [0])
     assert tracker.to_commit() == {}
     assert tracker.total_outstanding() == 0
 
@@ -68,6 +66,20 @@ def test_to_commit_can_be_limited_to_some_partitions() -> None:
     tracker = OffsetTracker()
     other = TopicPartition("events", 1)
     for tp in (TP, other):
-        tracker.track(tp, 0)
-        tracker.finish(tp, 0)
+        tracker.track(tp, [0])
+        tracker.finish(tp, [0])
     assert tracker.to_commit({other}) == {other: 1}
+
+
+def test_batches_finishing_out_of_order_move_the_watermark_once_the_head_is_done() -> None:
+    """Whole requests finish at once, in any order; the count since the last commit adds up."""
+    tracker = OffsetTracker()
+    tracker.track(TP, range(0, 500))
+    tracker.track(TP, range(500, 1000))
+    tracker.finish(TP, range(500, 1000))
+    assert tracker.to_commit() == {}
+    assert tracker.outstanding(TP) == 1000
+    tracker.finish(TP, range(0, 500))
+    assert tracker.to_commit() == {TP: 1000}
+    assert tracker.outstanding(TP) == 0
+    assert tracker.finished_since_commit == 1000

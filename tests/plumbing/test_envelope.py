@@ -1,0 +1,114 @@
+"""Reading Kafka records as events: the connector's per-record path and the failures it sets apart."""
+
+from __future__ import annotations
+
+import orjson
+from aiokafka import ConsumerRecord, TopicPartition
+
+from plumbing.envelope import Parsed, failure_headers, header_map, parse_records
+
+TP = TopicPartition("src", 3)
+KAFKA_TIMESTAMP_MS = 1_700_000_000_000
+
+
+def _record(
+    offset: int, value: bytes | None, headers: list[tuple[str, bytes]] | None = None
+) -> ConsumerRecord[bytes, bytes]:
+    size = len(value) if value is not None else -1
+    return ConsumerRecord(
+        TP.topic, TP.partition, offset, KAFKA_TIMESTAMP_MS, 0, b"k", value, None, 1, size,
+        headers or (),
+    )  # fmt: skip
+
+
+def _parse(*records: ConsumerRecord[bytes, bytes], max_bytes: int = 1 << 20) -> Parsed:
+    return parse_records(TP, records, id_field="id", event_time_field="ts", max_bytes=max_bytes)
+
+
+def test_events_keep_their_bytes_id_time_and_position() -> None:
+    value = b'{"id":"a1","ts":1700000000123,"n":1}'
+    parsed = _parse(_record(7, value))
+    (event,) = parsed.events
+    assert (event.tp, event.offset, event.value, event.id) == (TP, 7, value, "a1")
+    assert event.event_time_ms == 1_700_000_000_123
+    assert event.id_from_record
+    assert event.time_from_record
+    assert (event.topic, event.partition, event.key) == ("src", 3, b"k")
+    assert (event.origin, event.attempt, event.first_failure_ms, event.history) == (
+        "src/3/7",
+        0,
+        None,
+        None,
+    )
+    assert event.user_headers == []
+    assert (parsed.malformed, parsed.missing_id, parsed.missing_time) == ([], 0, 0)
+
+
+def test_ids_and_times_in_other_forms() -> None:
+    parsed = _parse(
+        _record(0, b'{"id":42,"ts":"2026-11-22T10:00:00Z"}'),
+        _record(1, b'{"id":"b","ts":"2026-11-22T10:00:00.5+01:00"}'),
+        _record(2, b'{"id":"c","ts":1700000000000.9}'),
+    )
+    assert [e.id for e in parsed.events] == ["42", "b", "c"]
+    assert [e.event_time_ms for e in parsed.events] == [
+        1_795_341_600_000,
+        1_795_338_000_500,
+        1_700_000_000_000,
+    ]
+    assert parsed.missing_time == 0
+
+
+def test_missing_or_unusable_id_and_time_fall_back_and_are_counted() -> None:
+    parsed = _parse(
+        _record(0, b'{"ts":5}'),
+        _record(1, b'{"id":"","ts":true}'),
+        _record(2, b'{"id":["x"],"ts":"yesterday"}'),
+        _record(3, b'{"id":"ok","ts":-1}'),
+    )
+    assert [e.id for e in parsed.events] == ["src/3/0", "src/3/1", "src/3/2", "ok"]
+    assert [e.id_from_record for e in parsed.events] == [False, False, False, True]
+    assert [e.event_time_ms for e in parsed.events] == [5] + [KAFKA_TIMESTAMP_MS] * 3
+    assert [e.time_from_record for e in parsed.events] == [True, False, False, False]
+    assert (parsed.missing_id, parsed.missing_time) == (3, 3)
+
+
+def test_malformed_records_are_set_apart_with_a_reason_and_the_rest_still_parse() -> None:
+    parsed = _parse(
+        _record(0, b"{not json"),
+        _record(1, b"[1, 2]"),
+        _record(2, None),
+        _record(3, b'{"id":"big","p":"' + b"x" * 200 + b'"}'),
+        _record(4, b'{"id":"fine"}'),
+        max_bytes=100,
+    )
+    assert [e.id for e in parsed.events] == ["fine"]
+    found = [(record.offset, exc.reason, str(exc)) for record, exc in parsed.malformed]
+    assert [(offset, reason) for offset, reason, _ in found] == [
+        (0, "malformed"),
+        (1, "malformed"),
+        (2, "malformed"),
+        (3, "too_large"),
+    ]
+    assert found[0][2].startswith("value is not JSON")
+    assert found[1][2] == "value is JSON list, not an object"
+    assert found[2][2] == "record has no value (tombstone)"
+    assert found[3][2] == "record is 219 bytes, over max_batch_bytes=100"
+
+
+def test_a_retried_record_carries_its_origin_attempts_and_history_from_headers() -> None:
+    first = _parse(_record(9, b'{"ts":1}', headers=[("trace", b"t1")])).events[0]
+    headers = [
+        ("trace", b"t1"),
+        *failure_headers(first, dest="d", status=503, error="down", now_ms=1000, attempt=2),
+    ]
+    again = _parse(_record(70, b'{"ts":1}', headers=headers)).events[0]
+    assert again.origin == "src/3/9"
+    assert again.id == "src/3/9"  # an id-less event keeps the same id through the retrier
+    assert again.attempt == 2
+    assert again.first_failure_ms == 1000
+    assert orjson.loads(again.history or b"") == [
+        {"at_ms": 1000, "attempt": 2, "status": 503, "error": "down"}
+    ]
+    assert again.user_headers == [("trace", b"t1")]
+    assert header_map(headers)["hifi-origin"] == b"src/3/9"
