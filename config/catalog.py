@@ -10,7 +10,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from plumbing.errors import ConfigError
 
@@ -72,6 +80,13 @@ class Destination(BaseModel):
     def _check_tiers(cls, value: list[float]) -> list[float]:
         if any(later < earlier for earlier, later in itertools.pairwise(value)):
             raise ValueError("tiers must not decrease")
+        return value
+
+    @field_validator("event_time_field")
+    @classmethod
+    def _check_time_field(cls, value: str, info: ValidationInfo) -> str:
+        if value == info.data.get("id_field"):
+            raise ValueError("must differ from id_field")
         return value
 
     @field_validator("headers")

@@ -11,6 +11,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from email.utils import parsedate_to_datetime
+from operator import attrgetter
 
 import httpx
 import structlog
@@ -34,6 +35,7 @@ log = structlog.get_logger(__name__)
 _GZIP_IN_THREAD_BYTES = 64 * 1024  # compress larger bodies off the event loop
 _BACKOFF_BASE_S = 0.1
 _ERROR_BODY_CHARS = 120
+_event_time_of = attrgetter("event_time_ms")
 
 
 def parse_retry_after(value: str | None, *, now_s: float | None = None) -> float | None:
@@ -184,7 +186,7 @@ class Deliverer:
             self._failing = False
             log.info("destination_recovered")
         metrics.LAG_OUT.labels(self._labels).observe_ages(
-            time.time() * 1000, [event.event_time_ms for event in batch.events]
+            time.time() * 1000, map(_event_time_of, batch.events)
         )
         metrics.RECORDS.labels(self._labels, "delivered").inc(len(batch))
 

@@ -6,6 +6,7 @@ import hashlib
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import orjson
 
@@ -13,6 +14,8 @@ from plumbing.envelope import Event
 
 _SEPARATOR_BYTES = 1  # ',' between array items, '\n' after an NDJSON line
 _ARRAY_BRACKETS_BYTES = 2
+_id_of = attrgetter("id")
+_value_of = attrgetter("value")
 
 
 @dataclass(slots=True)
@@ -30,7 +33,7 @@ class Batch:
 
     def idempotency_key(self) -> str:
         """Derived from the event ids only, so every attempt of the same events carries the same key."""
-        ids = "\x00".join(event.id for event in self.events)
+        ids = "\x00".join(map(_id_of, self.events))
         body = ids.encode() + b"\x00" if self.events else b""
         return hashlib.sha256(body).hexdigest()[:40]
 
@@ -60,4 +63,4 @@ def encode_body(events: Sequence[Event], body_format: str) -> tuple[bytes, str]:
             for event in events
         ]
         return b"\n".join(lines) + b"\n", "application/x-ndjson"
-    return b"".join((b"[", b",".join([event.value for event in events]), b"]")), "application/json"
+    return b"".join((b"[", b",".join(map(_value_of, events)), b"]")), "application/json"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+import msgspec
 import orjson
 from aiokafka import TopicPartition
 
@@ -156,35 +158,32 @@ def parse_records(
 ) -> Parsed:
     """Read the records of one partition as events; malformed and oversize ones are set apart.
 
-    This is the connector's per-record hot path: one JSON parse to validate the value and read
-    the id and time, checks by exact type first, and one `Event` per record.
+    This is the connector's per-record hot path. Each value is validated as one JSON object of
+    UTF-8 text, but only the id and event-time fields are built as Python objects; the value
+    itself is forwarded as it came.
     """
     parsed = Parsed()
     events, malformed = parsed.events, parsed.malformed
-    loads, decode_error = orjson.loads, orjson.JSONDecodeError
+    decode = _field_reader(id_field, event_time_field).decode
     limit = max_bytes - _JSON_ARRAY_OVERHEAD_BYTES
     for record in records:
         value = record.value
         try:
             if value is None or len(value) > limit:
                 raise _unusable(value, max_bytes)
-            body = loads(value)
-            if type(body) is not dict:
-                raise MalformedRecord(
-                    f"value is JSON {type(body).__name__}, not an object", reason="malformed"
-                )
-        except decode_error as exc:
-            malformed.append(
-                (record, MalformedRecord(f"value is not JSON: {exc}", reason="malformed"))
-            )
+            fields = decode(value)
+            if not value.isascii():
+                value.decode()  # the decoder skips the text of unread fields; JSON is UTF-8
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            malformed.append((record, _not_an_object(exc)))
             continue
         except MalformedRecord as exc:
             malformed.append((record, exc))
             continue
-        event_id = body.get(id_field)
+        event_id = fields.id
         if type(event_id) is not str or not event_id:
             event_id = _as_id(event_id)
-        event_time_ms = body.get(event_time_field)
+        event_time_ms = fields.event_time
         if type(event_time_ms) is not int or event_time_ms <= 0:
             event_time_ms = parse_event_time(event_time_ms)
         if event_id is None:
@@ -204,6 +203,39 @@ def parse_records(
             )
         )
     return parsed
+
+
+class _EventFields(Protocol):
+    id: Any
+    event_time: Any
+
+
+@functools.cache
+def _field_reader(id_field: str, event_time_field: str) -> msgspec.json.Decoder[_EventFields]:
+    """A decoder that checks a whole JSON object and builds only its id and event-time fields.
+
+    Decoding into a struct of two fields skips every other value without making Python objects
+    of it: about half the cost of a full parse for a 1 KB event.
+    """
+    fields = msgspec.defstruct(
+        "EventFields",
+        [("id", Any, None), ("event_time", Any, None)],
+        rename={"id": id_field, "event_time": event_time_field},
+        gc=False,
+    )
+    return msgspec.json.Decoder(fields)
+
+
+def _not_an_object(exc: msgspec.DecodeError | UnicodeDecodeError) -> MalformedRecord:
+    if isinstance(exc, UnicodeDecodeError):
+        return MalformedRecord(
+            f"value is not UTF-8: {exc.reason} at byte {exc.start}", reason="malformed"
+        )
+    text = str(exc)
+    if text.startswith("Expected `object`, got `"):
+        kind = text.removeprefix("Expected `object`, got `").partition("`")[0]
+        return MalformedRecord(f"value is JSON {kind}, not an object", reason="malformed")
+    return MalformedRecord(f"value is not JSON: {text}", reason="malformed")
 
 
 def _unusable(value: bytes | None, max_bytes: int) -> MalformedRecord:

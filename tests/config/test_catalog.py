@@ -81,6 +81,7 @@ def test_unknown_key_lists_allowed_keys(catalog_dir: Path) -> None:
         ("retry_tiers_s = [60, 30]", "retry_tiers_s", "must not decrease"),
         ("retry_tiers_s = []", "retry_tiers_s", "at least 1"),
         ("max_batch_bytes = 10", "max_batch_bytes", "greater than or equal to 1024"),
+        ('event_time_field = "id"', "event_time_field", "must differ from id_field"),
     ],
 )
 def test_out_of_range_and_wrong_type(catalog_dir: Path, line: str, key: str, fragment: str) -> None:

@@ -91,7 +91,7 @@ def test_malformed_records_are_set_apart_with_a_reason_and_the_rest_still_parse(
         (3, "too_large"),
     ]
     assert found[0][2].startswith("value is not JSON")
-    assert found[1][2] == "value is JSON list, not an object"
+    assert found[1][2] == "value is JSON array, not an object"
     assert found[2][2] == "record has no value (tombstone)"
     assert found[3][2] == "record is 219 bytes, over max_batch_bytes=100"
 
@@ -112,3 +112,19 @@ def test_a_retried_record_carries_its_origin_attempts_and_history_from_headers()
     ]
     assert again.user_headers == [("trace", b"t1")]
     assert header_map(headers)["hifi-origin"] == b"src/3/9"
+
+
+def test_values_are_checked_whole_even_where_fields_are_not_read() -> None:
+    """Bytes the destination could not parse never reach a request, wherever they are."""
+    parsed = _parse(
+        _record(0, b'{"id":"a","note":"caf\xc3\xa9","nested":{"x":[1,null,{"y":2.5}]}}'),
+        _record(1, b'{"id":"b","note":"\xff\xfe"}'),
+        _record(2, b'{"id":"c"} trailing'),
+        _record(3, b'{"id":"d","n":01}'),
+        _record(4, b'{"id":"e","s":"unterminated}'),
+    )
+    assert [e.id for e in parsed.events] == ["a"]
+    reasons = {record.offset: str(exc) for record, exc in parsed.malformed}
+    assert reasons[1].startswith("value is not UTF-8")
+    assert all(reasons[n].startswith("value is not JSON") for n in (2, 3, 4))
+    assert {exc.reason for _, exc in parsed.malformed} == {"malformed"}
