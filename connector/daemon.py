@@ -20,7 +20,7 @@ from aiokafka.errors import KafkaError
 from config.catalog import Destination
 from config.settings import KafkaSettings
 from connector import metrics
-from connector.delivery import Deliverer
+from connector.delivery import Deliverer, http_client
 from connector.handoff import HandOff
 from connector.rebatch import Batch, take_batch
 from plumbing import kafka
@@ -130,7 +130,7 @@ class Connector:
                 partitions=self.dest.internal_topic_partitions,
             )
             producer = await stack.enter_async_context(kafka.producer(self._settings))
-            client = await stack.enter_async_context(self._http_client())
+            client = await stack.enter_async_context(http_client(self.dest, self._transport))
             self._handoff = HandOff(producer, self.dest)
             self._deliverer = Deliverer(client, self.dest, self._handoff)
             consumer = await stack.enter_async_context(self._consuming())
@@ -145,19 +145,6 @@ class Connector:
 
     def _topics(self) -> list[str]:
         return [*self.dest.source_topics, self.dest.retry_out_topic]
-
-    def _http_client(self) -> httpx.AsyncClient:
-        limits = httpx.Limits(
-            max_connections=self.dest.max_in_flight,
-            max_keepalive_connections=self.dest.max_in_flight,
-        )
-        return httpx.AsyncClient(
-            timeout=httpx.Timeout(self.dest.request_timeout_s),
-            limits=limits,
-            follow_redirects=self.dest.follow_redirects,
-            transport=self._transport,
-            headers={"User-Agent": "hifi-connector"},
-        )
 
     @contextlib.asynccontextmanager
     async def _consuming(self) -> AsyncIterator[AIOKafkaConsumer]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +15,12 @@ from aiokafka import ConsumerRecord, TopicPartition
 from config.catalog import Catalog, Destination
 from devstack.processes import start_daemon
 from plumbing.envelope import Event, parse_records
+from plumbing.errors import BrokerUnavailable
+from plumbing.kafka import Headers
 
 __all__ = [
+    "FakeKafka",
+    "Sleeps",
     "events",
     "make_destination",
     "make_event",
@@ -107,3 +111,29 @@ def make_event(
         TopicPartition(topic, 0), [record], id_field="id", event_time_field="t", max_bytes=1 << 20
     )
     return parsed.events[0]
+
+
+class FakeKafka:
+    """Records what would have been written to Kafka; can be told to fail like a dead broker."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.records: list[tuple[str, bytes | None, bytes | None, Headers]] = []
+        self.fail = fail
+
+    async def send_all(
+        self, records: Sequence[tuple[str, bytes | None, bytes | None, Headers]]
+    ) -> None:
+        if self.fail:
+            raise BrokerUnavailable("kafka produce failed: test")
+        self.records.extend(records)
+
+    def ids(self, topic: str) -> list[str]:
+        return [orjson.loads(v or b"{}")["id"] for t, _, v, _ in self.records if t == topic]
+
+
+class Sleeps:
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.calls.append(seconds)

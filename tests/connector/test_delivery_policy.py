@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
@@ -18,36 +17,9 @@ from connector.handoff import HandOff
 from connector.rebatch import Batch
 from plumbing.envelope import Event, header_map
 from plumbing.errors import BrokerUnavailable
-from plumbing.kafka import Headers
-from tests.helpers import make_destination, make_event
+from tests.helpers import FakeKafka, Sleeps, make_destination, make_event
 
 URL = "https://collector.test/v1/events"
-
-
-class FakeKafka:
-    """Records what would have been written to Kafka; can be told to fail like a dead broker."""
-
-    def __init__(self, fail: bool = False) -> None:
-        self.records: list[tuple[str, bytes | None, bytes | None, Headers]] = []
-        self.fail = fail
-
-    async def send_all(
-        self, records: Sequence[tuple[str, bytes | None, bytes | None, Headers]]
-    ) -> None:
-        if self.fail:
-            raise BrokerUnavailable("kafka produce failed: test")
-        self.records.extend(records)
-
-    def ids(self, topic: str) -> list[str]:
-        return [orjson.loads(v or b"{}")["id"] for t, _, v, _ in self.records if t == topic]
-
-
-class Sleeps:
-    def __init__(self) -> None:
-        self.calls: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.calls.append(seconds)
 
 
 def _event(i: int) -> Event:

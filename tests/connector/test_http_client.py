@@ -1,0 +1,63 @@
+"""The connector's real HTTP client against a real loopback server: what a failure without a reply
+is counted as, and that it is retried on a fresh connection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY
+
+from config.catalog import Destination
+from connector.delivery import Deliverer, http_client
+from connector.handoff import HandOff
+from connector.rebatch import Batch
+from devstack.destination import Reply, TestDestination
+from devstack.ports import free_port
+from tests.helpers import FakeKafka, Sleeps, make_destination, make_event
+
+pytestmark = pytest.mark.integration
+
+
+def _requests(dest: Destination, status_class: str) -> float:
+    labels = {"dest": dest.name, "status_class": status_class}
+    return REGISTRY.get_sample_value("hifi_connector_requests_total", labels) or 0.0
+
+
+def _dest(catalog_dir: Path, name: str, url: str) -> Destination:
+    return make_destination(
+        catalog_dir, name, url, "src", local_retry_attempts=3, request_timeout_s=0.5
+    )
+
+
+async def test_dropped_connection_and_slow_reply_are_retried_then_delivered(
+    catalog_dir: Path, destination: TestDestination, unique: str
+) -> None:
+    """A connection closed without a reply counts as `connection`, a late reply as `timeout`."""
+    dest = _dest(catalog_dir, unique, destination.url)
+    destination.script(Reply(drop=True), Reply(200, delay_s=2.0))
+    kafka, sleeps = FakeKafka(), Sleeps()
+    async with http_client(dest) as client:
+        await Deliverer(client, dest, HandOff(kafka, dest), sleep=sleeps).deliver(
+            Batch([make_event(1), make_event(2)])
+        )
+    assert destination.delivered_ids() == ["e1", "e2"]
+    assert kafka.records == []
+    assert len(sleeps.calls) == 2
+    assert (_requests(dest, "connection"), _requests(dest, "timeout")) == (1.0, 1.0)
+    assert _requests(dest, "2xx") == 1.0
+
+
+async def test_refused_connections_hand_the_batch_to_the_retrier(
+    catalog_dir: Path, unique: str
+) -> None:
+    """Nobody listening: every attempt fails as `connection` and the events go to retry_in."""
+    dest = _dest(catalog_dir, unique, f"http://127.0.0.1:{free_port()}/v1")
+    kafka, sleeps = FakeKafka(), Sleeps()
+    async with http_client(dest) as client:
+        await Deliverer(client, dest, HandOff(kafka, dest), sleep=sleeps).deliver(
+            Batch([make_event(1)])
+        )
+    assert kafka.ids(dest.retry_in_topic) == ["e1"]
+    assert _requests(dest, "connection") == 3.0
+    assert _requests(dest, "timeout") == 0.0
