@@ -12,6 +12,7 @@ from bench import load, processes
 from bench.measure import LagSummary, Probe, delivery_rate, summarize_lag
 from bench.receipts import DeliveriesTail
 from config.settings import KafkaSettings
+from devstack.broker import LocalBroker
 from plumbing import kafka
 
 DEST = "bench"
@@ -84,18 +85,18 @@ class LiveResult:
 
 
 class LiveSession:
-    """A destination that stays up, and per probe a fresh topic and connector delivering it live.
+    """A destination that stays up, and per probe a fresh broker, topic and connector.
 
-    Fresh topics: Tansu's in-memory storage slows down as a topic grows (a bare consumer's p95
-    lag went from 35 to 380 ms over 1.2 M events on one topic, and back to 53 ms on a new one).
-    A connector per probe: subscribed to every probe topic at once, one connector made the
-    broker serve ~40 partitions per fetch, most of them idle.
+    A fresh broker per probe: Tansu keeps every record in memory and slows down as it fills (a
+    bare consumer's p95 lag went from 35 to 380 ms over 1.2 M events on one topic; a connector
+    probe at 51k events/s had a p95 of 786 ms after the scale probes had put ~5 M events into the
+    broker, and 151 ms on a fresh one). A connector per probe: subscribed to every probe topic
+    at once, one connector made the broker serve ~40 partitions per fetch, most of them idle.
     """
 
     def __init__(
         self,
         work: Path,
-        settings: KafkaSettings,
         *,
         topics: list[str],
         partitions: int,
@@ -103,7 +104,6 @@ class LiveSession:
         fault: str | None = None,
     ) -> None:
         self._work = work
-        self._settings = settings
         self._topics = topics
         self._partitions = partitions
         self._fault_ratio = fault_ratio
@@ -114,7 +114,6 @@ class LiveSession:
         self.peak_rss_kb = 0
 
     async def __aenter__(self) -> LiveSession:
-        await kafka.ensure_topics(self._settings, self._topics, partitions=self._partitions)
         self._url = self._stack.enter_context(
             processes.destination(
                 self._work / "deliveries.ndjson",
@@ -134,40 +133,66 @@ class LiveSession:
         self._stack.close()
 
     async def probe(
-        self, label: str, *, index: int, rate: float, duration_s: float, drain_s: float
+        self,
+        label: str,
+        *,
+        index: int,
+        rate: float,
+        duration_s: float,
+        drain_s: float,
+        floor: bool = False,
     ) -> LiveResult:
-        """Offer `rate` events/s for `duration_s` on the `index`th topic; wait for every delivery."""
+        """Offer `rate` events/s for `duration_s` on the `index`th topic; wait for every delivery.
+
+        With `floor`, the bare consumer (`bench.floor`) reads the topic instead of the connector.
+        """
         topic = self._topics[index]
         catalog = self._work / f"catalog{index}"
         write_catalog(catalog, url=self._url, topics=[topic])
-        connector = processes.ConnectorProcess(
-            catalog_dir=catalog,
-            dest=DEST,
-            bootstrap=self._settings.bootstrap,
-            log_path=self._work / "connector.log",
-            until_idle_s=_LIVE_IDLE_S,
-        )
-        connector.start()
-        try:
-            await connector.wait_ready()
-            offered = await load.paced(
-                self._settings,
-                topic,
-                partitions=self._partitions,
-                rate=rate,
-                duration_s=duration_s,
-                prefix=topic,
-            )
-            await self._wait_delivered(topic, offered.events, drain_s)
-        finally:
-            connector.stop()
-            self.peak_rss_kb = max(self.peak_rss_kb, connector.peak_rss_kb)
+        with LocalBroker(log_path=self._work / f"broker-{topic}.log") as broker:
+            settings = KafkaSettings(bootstrap=broker.bootstrap)
+            await kafka.ensure_topics(settings, [topic], partitions=self._partitions)
+            reader = self._reader(catalog, topic, broker.bootstrap, floor=floor)
+            reader.start()
+            try:
+                await reader.wait_ready()
+                offered = await load.paced(
+                    settings,
+                    topic,
+                    partitions=self._partitions,
+                    rate=rate,
+                    duration_s=duration_s,
+                    prefix=topic,
+                )
+                await self._wait_delivered(topic, offered.events, drain_s)
+            finally:
+                reader.stop()
+                if not floor:
+                    self.peak_rss_kb = max(self.peak_rss_kb, reader.peak_rss_kb)
         run = self._tail.runs.get(topic)
         return LiveResult(
             label=label,
             offered=offered,
             delivered=self._tail.delivered(topic),
             lag=summarize_lag(run.lags_ms if run else []),
+        )
+
+    def _reader(
+        self, catalog: Path, topic: str, bootstrap: str, *, floor: bool
+    ) -> processes.ReaderProcess:
+        if floor:
+            return processes.FloorProcess(
+                bootstrap=bootstrap,
+                topic=topic,
+                deliveries_file=self._work / "deliveries.ndjson",
+                log_path=self._work / "floor.log",
+            )
+        return processes.ConnectorProcess(
+            catalog_dir=catalog,
+            dest=DEST,
+            bootstrap=bootstrap,
+            log_path=self._work / "connector.log",
+            until_idle_s=_LIVE_IDLE_S,
         )
 
     async def _wait_delivered(self, prefix: str, events: int, timeout_s: float) -> None:

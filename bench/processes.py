@@ -1,4 +1,4 @@
-"""The processes a bench run drives: the destination and the connector, each its own OS process."""
+"""The processes a bench run drives: the destination, the connector and the floor consumer."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
+from bench.floor import READY_LINE
 from bench.measure import read_peak_rss_kb
 from devstack.ports import free_port
 
@@ -83,19 +84,14 @@ def _wait_for_url(process: subprocess.Popen[bytes], tail: IO[bytes]) -> str:
     raise RuntimeError(f"destination did not print its URL in {_READY_TIMEOUT_S}s")
 
 
-class ConnectorProcess:
-    """`python -m connector` as a real process, with its peak RSS sampled while it runs."""
+class ReaderProcess:
+    """A process that reads the bench topic, with its peak RSS sampled while it runs."""
 
-    def __init__(
-        self, *, catalog_dir: Path, dest: str, bootstrap: str, log_path: Path, until_idle_s: float
-    ) -> None:
-        self.metrics_port = free_port()
-        self._args = [
-            "-m", "connector", "--dest", dest, "--catalog", str(catalog_dir),
-            "--metrics-port", str(self.metrics_port), "--until-idle", str(until_idle_s),
-            "--log-format", "json", "--log-level", "WARNING",
-        ]  # fmt: skip
-        self._env = {**os.environ, "HIFI_KAFKA_BOOTSTRAP": bootstrap}
+    name = "reader"
+
+    def __init__(self, args: list[str], *, log_path: Path, env: dict[str, str]) -> None:
+        self._args = args
+        self._env = env
         self._log_path = log_path
         self._process: subprocess.Popen[bytes] | None = None
         self.peak_rss_kb = 0
@@ -107,7 +103,7 @@ class ConnectorProcess:
     @property
     def pid(self) -> int:
         if self._process is None:
-            raise RuntimeError("connector not started")
+            raise RuntimeError(f"{self.name} not started")
         return self._process.pid
 
     def running(self) -> bool:
@@ -118,18 +114,20 @@ class ConnectorProcess:
         if self.running():
             self.peak_rss_kb = max(self.peak_rss_kb, read_peak_rss_kb(self.pid) or 0)
 
+    async def is_ready(self) -> bool:
+        raise NotImplementedError
+
     async def wait_ready(self, timeout_s: float = _READY_TIMEOUT_S) -> None:
-        """Wait until /readyz answers 200 (configured, partitions assigned)."""
-        url = f"http://127.0.0.1:{self.metrics_port}/readyz"
+        """Wait until the reader has its partitions and reads."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while loop.time() < deadline:
             if not self.running():
-                raise RuntimeError(f"connector exited early; see {self._log_path}")
-            if await asyncio.to_thread(_answers_200, url):
+                raise RuntimeError(f"{self.name} exited early; see {self._log_path}")
+            if await self.is_ready():
                 return
             await asyncio.sleep(_POLL_S)
-        raise RuntimeError(f"connector not ready in {timeout_s}s; see {self._log_path}")
+        raise RuntimeError(f"{self.name} not ready in {timeout_s}s; see {self._log_path}")
 
     async def wait_exit(self, timeout_s: float) -> int:
         """Wait for the idle exit, sampling RSS; SIGTERM it after `timeout_s`."""
@@ -146,8 +144,48 @@ class ConnectorProcess:
             return 0
         code = _stop(self._process)
         if code != 0:
-            raise RuntimeError(f"connector exited with {code}; see {self._log_path}")
+            raise RuntimeError(f"{self.name} exited with {code}; see {self._log_path}")
         return code
+
+
+class ConnectorProcess(ReaderProcess):
+    """`python -m connector` as a real process; ready when `/readyz` answers 200."""
+
+    name = "connector"
+
+    def __init__(
+        self, *, catalog_dir: Path, dest: str, bootstrap: str, log_path: Path, until_idle_s: float
+    ) -> None:
+        self.metrics_port = free_port()
+        args = [
+            "-m", "connector", "--dest", dest, "--catalog", str(catalog_dir),
+            "--metrics-port", str(self.metrics_port), "--until-idle", str(until_idle_s),
+            "--log-format", "json", "--log-level", "WARNING",
+        ]  # fmt: skip
+        env = {**os.environ, "HIFI_KAFKA_BOOTSTRAP": bootstrap}
+        super().__init__(args, log_path=log_path, env=env)
+
+    async def is_ready(self) -> bool:
+        url = f"http://127.0.0.1:{self.metrics_port}/readyz"
+        return await asyncio.to_thread(_answers_200, url)
+
+
+class FloorProcess(ReaderProcess):
+    """`python -m bench.floor`, the bare consumer; ready when it prints that it has partitions."""
+
+    name = "floor consumer"
+
+    def __init__(
+        self, *, bootstrap: str, topic: str, deliveries_file: Path, log_path: Path
+    ) -> None:
+        args = [
+            "-m", "bench.floor", "--bootstrap", bootstrap, "--topic", topic,
+            "--deliveries-file", str(deliveries_file),
+        ]  # fmt: skip
+        super().__init__(args, log_path=log_path, env=dict(os.environ))
+
+    async def is_ready(self) -> bool:
+        return READY_LINE.encode() in self._log_path.read_bytes()
 
 
 def _answers_200(url: str) -> bool:

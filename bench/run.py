@@ -1,10 +1,11 @@
 """`make bench`: broker, destination and connector on this machine; a table and a JSON file of results.
 
-Phases, all in one run against the embedded Tansu broker:
+Phases, all in one run, each attempt and each live probe on a fresh embedded Tansu broker:
 1. ceiling: plain aiokafka consume + commit of a pre-filled topic, no HTTP;
 2. throughput: the connector (its own process, catalog defaults, metrics on) on the same topic;
    1 and 2 are repeated on fresh topics and the pair with the median ratio counts;
-3. lag: paced live load at 25, 50 and 75 % of (2), end-to-end lag from event time to receipt;
+3. lag: paced live load at 25, 50 and 75 % of (2), end-to-end lag from event time to receipt,
+   and the floor: a bare consumer (`bench.floor`, no HTTP) at 50 %, measured the same way;
 4. scale rating: the highest offered rate whose p95 lag stays under 1 s, with 1 % of requests
    answered 503 (a bisection), confirmed without faults;
 5. the connector's peak RSS over every run.
@@ -67,8 +68,13 @@ def _say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
-async def _attempt(plan: Plan, work: Path, settings: KafkaSettings, index: int) -> Attempt:
-    """Pre-fill a topic, read it with plain aiokafka, then deliver it with the connector."""
+async def _attempt(plan: Plan, work: Path, index: int) -> Attempt:
+    """On a fresh broker, pre-fill a topic, read it with plain aiokafka, then with the connector."""
+    with LocalBroker(log_path=work / f"broker-attempt{index}.log") as broker:
+        return await _attempt_on(plan, work, KafkaSettings(bootstrap=broker.bootstrap), index)
+
+
+async def _attempt_on(plan: Plan, work: Path, settings: KafkaSettings, index: int) -> Attempt:
     topic, prefix = f"bench.events{index}", f"fill{index}"
     await kafka.ensure_topics(settings, [topic], partitions=plan.partitions)
     _say(f"pre-filling {topic}: {plan.events} events of {load.EVENT_BYTES} B")
@@ -98,11 +104,22 @@ async def _attempt(plan: Plan, work: Path, settings: KafkaSettings, index: int) 
 
 
 async def _probe(
-    session: phases.LiveSession, label: str, index: int, rate: float, duration_s: float
+    session: phases.LiveSession,
+    label: str,
+    index: int,
+    rate: float,
+    duration_s: float,
+    *,
+    floor: bool = False,
 ) -> tuple[phases.LiveResult, Row]:
     watch = machine.CpuWatch()
     result = await session.probe(
-        label, index=index, rate=rate, duration_s=duration_s, drain_s=max(15.0, duration_s)
+        label,
+        index=index,
+        rate=rate,
+        duration_s=duration_s,
+        drain_s=max(15.0, duration_s),
+        floor=floor,
     )
     ours, others = watch.cores()
     _say(f"   {label}: p95 {result.lag.p95_ms:.0f} ms, {result.delivered} delivered")
@@ -123,13 +140,12 @@ async def _probe(
 
 
 async def _scale_search(
-    plan: Plan, work: Path, settings: KafkaSettings, max_rate: float, rows: list[Row]
+    plan: Plan, work: Path, max_rate: float, rows: list[Row]
 ) -> tuple[list[Probe], int]:
     """Bisect for the highest rate whose p95 stays under 1 s with 1 % of requests answered 503."""
     probes: list[Probe] = []
     async with phases.LiveSession(
         work / "scale",
-        settings,
         topics=[f"bench.scale{i}" for i in range(plan.max_scale_probes)],
         partitions=plan.partitions,
         fault_ratio=0.01,
@@ -155,28 +171,31 @@ async def _scale_search(
 async def _lag_probes(
     plan: Plan,
     work: Path,
-    settings: KafkaSettings,
     offers: list[tuple[str, float]],
+    floor_rate: float,
     rows: list[Row],
-) -> tuple[list[phases.LiveResult], int]:
-    """Live probes without faults, one fresh topic each."""
+) -> tuple[list[phases.LiveResult], phases.LiveResult, int]:
+    """Live probes without faults, one fresh broker and topic each, then the floor at `floor_rate`."""
     results: list[phases.LiveResult] = []
     async with phases.LiveSession(
         work / "live",
-        settings,
-        topics=[f"bench.live{i}" for i in range(len(offers))],
+        topics=[f"bench.live{i}" for i in range(len(offers) + 1)],
         partitions=plan.partitions,
     ) as session:
         for index, (label, rate) in enumerate(offers):
             result, row = await _probe(session, label, index, rate, plan.lag_probe_s)
             results.append(result)
             rows.append(row)
-    return results, session.peak_rss_kb
+        label = f"floor: bare consumer @{floor_rate:.0f}/s"
+        floor, row = await _probe(
+            session, label, len(offers), floor_rate, plan.lag_probe_s, floor=True
+        )
+        rows.append(row)
+    return results, floor, session.peak_rss_kb
 
 
-async def _bench(plan: Plan, work: Path, broker: LocalBroker) -> dict[str, object]:
-    settings = KafkaSettings(bootstrap=broker.bootstrap)
-    attempts = [await _attempt(plan, work, settings, i) for i in range(plan.repeats)]
+async def _bench(plan: Plan, work: Path) -> dict[str, object]:
+    attempts = [await _attempt(plan, work, i) for i in range(plan.repeats)]
     # Each attempt pairs a ceiling and a connector run on one topic, back to back; the median
     # attempt (by that pair's ratio) is the one reported, so one noisy run cannot decide it.
     ratios = [a.connector.events_per_s / a.ceiling_events_per_s for a in attempts]
@@ -204,15 +223,15 @@ async def _bench(plan: Plan, work: Path, broker: LocalBroker) -> dict[str, objec
     peak_rss_kb = [a.connector.peak_rss_kb for a in attempts]
 
     _say(f"4. scale rating with 1 % 503 (max measured {max_rate:.0f}/s)")
-    fault_probes, rss_kb = await _scale_search(plan, work, settings, max_rate, rows)
+    fault_probes, rss_kb = await _scale_search(plan, work, max_rate, rows)
     peak_rss_kb.append(rss_kb)
     fault_rating = scale_rating(fault_probes, LAG_LIMIT_MS)
 
-    _say("3. lag at 25/50/75 % of the maximum, no faults (and the rating, confirmed)")
+    _say("3. lag at 25/50/75 % of the maximum, no faults (the rating confirmed, and the floor)")
     offers = [(f"lag @{int(f * 100)}%", f * max_rate) for f in LAG_FRACTIONS]
     if fault_rating > 0:
         offers.append((f"rating check, no faults @{fault_rating:.0f}/s", fault_rating))
-    live, rss_kb = await _lag_probes(plan, work, settings, offers, rows)
+    live, floor, rss_kb = await _lag_probes(plan, work, offers, max_rate * 0.50, rows)
     peak_rss_kb.append(rss_kb)
     rating = min(fault_rating, scale_rating([r.probe for r in live], LAG_LIMIT_MS))
 
@@ -230,6 +249,7 @@ async def _bench(plan: Plan, work: Path, broker: LocalBroker) -> dict[str, objec
         "connector_events_per_s": max_rate,
         "ratio": ratio,
         "p95_at_half_ms": half.lag.p95_ms,
+        "p95_floor_at_half_ms": floor.lag.p95_ms,
         "scale_rating_msgs": rating,
         "scale_rating_with_faults_msgs": fault_rating,
         "rss_mb": rss_mb,
@@ -240,7 +260,12 @@ async def _bench(plan: Plan, work: Path, broker: LocalBroker) -> dict[str, objec
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--events", default=400_000, show_default=True, help="Pre-filled 1 KB events.")
-@click.option("--partitions", default=8, show_default=True, help="Partitions of each topic.")
+@click.option(
+    "--partitions",
+    default=4,
+    show_default=True,
+    help="Partitions of each topic (Tansu's lag floor rises with more; docs/performance.md).",
+)
 @click.option(
     "--repeats",
     type=click.IntRange(min=1),
@@ -269,8 +294,7 @@ def main(
     work = Path(tempfile.mkdtemp(prefix="hifi-bench-"))
     started = datetime.now(UTC)
     try:
-        with LocalBroker(log_path=work / "broker.log") as broker:
-            results = asyncio.run(_bench(plan, work, broker))
+        results = asyncio.run(_bench(plan, work))
     except Exception:
         _say(f"bench failed; logs kept in {work}")
         raise

@@ -36,7 +36,7 @@ _POLL_TIMEOUT_MS = 200
 # How long the broker may hold a fetch that has no data yet. Kafka answers as soon as data arrives,
 # so this only paces idle polls; some brokers (Tansu) hold every fetch this long, which was the
 # bulk of the end-to-end lag at aiokafka's default of 500 ms.
-_FETCH_MAX_WAIT_MS = 20
+FETCH_MAX_WAIT_MS = 20
 _PAUSED_WAIT_S = 0.5
 _BUFFER_WINDOWS = 2  # records buffered beyond those in flight, in units of max_in_flight batches
 # Cyclic GC: a young-generation pass every 10,000 allocations instead of 700. At one Event, one
@@ -153,7 +153,7 @@ class Connector:
             group_id=self.dest.connector_group,
             fetch_max_bytes=16 * 1024 * 1024,
             max_partition_fetch_bytes=max(1024 * 1024, self.dest.max_batch_bytes),
-            fetch_max_wait_ms=_FETCH_MAX_WAIT_MS,
+            fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         )
         consumer.subscribe(topics=self._topics(), listener=GroupListener(self, dest=self.dest.name))
         async with kafka.started(consumer, self._settings):

@@ -1,0 +1,94 @@
+"""The lag floor: a bare aiokafka consumer on the live topic, no parsing beyond two fields, no HTTP.
+
+`python -m bench.floor --bootstrap B --topic T --deliveries-file F` reads with the connector's
+fetch settings and appends the destination's receipt line (`{id, received_ms, event_time}`) for
+every record, so its lag is measured like the connector's, on the same broker, load and machine.
+The connector's p95 next to this one is the lag the connector itself adds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+
+import click
+import orjson
+from aiokafka import TopicPartition
+
+from config.settings import KafkaSettings
+from connector.daemon import FETCH_MAX_WAIT_MS
+from plumbing import kafka
+
+READY_LINE = "floor consumer ready"
+_POLL_TIMEOUT_MS = 200
+_MAX_RECORDS = 8000  # the connector's intake buffer at default settings
+_COMMIT_INTERVAL_S = 1.0
+
+
+async def consume(bootstrap: str, topic: str, deliveries: Path) -> None:
+    """Read `topic` until SIGTERM, writing one receipt line per record."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    settings = KafkaSettings(bootstrap=bootstrap)
+    consumer = kafka.consumer(
+        settings,
+        group_id=f"bench.floor.{topic}",
+        fetch_max_bytes=16 * 1024 * 1024,
+        max_partition_fetch_bytes=1024 * 1024,
+        fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+    )
+    consumer.subscribe(topics=[topic])
+    async with kafka.started(consumer, settings):
+        ready = False
+        positions: dict[TopicPartition, int] = {}
+        next_commit = loop.time() + _COMMIT_INTERVAL_S
+        with deliveries.open("ab") as out:
+            while not stop.is_set():
+                fetched = await consumer.getmany(
+                    timeout_ms=_POLL_TIMEOUT_MS, max_records=_MAX_RECORDS
+                )
+                if not ready and consumer.assignment():
+                    ready = True
+                    print(READY_LINE, flush=True)
+                received_ms = time.time_ns() // 1_000_000
+                lines = []
+                for tp, records in fetched.items():
+                    for record in records:
+                        event = orjson.loads(record.value)
+                        lines.append(
+                            orjson.dumps(
+                                {
+                                    "id": event["id"],
+                                    "received_ms": received_ms,
+                                    "event_time": event["event_time"],
+                                }
+                            )
+                        )
+                    positions[tp] = records[-1].offset + 1
+                if lines:
+                    out.write(b"\n".join(lines) + b"\n")
+                    out.flush()
+                if positions and loop.time() >= next_commit:
+                    await consumer.commit(positions)
+                    next_commit = loop.time() + _COMMIT_INTERVAL_S
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--bootstrap", required=True, help="Kafka bootstrap servers.")
+@click.option("--topic", required=True, help="Topic to read from its start.")
+@click.option(
+    "--deliveries-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    required=True,
+    help="NDJSON receipts, as the bench destination writes them.",
+)
+def main(bootstrap: str, topic: str, deliveries_file: Path) -> None:
+    """Read a topic with a bare consumer and log a receipt per record, until SIGTERM."""
+    asyncio.run(consume(bootstrap, topic, deliveries_file))
+
+
+if __name__ == "__main__":
+    main()
