@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import os
@@ -84,7 +85,7 @@ def _wait_for_url(process: subprocess.Popen[bytes], tail: IO[bytes]) -> str:
     raise RuntimeError(f"destination did not print its URL in {_READY_TIMEOUT_S}s")
 
 
-class ReaderProcess:
+class ReaderProcess(abc.ABC):
     """A process that reads the bench topic, with its peak RSS sampled while it runs."""
 
     name = "reader"
@@ -114,8 +115,9 @@ class ReaderProcess:
         if self.running():
             self.peak_rss_kb = max(self.peak_rss_kb, read_peak_rss_kb(self.pid) or 0)
 
+    @abc.abstractmethod
     async def is_ready(self) -> bool:
-        raise NotImplementedError
+        """Whether the reader has its partitions and reads."""
 
     async def wait_ready(self, timeout_s: float = _READY_TIMEOUT_S) -> None:
         """Wait until the reader has its partitions and reads."""
