@@ -269,7 +269,7 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
 @click.option(
     "--repeats",
     type=click.IntRange(min=1),
-    default=3,
+    default=5,
     show_default=True,
     help="Ceiling/throughput pairs; the one with the median ratio counts.",
 )
