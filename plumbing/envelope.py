@@ -175,7 +175,7 @@ def parse_records(
             if not value.isascii():
                 value.decode()  # the decoder skips the text of unread fields; JSON is UTF-8
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-            malformed.append((record, _not_an_object(exc)))
+            malformed.append((record, _malformed_value(exc)))
             continue
         except MalformedRecord as exc:
             malformed.append((record, exc))
@@ -226,7 +226,7 @@ def _field_reader(id_field: str, event_time_field: str) -> msgspec.json.Decoder[
     return msgspec.json.Decoder(fields)
 
 
-def _not_an_object(exc: msgspec.DecodeError | UnicodeDecodeError) -> MalformedRecord:
+def _malformed_value(exc: msgspec.DecodeError | UnicodeDecodeError) -> MalformedRecord:
     if isinstance(exc, UnicodeDecodeError):
         return MalformedRecord(
             f"value is not UTF-8: {exc.reason} at byte {exc.start}", reason="malformed"
