@@ -1,9 +1,10 @@
-"""The lag floor: a bare aiokafka consumer on the live topic, no parsing beyond two fields, no HTTP.
+"""The lag floor: the connector's intake without delivery, on the live topic; no HTTP.
 
 `python -m bench.floor --bootstrap B --topic T --deliveries-file F` reads with the connector's
-fetch settings and appends the destination's receipt line (`{id, received_ms, event_time}`) for
-every record, so its lag is measured like the connector's, on the same broker, load and machine.
-The connector's p95 next to this one is the lag the connector itself adds.
+fetch settings, yields to the event loop between partitions as the connector does, parses with
+the connector's `parse_records`, and appends the destination's receipt line (`{id, received_ms,
+event_time}`) for every event, so its lag is measured like the connector's, on the same broker,
+load and machine. The connector's p95 next to this one is what delivery adds.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from aiokafka import TopicPartition
 from config.settings import KafkaSettings
 from connector.daemon import FETCH_MAX_WAIT_MS
 from plumbing import kafka
+from plumbing.envelope import parse_records
 
 READY_LINE = "floor consumer ready"
 _POLL_TIMEOUT_MS = 200
 _MAX_RECORDS = 8000  # the connector's intake buffer at default settings
 _COMMIT_INTERVAL_S = 1.0
+_MAX_BYTES = 1024 * 1024
 
 
 async def consume(bootstrap: str, topic: str, deliveries: Path) -> None:
@@ -54,19 +57,22 @@ async def consume(bootstrap: str, topic: str, deliveries: Path) -> None:
                     ready = True
                     print(READY_LINE, flush=True)
                 received_ms = time.time_ns() // 1_000_000
-                lines = []
+                lines: list[bytes] = []
                 for tp, records in fetched.items():
-                    for record in records:
-                        event = orjson.loads(record.value)
-                        lines.append(
-                            orjson.dumps(
-                                {
-                                    "id": event["id"],
-                                    "received_ms": received_ms,
-                                    "event_time": event["event_time"],
-                                }
-                            )
+                    await asyncio.sleep(0)  # as the connector does: the next fetch goes out
+                    parsed = parse_records(
+                        tp,
+                        records,
+                        id_field="id",
+                        event_time_field="event_time",
+                        max_bytes=_MAX_BYTES,
+                    )
+                    lines.extend(
+                        orjson.dumps(
+                            {"id": e.id, "received_ms": received_ms, "event_time": e.event_time_ms}
                         )
+                        for e in parsed.events
+                    )
                     positions[tp] = records[-1].offset + 1
                 if lines:
                     out.write(b"\n".join(lines) + b"\n")

@@ -144,7 +144,7 @@ class LiveSession:
     ) -> LiveResult:
         """Offer `rate` events/s for `duration_s` on the `index`th topic; wait for every delivery.
 
-        With `floor`, the bare consumer (`bench.floor`) reads the topic instead of the connector.
+        With `floor`, the connector's intake alone (`bench.floor`) reads the topic instead.
         """
         topic = self._topics[index]
         catalog = self._work / f"catalog{index}"

@@ -173,7 +173,7 @@ class ConnectorProcess(ReaderProcess):
 
 
 class FloorProcess(ReaderProcess):
-    """`python -m bench.floor`, the bare consumer; ready when it prints that it has partitions."""
+    """`python -m bench.floor`, intake without delivery; ready when it prints that it has partitions."""
 
     name = "floor consumer"
 

@@ -5,7 +5,7 @@ Phases, all in one run, each attempt and each live probe on a fresh embedded Tan
 2. throughput: the connector (its own process, catalog defaults, metrics on) on the same topic;
    1 and 2 are repeated on fresh topics and the pair with the median ratio counts;
 3. lag: paced live load at 25, 50 and 75 % of (2), end-to-end lag from event time to receipt,
-   and the floor: a bare consumer (`bench.floor`, no HTTP) at 50 %, measured the same way;
+   and the floor: the connector's intake alone (`bench.floor`, no HTTP) at 50 %, measured alike;
 4. scale rating: the highest offered rate whose p95 lag stays under 1 s, with 1 % of requests
    answered 503 (a bisection), confirmed without faults;
 5. the connector's peak RSS over every run.
@@ -186,7 +186,7 @@ async def _lag_probes(
             result, row = await _probe(session, label, index, rate, plan.lag_probe_s)
             results.append(result)
             rows.append(row)
-        label = f"floor: bare consumer @{floor_rate:.0f}/s"
+        label = f"floor: intake only, no HTTP @{floor_rate:.0f}/s"
         floor, row = await _probe(
             session, label, len(offers), floor_rate, plan.lag_probe_s, floor=True
         )
