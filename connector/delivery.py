@@ -1,7 +1,7 @@
 """Delivery of one batch over HTTP: send, classify, retry locally, isolate rejected events, hand off the rest.
 
 This is the HTTP boundary: statuses and client exceptions become `plumbing.errors` types here. The
-client is httpx; its transport is aiohttp's (see `connector.daemon`), whose exceptions arrive as
+client is httpx with aiohttp's transport (`http_client`), whose exceptions arrive as
 the `__cause__` of httpx ones.
 """
 
