@@ -7,8 +7,7 @@ COPY config ./config
 COPY connector ./connector
 COPY retrier ./retrier
 COPY spark_batch ./spark_batch
-COPY plumbing ./plumbing
-COPY devstack ./devstack
+COPY hifi ./hifi
 RUN /opt/hifi/bin/pip install --no-cache-dir .
 
 FROM python:3.11-slim

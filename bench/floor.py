@@ -18,16 +18,15 @@ import click
 import orjson
 from aiokafka import TopicPartition
 
-from config.settings import KafkaSettings
-from connector.daemon import FETCH_MAX_WAIT_MS
-from plumbing import kafka
-from plumbing.envelope import parse_records
+from bench.phases import bench_destination
+from connector.daemon import consumer_options, intake_limit
+from hifi import kafka
+from hifi.envelope import parse_records
+from hifi.kafka_settings import KafkaSettings
 
 READY_LINE = "floor consumer ready"
 _POLL_TIMEOUT_MS = 200
-_MAX_RECORDS = 8000  # the connector's intake buffer at default settings
 _COMMIT_INTERVAL_S = 1.0
-_MAX_BYTES = 1024 * 1024
 
 
 async def consume(bootstrap: str, topic: str, deliveries: Path) -> None:
@@ -36,22 +35,18 @@ async def consume(bootstrap: str, topic: str, deliveries: Path) -> None:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     settings = KafkaSettings(bootstrap=bootstrap)
-    consumer = kafka.consumer(
-        settings,
-        group_id=f"bench.floor.{topic}",
-        fetch_max_bytes=16 * 1024 * 1024,
-        max_partition_fetch_bytes=1024 * 1024,
-        fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
-    )
-    consumer.subscribe(topics=[topic])
-    async with kafka.started(consumer, settings):
+    dest = bench_destination(topic)
+    async with kafka.consumer(
+        settings, group_id=f"bench.floor.{topic}", **consumer_options(dest)
+    ) as consumer:
+        consumer.subscribe([topic])
         ready = False
         positions: dict[TopicPartition, int] = {}
         next_commit = loop.time() + _COMMIT_INTERVAL_S
         with deliveries.open("ab") as out:
             while not stop.is_set():
                 fetched = await consumer.getmany(
-                    timeout_ms=_POLL_TIMEOUT_MS, max_records=_MAX_RECORDS
+                    timeout_ms=_POLL_TIMEOUT_MS, max_records=intake_limit(dest)
                 )
                 if not ready and consumer.assignment():
                     ready = True
@@ -63,9 +58,9 @@ async def consume(bootstrap: str, topic: str, deliveries: Path) -> None:
                     parsed = parse_records(
                         tp,
                         records,
-                        id_field="id",
-                        event_time_field="event_time",
-                        max_bytes=_MAX_BYTES,
+                        id_field=dest.id_field,
+                        event_time_field=dest.event_time_field,
+                        max_bytes=dest.max_batch_bytes,
                     )
                     lines.extend(
                         orjson.dumps(

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
 
-from config.settings import KafkaSettings
-from plumbing import kafka
+from hifi import kafka
+from hifi.kafka_settings import KafkaSettings
 
 EVENT_BYTES = 1024
 _TICK_S = 0.01  # the paced producer sends what is due every 10 ms

@@ -29,10 +29,10 @@ import orjson
 from bench import ceiling, load, machine, phases
 from bench.measure import Probe, next_probe_rate, scale_rating
 from bench.report import Row, render_table
-from config.settings import KafkaSettings
 from devstack.broker import LocalBroker
-from plumbing import kafka
-from plumbing.logging import configure_logging
+from hifi import kafka
+from hifi.kafka_settings import KafkaSettings
+from hifi.logging import configure_logging
 
 RESULTS_DIR = Path(__file__).parent / "results"
 LAG_LIMIT_MS = 1000.0

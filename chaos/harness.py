@@ -12,15 +12,14 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import orjson
-from aiokafka import AIOKafkaProducer
 
-from config.settings import KafkaSettings
 from devstack import kafka_tools
 from devstack.broker import LocalBroker
 from devstack.destination import TestDestination
 from devstack.ports import free_port
 from devstack.tcp_proxy import TcpProxy
-from plumbing import kafka
+from hifi import kafka
+from hifi.kafka_settings import KafkaSettings
 
 _RESTART_DELAY_S = 0.5
 
@@ -149,13 +148,8 @@ class Stage:
 
     async def produce(self, topic: str, values: Sequence[bytes]) -> list[str]:
         """Produce with acks=all; returns each record's origin (topic/partition/offset)."""
-        producer = AIOKafkaProducer(**kafka.client_options(self.settings), acks="all", linger_ms=5)
-        await producer.start()
-        try:
-            futures = [await producer.send(topic, value=value) for value in values]
-            metadata = await asyncio.gather(*futures)
-        finally:
-            await producer.stop()
+        async with kafka.producer(self.settings) as producer:
+            metadata = await producer.send_all([(topic, None, value, []) for value in values])
         return [f"{m.topic}/{m.partition}/{m.offset}" for m in metadata]
 
     async def dead_letters(self, name: str) -> dict[str, str]:

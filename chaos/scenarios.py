@@ -14,7 +14,7 @@ import orjson
 from chaos.accounting import Account, settle
 from chaos.harness import Daemon, Stage, now_ms
 from devstack.destination import Reply
-from plumbing import kafka
+from hifi import kafka
 
 
 @dataclass(frozen=True)

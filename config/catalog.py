@@ -20,7 +20,8 @@ from pydantic import (
     field_validator,
 )
 
-from plumbing.errors import ConfigError
+from hifi import redaction
+from hifi.errors import ConfigError
 
 CATALOG_ENV_VAR = "HIFI_CATALOG_DIR"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
@@ -175,9 +176,12 @@ def load_destination_file(path: Path, environ: Mapping[str, str]) -> Destination
             for key, value in headers.items()
         }
     try:
-        return Destination.model_validate(raw)
+        destination = Destination.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_describe(path, exc)) from None
+    for value in destination.header_values().values():
+        redaction.register(redaction.header_secrets(value))
+    return destination
 
 
 def _resolve_env(value: str, path: Path, key: str, environ: Mapping[str, str]) -> str:
@@ -187,6 +191,7 @@ def _resolve_env(value: str, path: Path, key: str, environ: Mapping[str, str]) -
             raise ConfigError(
                 f"{path}: key 'headers.{key}' refers to ${{{var}}}, which is not set in the environment"
             )
+        redaction.register([environ[var]])
         return environ[var]
 
     return _ENV_REF_RE.sub(substitute, value)

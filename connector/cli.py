@@ -7,11 +7,11 @@ from pathlib import Path
 import click
 
 from config.catalog import Catalog, default_catalog_dir
-from config.settings import KafkaSettings
 from connector.daemon import Connector
-from plumbing.cli import daemon_options, fail, run_daemon
-from plumbing.errors import ConfigError
-from plumbing.logging import LogFormat, configure_logging
+from hifi.cli import daemon_options, fail, run_command, run_daemon
+from hifi.errors import ConfigError
+from hifi.kafka_settings import KafkaSettings
+from hifi.logging import LogFormat, configure_logging
 
 PROG = "connector"
 
@@ -23,7 +23,7 @@ PROG = "connector"
     metrics_help="Port for /metrics, /healthz and /readyz (0 picks a free one).",
     idle_help="Exit cleanly once no record has arrived for this long.",
 )
-def main(
+def cli(
     dest: str,
     catalog: Path | None,
     metrics_port: int,
@@ -47,3 +47,8 @@ def main(
         destination, settings, metrics_port=metrics_port, until_idle_s=until_idle_s
     )
     run_daemon(PROG, connector.run, connector.request_stop)
+
+
+def main() -> None:
+    """The `connector` command."""
+    run_command(cli, PROG)

@@ -1,6 +1,6 @@
 """Delivery of one batch over HTTP: send, classify, retry locally, isolate rejected events, hand off the rest.
 
-This is the HTTP boundary: statuses and client exceptions become `plumbing.errors` types here. The
+This is the HTTP boundary: statuses and client exceptions become `hifi.errors` types here. The
 client is httpx with aiohttp's transport (`http_client`), whose exceptions arrive as
 the `__cause__` of httpx ones.
 """
@@ -29,10 +29,11 @@ from tenacity import (
 
 from config.catalog import Destination
 from connector import metrics
-from connector.handoff import HandOff
+from connector.divert import Diverter
 from connector.rebatch import Batch, encode_body
-from plumbing.envelope import short_error
-from plumbing.errors import DestinationRejected, DestinationUnavailable
+from hifi.errors import DestinationRejected, DestinationUnavailable
+from hifi.redaction import short_error
+from hifi.vocabulary import Outcome, Reason
 
 log = structlog.get_logger(__name__)
 
@@ -57,13 +58,13 @@ def parse_retry_after(value: str | None, *, now_s: float | None = None) -> float
     return max(0.0, when.timestamp() - now)
 
 
-def classify(response: httpx.Response, secrets: tuple[str, ...] = ()) -> None:
+def classify(response: httpx.Response) -> None:
     """Return for 2xx; raise `DestinationUnavailable` (retry) or `DestinationRejected` (never retry)."""
     status = response.status_code
     if 200 <= status < 300:
         return
     detail = short_error(
-        f"HTTP {status} {response.reason_phrase}: {response.text[:_ERROR_BODY_CHARS]}", secrets
+        f"HTTP {status} {response.reason_phrase}: {response.text[:_ERROR_BODY_CHARS]}"
     )
     if status == 429 or status >= 500 or status < 200:
         retry_after = (
@@ -74,13 +75,12 @@ def classify(response: httpx.Response, secrets: tuple[str, ...] = ()) -> None:
         where = response.headers.get("location", "?")
         raise DestinationRejected(
             short_error(
-                f"HTTP {status} redirect to {where}; set follow_redirects = true if intended",
-                secrets,
+                f"HTTP {status} redirect to {where}; set follow_redirects = true if intended"
             ),
             status=status,
-            reason="redirect",
+            reason=Reason.REDIRECT,
         )
-    raise DestinationRejected(detail, status=status, reason="http_4xx")
+    raise DestinationRejected(detail, status=status, reason=Reason.HTTP_4XX)
 
 
 def status_class(status: int) -> str:
@@ -113,21 +113,20 @@ class Deliverer:
         self,
         client: httpx.AsyncClient,
         dest: Destination,
-        handoff: HandOff,
+        diverter: Diverter,
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._client = client
         self._dest = dest
-        self._handoff = handoff
+        self._diverter = diverter
         self._sleep = sleep
         self._headers = dest.header_values()
-        self._secrets = tuple(v for v in self._headers.values() if len(v) >= 4)
         self._jitter = wait_random_exponential(
             multiplier=_BACKOFF_BASE_S, max=dest.local_retry_max_backoff_s
         )
         self._failing = False
-        self._labels = dest.name
+        self._dest_name = dest.name
 
     async def deliver(self, batch: Batch) -> None:
         """Return once every event has an outcome; raises only if Kafka cannot take a hand-off."""
@@ -164,7 +163,7 @@ class Deliverer:
                 await self._send_once(body, headers, len(batch))
 
     async def _send_once(self, body: bytes, headers: dict[str, str], events: int) -> None:
-        metrics.EVENTS_PER_REQUEST.labels(self._labels).observe(events)
+        metrics.EVENTS_PER_REQUEST.labels(self._dest_name).observe(events)
         started = time.perf_counter()
         try:
             # httpx bounds each phase (connect, write, read); this bounds the attempt as a whole,
@@ -172,25 +171,27 @@ class Deliverer:
             async with asyncio.timeout(self._dest.request_timeout_s):
                 response = await self._client.post(self._dest.url, content=body, headers=headers)
         except httpx.TooManyRedirects as exc:
-            metrics.REQUESTS.labels(self._labels, "3xx").inc()
-            raise DestinationRejected("too many redirects", status=310, reason="redirect") from exc
+            metrics.REQUESTS.labels(self._dest_name, "3xx").inc()
+            raise DestinationRejected(
+                f"too many redirects ({exc})", status=None, reason=Reason.REDIRECT
+            ) from exc
         except (httpx.TransportError, TimeoutError) as exc:
             raise self._unavailable(exc) from exc
         finally:
-            metrics.REQUEST_DURATION.labels(self._labels).observe(time.perf_counter() - started)
-        metrics.REQUESTS.labels(self._labels, status_class(response.status_code)).inc()
-        classify(response, self._secrets)
+            metrics.REQUEST_DURATION.labels(self._dest_name).observe(time.perf_counter() - started)
+        metrics.REQUESTS.labels(self._dest_name, status_class(response.status_code)).inc()
+        classify(response)
 
     def _unavailable(self, exc: httpx.TransportError | TimeoutError) -> DestinationUnavailable:
         """A request that got no reply: counted as a timeout or a connection failure."""
         cause = exc.__cause__ if isinstance(exc.__cause__, aiohttp.ClientError) else exc
         name = type(cause).__name__
         if isinstance(cause, TimeoutError | httpx.TimeoutException):
-            metrics.REQUESTS.labels(self._labels, "timeout").inc()
+            metrics.REQUESTS.labels(self._dest_name, "timeout").inc()
             return DestinationUnavailable(f"timeout after {self._dest.request_timeout_s}s ({name})")
-        metrics.REQUESTS.labels(self._labels, "connection").inc()
+        metrics.REQUESTS.labels(self._dest_name, "connection").inc()
         return DestinationUnavailable(
-            short_error(f"connection error: {name}: {cause}", self._secrets)
+            short_error(f"connection error: {name}: {cause}")
         )
 
     def _wait_s(self, state: RetryCallState) -> float:
@@ -200,7 +201,7 @@ class Deliverer:
         return float(self._jitter(state))
 
     def _count_retry(self, state: RetryCallState) -> None:
-        metrics.LOCAL_RETRIES.labels(self._labels).inc()
+        metrics.LOCAL_RETRIES.labels(self._dest_name).inc()
         if not self._failing:
             self._failing = True
             exc = state.outcome.exception() if state.outcome else None
@@ -215,14 +216,14 @@ class Deliverer:
         if self._failing:
             self._failing = False
             log.info("destination_recovered")
-        metrics.LAG_OUT.labels(self._labels).observe_ages(
+        metrics.LAG_OUT.labels(self._dest_name).observe_ages(
             time.time() * 1000, map(_event_time_of, batch.events)
         )
-        metrics.RECORDS.labels(self._labels, "delivered").inc(len(batch))
+        metrics.RECORDS.labels(self._dest_name, Outcome.DELIVERED).inc(len(batch))
 
     async def _hand_off(self, batch: Batch, exc: DestinationUnavailable) -> None:
-        await self._handoff.to_retrier(batch.events, status=exc.status, error=str(exc))
-        metrics.RECORDS.labels(self._labels, "handed_off").inc(len(batch))
+        await self._diverter.to_retrier(batch.events, status=exc.status, error=str(exc))
+        metrics.RECORDS.labels(self._dest_name, Outcome.HANDED_OFF).inc(len(batch))
         log.warning(
             "handed_off",
             events=len(batch),
@@ -232,9 +233,9 @@ class Deliverer:
         )
 
     async def _dead_letter(self, batch: Batch, exc: DestinationRejected, note: str = "") -> None:
-        error = short_error(f"{exc}{note}", self._secrets)
-        await self._handoff.to_dlq(batch.events, reason=exc.reason, status=exc.status, error=error)
-        metrics.RECORDS.labels(self._labels, "dead_lettered").inc(len(batch))
+        error = short_error(f"{exc}{note}")
+        await self._diverter.to_dlq(batch.events, reason=exc.reason, status=exc.status, error=error)
+        metrics.RECORDS.labels(self._dest_name, Outcome.DEAD_LETTERED).inc(len(batch))
         log.warning(
             "dead_lettered",
             events=len(batch),
@@ -246,7 +247,7 @@ class Deliverer:
 
     async def _isolate(self, batch: Batch, first: DestinationRejected) -> None:
         """Bisect a rejected batch so only the events rejected on their own reach the DLQ."""
-        if first.reason == "redirect":
+        if first.reason is Reason.REDIRECT:
             await self._dead_letter(batch, first)
             return
         budget = self._dest.max_bisect_requests

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 import orjson
+from aiokafka import TopicPartition
 
-from plumbing.envelope import Event
+from hifi.envelope import Event
 
 _SEPARATOR_BYTES = 1  # ',' between array items, '\n' after an NDJSON line
 _ARRAY_BRACKETS_BYTES = 2
@@ -38,6 +39,37 @@ class Batch:
         return hashlib.sha256(body).hexdigest()[:40]
 
 
+class PendingEvents:
+    """Events taken in but not yet in a request, in intake order, with their total bytes."""
+
+    def __init__(self, *, max_records: int, max_bytes: int) -> None:
+        self.max_records = max_records  # of one batch
+        self.max_bytes = max_bytes
+        self._events: deque[Event] = deque()
+        self.size_bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def extend(self, events: Sequence[Event]) -> None:
+        self._events.extend(events)
+        self.size_bytes += sum(map(len, map(_value_of, events)))
+
+    def fills_a_batch(self) -> bool:
+        return len(self._events) >= self.max_records or self.size_bytes >= self.max_bytes
+
+    def next_batch(self) -> Batch:
+        """The next request's events, as many as both bounds allow."""
+        batch = take_batch(self._events, max_records=self.max_records, max_bytes=self.max_bytes)
+        self.size_bytes -= sum(map(len, map(_value_of, batch.events)))
+        return batch
+
+    def drop(self, partitions: set[TopicPartition]) -> None:
+        """Forget the events of `partitions` (revoked, or the connector is stopping)."""
+        self._events = deque(e for e in self._events if e.tp not in partitions)
+        self.size_bytes = sum(map(len, map(_value_of, self._events)))
+
+
 def take_batch(pending: deque[Event], *, max_records: int, max_bytes: int) -> Batch:
     """Take the next request's events from the head of `pending`, within both bounds.
 
@@ -47,7 +79,7 @@ def take_batch(pending: deque[Event], *, max_records: int, max_bytes: int) -> Ba
     taken: list[Event] = []
     size = _ARRAY_BRACKETS_BYTES
     for _ in range(min(max_records, len(pending))):
-        added = len(pending[0].value) + _SEPARATOR_BYTES  # Event.size_bytes, without the call
+        added = len(pending[0].value) + _SEPARATOR_BYTES
         if taken and size + added > max_bytes:
             break
         taken.append(pending.popleft())

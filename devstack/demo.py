@@ -20,13 +20,13 @@ from pathlib import Path
 import httpx
 import orjson
 
-from config.settings import KafkaSettings
 from devstack import kafka_tools
 from devstack.broker import LocalBroker
 from devstack.destination import Reply, TestDestination
 from devstack.ports import free_port
 from devstack.processes import start_daemon
-from plumbing import kafka
+from hifi import kafka
+from hifi.kafka_settings import KafkaSettings
 
 DEST = "demo"
 TOPIC = "demo.events"

@@ -11,10 +11,11 @@ from typing import Any, TypeVar
 import click
 
 from config.catalog import Catalog, Destination, default_catalog_dir
-from config.settings import KafkaSettings
-from plumbing.cli import EXIT_FAILURE, EXIT_USAGE, catalog_option, daemon_options, fail, run_daemon
-from plumbing.errors import ConfigError, HifiError
-from plumbing.logging import LogFormat, configure_logging
+from hifi.cli import EXIT_FAILURE, catalog_option, daemon_options, fail, run_command, run_daemon
+from hifi.errors import ConfigError, HifiError
+from hifi.kafka_settings import KafkaSettings
+from hifi.logging import LogFormat, configure_logging
+from hifi.vocabulary import Reason
 from retrier.daemon import Retrier
 from retrier.dlq import parse_since, read_dead_letters, replay
 
@@ -86,6 +87,16 @@ def _serve(catalog_dir: Path | None, names: tuple[str, ...]) -> list[Destination
     return [catalog.load(name) for name in dict.fromkeys(names)]
 
 
+def reason_option(function: F) -> F:
+    """`--reason`, one of the dead-letter reasons."""
+    return click.option(
+        "--reason",
+        type=click.Choice([reason.value for reason in Reason]),
+        default=None,
+        help="Only dead letters with this hifi-reason.",
+    )(function)
+
+
 @cli.group()
 def dlq() -> None:
     """Inspect and replay the dead letters of a destination (NAME.dlq)."""
@@ -93,9 +104,7 @@ def dlq() -> None:
 
 @dlq.command("list")
 @click.option("--dest", required=True, metavar="NAME", help="Destination whose NAME.dlq to read.")
-@click.option(
-    "--reason", default=None, help="Only this hifi-reason: expired, http_4xx, malformed..."
-)
+@reason_option
 @click.option(
     "--limit",
     type=click.IntRange(min=1),
@@ -118,9 +127,7 @@ def dlq_list(
 
 @dlq.command("replay")
 @click.option("--dest", required=True, metavar="NAME", help="Destination whose NAME.dlq to replay.")
-@click.option(
-    "--reason", default=None, help="Only this hifi-reason: expired, http_4xx, malformed..."
-)
+@reason_option
 @click.option(
     "--since",
     default=None,
@@ -174,14 +181,5 @@ def _run(work: Coroutine[Any, Any, T]) -> T:
 
 
 def main() -> None:
-    """The `retrier` command: usage errors are one line on stderr and exit 2, as every failure."""
-    try:
-        code = cli.main(prog_name=PROG, standalone_mode=False)
-    except click.UsageError as exc:
-        where = exc.ctx.command_path if exc.ctx is not None else PROG
-        fail(where, f"{exc.format_message()} (see '{where} --help')", EXIT_USAGE)
-    except click.ClickException as exc:
-        fail(PROG, exc.format_message(), exc.exit_code)
-    except click.Abort:
-        fail(PROG, "aborted", EXIT_FAILURE)
-    raise SystemExit(code if isinstance(code, int) else 0)
+    """The `retrier` command."""
+    run_command(cli, PROG)

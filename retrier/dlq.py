@@ -9,12 +9,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from config.catalog import Destination
-from config.settings import KafkaSettings
-from plumbing import kafka
-from plumbing.envelope import HDR_ERROR, HDR_ORIGIN, HDR_REASON, HDR_STATUS, header_map
-from plumbing.errors import ConfigError
-from plumbing.kafka import Headers
-from retrier import records
+from hifi import kafka
+from hifi.envelope import HDR_ERROR, HDR_ORIGIN, HDR_REASON, HDR_STATUS, header_map
+from hifi.errors import ConfigError
+from hifi.kafka import Headers
+from hifi.kafka_settings import KafkaSettings
+from hifi.redaction import mask
+from retrier import headers
 
 _REPLAY_CHUNK = 500
 _BODY_EXCERPT_CHARS = 80
@@ -58,7 +59,7 @@ class DeadLetter:
         if len(body) > _BODY_EXCERPT_CHARS:
             body = body[: _BODY_EXCERPT_CHARS - 3] + "..."
         error = self.error.replace('"', "'")
-        return (
+        return mask(
             f'{self.reason} status={self.status} error="{error}" origin={self.origin} '
             f"age={format_age(now_ms - self.dead_ms)} body={body}"
         )
@@ -72,7 +73,7 @@ async def read_dead_letters(
     since_ms: int | None = None,
 ) -> list[DeadLetter]:
     """The dead letters of `dest` matching the filters, oldest first."""
-    fetched = await kafka.read_to_end(settings, dest.dlq_topic)
+    fetched = await kafka.read_topic(settings, dest.dlq_topic)
     letters = sorted((DeadLetter.from_record(r) for r in fetched), key=lambda d: d.dead_ms)
     return [
         letter
@@ -91,7 +92,7 @@ async def replay(settings: KafkaSettings, dest: Destination, letters: Sequence[D
         for start in range(0, len(letters), _REPLAY_CHUNK):
             chunk = letters[start : start + _REPLAY_CHUNK]
             await producer.send_all(
-                [(dest.retry_out_topic, d.key, d.value, records.replayed(d.headers)) for d in chunk]
+                [(dest.retry_out_topic, d.key, d.value, headers.replayed(d.headers)) for d in chunk]
             )
     return len(letters)
 

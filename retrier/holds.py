@@ -1,4 +1,4 @@
-"""Held tier partitions: paused at a record that is not due, rewound to it, resumed by a timer at its due time."""
+"""Held tier partitions: paused at their first record that is not due, until a timer ends the hold at its due time."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
 # A held partition stays paused at least this long, so a stream of events due a few milliseconds
 # apart is re-offered in batches instead of re-fetching the partition for every event.
@@ -27,20 +27,18 @@ class Head:
 class Holds:
     """At most one head per tier partition; nothing behind a head is kept in memory.
 
-    `hold` rewinds the partition to the head and pauses it; when the head's due time comes the
-    hold ends and `on_due` runs, so the owner can resume the partition and fetch the head again.
-    Every timer is referenced here and cancelled by `drop` or `clear`.
+    The owner pauses a held partition and reads it again from the head; when the head's due time
+    comes the hold ends and `on_due` runs, so the owner resumes the partition. Every timer is
+    referenced here and cancelled by `drop`.
     """
 
-    def __init__(self, on_due: Callable[[TopicPartition], None]) -> None:
+    def __init__(self, on_due: Callable[[], None]) -> None:
         self._on_due = on_due
         self._heads: dict[TopicPartition, Head] = {}
         self._timers: dict[TopicPartition, asyncio.TimerHandle] = {}
 
-    def hold(self, consumer: AIOKafkaConsumer, tp: TopicPartition, head: Head, now_ms: int) -> None:
-        """Rewind `tp` to the head, pause it and schedule its resumption at the head's due time."""
-        consumer.seek(tp, head.offset)
-        consumer.pause(tp)
+    def hold(self, tp: TopicPartition, head: Head, now_ms: int) -> None:
+        """Hold `tp` at `head` until the head's due time."""
         self._cancel(tp)
         self._heads[tp] = head
         delay_s = max(MIN_HOLD_S, (head.due_ms - now_ms) / 1000)
@@ -56,6 +54,9 @@ class Holds:
     def __contains__(self, tp: object) -> bool:
         return tp in self._heads
 
+    def partitions(self) -> set[TopicPartition]:
+        return set(self._heads)
+
     def __len__(self) -> int:
         return len(self._heads)
 
@@ -65,9 +66,6 @@ class Holds:
             self._cancel(tp)
             self._heads.pop(tp, None)
 
-    def clear(self) -> None:
-        self.drop(list(self._heads))
-
     def _cancel(self, tp: TopicPartition) -> None:
         timer = self._timers.pop(tp, None)
         if timer is not None:
@@ -76,4 +74,4 @@ class Holds:
     def _expire(self, tp: TopicPartition) -> None:
         self._timers.pop(tp, None)
         if self._heads.pop(tp, None) is not None:
-            self._on_due(tp)
+            self._on_due()

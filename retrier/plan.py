@@ -1,27 +1,31 @@
-"""Turning fetched records into the records to produce: routing from NAME.retry_in, release from a tier."""
+"""Turning fetched records into the records to produce: routing from NAME.retry_in, re-offers from a tier."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from aiokafka import TopicPartition
 
 from config.catalog import Destination
-from plumbing.envelope import header_map, origin_of
-from plumbing.kafka import Headers
-from retrier import metrics, records
+from hifi.envelope import header_map, origin_of
+from hifi.kafka import Headers
+from hifi.vocabulary import Outcome
+from retrier import headers, metrics
 from retrier.holds import Head
 from retrier.status import RecentFailures
-from retrier.tiers import Expire, HandOff, ReOffer, ToTier, Wait, due_of, release, route, tier_topic
-
-
-class Outcome(Enum):
-    ROUTED = "routed"
-    REOFFERED = "reoffered"
-    EXPIRED = "expired"
+from retrier.tiers import (
+    Expire,
+    ReOffer,
+    RetryState,
+    ToTier,
+    Wait,
+    decide_due,
+    due_of,
+    route,
+    tier_topic,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +38,7 @@ class Outgoing:
     headers: Headers
     source: TopicPartition
     offset: int
-    outcome: Outcome
+    outcome: Outcome  # ROUTED, RE_OFFERED, or DEAD_LETTERED (expired)
     tier: int
     due_ms: int
     why: str = ""  # for an expired event: which limit it reached
@@ -46,7 +50,7 @@ class Outgoing:
         """Record the outcome in the metrics, once the broker acknowledged it at `acked_ms`."""
         if self.outcome is Outcome.ROUTED:
             metrics.ROUTED.labels(dest_name, str(self.tier)).inc()
-        elif self.outcome is Outcome.REOFFERED:
+        elif self.outcome is Outcome.RE_OFFERED:
             metrics.REOFFERED.labels(dest_name).inc()
             late_s = max(0.0, (acked_ms - self.due_ms) / 1000)
             metrics.REOFFER_DELAY.labels(dest_name).observe(late_s)
@@ -65,11 +69,11 @@ def plan_routing(
     """Each hand-off from NAME.retry_in goes to the tier of its attempt, or expires to NAME.dlq."""
     planned = []
     for record in fetched:
-        headers = header_map(record.headers)
-        handoff = HandOff.from_headers(headers, record_ms=record.timestamp)
-        recent.note(dest.name, headers, handoff)
+        found = header_map(record.headers)
+        state = RetryState.from_headers(found, record_ms=record.timestamp)
+        recent.note(dest.name, found, state)
         decision = route(
-            handoff, tiers_s=dest.retry_tiers_s, max_age_s=dest.max_retry_age_s, now_ms=now_ms
+            state, tiers_s=dest.retry_tiers_s, max_age_s=dest.max_retry_age_s, now_ms=now_ms
         )
         if isinstance(decision, ToTier):
             planned.append(
@@ -77,7 +81,7 @@ def plan_routing(
                     tier_topic(dest.name, decision.tier),
                     record.key,
                     record.value,
-                    records.to_tier(record.headers, due_ms=decision.due_ms),
+                    headers.to_tier(record.headers, due_ms=decision.due_ms),
                     tp,
                     record.offset,
                     Outcome.ROUTED,
@@ -91,31 +95,31 @@ def plan_routing(
 
 
 @dataclass(slots=True)
-class Release:
+class Reoffers:
     """The records of a tier partition that are due, and the first one that is not (if any)."""
 
     due: list[Outgoing]
     head: Head | None
 
 
-def plan_release(
+def plan_reoffers(
     dest: Destination, tier: int, tp: TopicPartition, fetched: Sequence[Any], *, now_ms: int
-) -> Release:
+) -> Reoffers:
     """Due records go to NAME.retry_out (or expire); planning stops at the first record not due."""
     due: list[Outgoing] = []
     for record in fetched:
-        headers = header_map(record.headers)
-        due_ms = due_of(headers, record_ms=record.timestamp)
-        handoff = HandOff.from_headers(headers, record_ms=record.timestamp)
-        decision = release(
+        found = header_map(record.headers)
+        due_ms = due_of(found, record_ms=record.timestamp)
+        state = RetryState.from_headers(found, record_ms=record.timestamp)
+        decision = decide_due(
             due_ms,
-            first_failure_ms=handoff.first_failure_ms,
+            first_failure_ms=state.first_failure_ms,
             max_age_s=dest.max_retry_age_s,
             now_ms=now_ms,
         )
         if isinstance(decision, Wait):
-            return Release(
-                due, Head(dest.name, tier, record.offset, due_ms, handoff.first_failure_ms)
+            return Reoffers(
+                due, Head(dest.name, tier, record.offset, due_ms, state.first_failure_ms)
             )
         if isinstance(decision, ReOffer):
             due.append(
@@ -123,17 +127,17 @@ def plan_release(
                     dest.retry_out_topic,
                     record.key,
                     record.value,
-                    records.to_retry_out(record.headers),
+                    headers.to_retry_out(record.headers),
                     tp,
                     record.offset,
-                    Outcome.REOFFERED,
+                    Outcome.RE_OFFERED,
                     tier,
                     due_ms,
                 )
             )
         else:
             due.append(_expired(dest, tp, record, decision, tier=tier, due_ms=due_ms))
-    return Release(due, None)
+    return Reoffers(due, None)
 
 
 def _expired(
@@ -143,10 +147,10 @@ def _expired(
         dest.dlq_topic,
         record.key,
         record.value,
-        records.to_dlq(record.headers),
+        headers.to_dlq(record.headers),
         tp,
         record.offset,
-        Outcome.EXPIRED,
+        Outcome.DEAD_LETTERED,
         tier,
         due_ms,
         f"{decision.why} (origin {origin_of(record)})",

@@ -10,15 +10,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError
 
-from config.settings import KafkaSettings
-from plumbing import kafka
-from plumbing.envelope import HDR_ERROR, HDR_STATUS
+from hifi import kafka
+from hifi.envelope import HDR_ERROR, HDR_STATUS
+from hifi.errors import HifiError
+from hifi.kafka_settings import KafkaSettings
 from retrier import metrics
 from retrier.holds import Head
-from retrier.tiers import HandOff
+from retrier.tiers import RetryState
 
 log = structlog.get_logger(__name__)
 
@@ -48,7 +47,7 @@ class Backlog:
         self._settings = settings
         self._group_id = group_id
         self._topics = dict(topics)
-        self._consumer: AIOKafkaConsumer | None = None
+        self._consumer: kafka.Consumer | None = None
         self._waiting: dict[str, dict[int, int]] = {}
         self._dlq: dict[str, int] = {}
         self.refreshed_ms: int | None = None
@@ -56,17 +55,10 @@ class Backlog:
     @contextlib.asynccontextmanager
     async def measuring(self) -> AsyncIterator[Backlog]:
         """Start the probe consumer on every partition of the measured topics; stop it on exit."""
-        consumer = kafka.consumer(
+        async with kafka.consumer(
             self._settings, group_id=self._group_id, max_partition_fetch_bytes=_PROBE_FETCH_BYTES
-        )
-        async with kafka.started(consumer, self._settings):
-            consumer.assign(
-                [
-                    TopicPartition(topic, p)
-                    for topic in self._topics
-                    for p in sorted(consumer.partitions_for_topic(topic) or ())
-                ]
-            )
+        ) as consumer:
+            consumer.assign(tp for topic in self._topics for tp in consumer.partitions(topic))
             self._consumer = consumer
             try:
                 yield self
@@ -95,7 +87,7 @@ class Backlog:
                     count = max(0, highwater - committed)
                     tiers[measured.tier] = tiers.get(measured.tier, 0) + count
                 consumer.seek(tp, highwater)
-        except KafkaError as exc:
+        except HifiError as exc:
             log.warning("backlog_refresh_failed", error=str(exc))
             return
         self._waiting, self._dlq, self.refreshed_ms = dict(waiting), dict(dlq), now_ms
@@ -123,12 +115,12 @@ class RecentFailures:
         self._size = size
         self._by_dest: dict[str, deque[dict[str, Any]]] = {}
 
-    def note(self, dest: str, headers: Mapping[str, bytes], handoff: HandOff) -> None:
+    def note(self, dest: str, headers: Mapping[str, bytes], state: RetryState) -> None:
         entries = self._by_dest.setdefault(dest, deque(maxlen=self._size))
         entries.append(
             {
-                "at": _iso(handoff.handoff_ms),
-                "attempt": handoff.attempt,
+                "at": _iso(state.handoff_ms),
+                "attempt": state.attempt,
                 "status": _text(headers.get(HDR_STATUS)),
                 "error": _text(headers.get(HDR_ERROR)),
             }

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from plumbing.envelope import (
+from hifi.envelope import (
     HDR_ATTEMPT,
     HDR_DUE_MS,
     HDR_FIRST_FAILURE_MS,
@@ -29,15 +29,15 @@ def tier_of(dest_name: str, topic: str) -> int | None:
 
 
 @dataclass(frozen=True, slots=True)
-class HandOff:
-    """What the retrier needs to know about an event handed to it, read from its headers."""
+class RetryState:
+    """Where a handed-off event stands in its retries, read from its `hifi-*` headers."""
 
     attempt: int  # hand-offs so far, 1 on the first
     first_failure_ms: int
     handoff_ms: int
 
     @classmethod
-    def from_headers(cls, headers: Mapping[str, bytes], *, record_ms: int) -> HandOff:
+    def from_headers(cls, headers: Mapping[str, bytes], *, record_ms: int) -> RetryState:
         """Read the hand-off headers; missing or unreadable values fall back to `record_ms`."""
         handoff_ms = header_int(headers.get(HDR_HANDOFF_MS)) or record_ms
         return cls(
@@ -77,22 +77,22 @@ class Expire:
 
 
 def route(
-    handoff: HandOff, *, tiers_s: Sequence[float], max_age_s: float, now_ms: int
+    state: RetryState, *, tiers_s: Sequence[float], max_age_s: float, now_ms: int
 ) -> ToTier | Expire:
     """Where an event arriving on NAME.retry_in goes: the tier of its attempt, or the DLQ.
 
     The due time is fixed here, from the hand-off time and the tier as configured now, so a
     later change of `retry_tiers_s` does not strand events already waiting.
     """
-    tier = handoff.attempt - 1
+    tier = state.attempt - 1
     if tier >= len(tiers_s):
-        return Expire(f"all {len(tiers_s)} retry tiers used ({handoff.attempt} hand-offs)")
-    if is_too_old(handoff.first_failure_ms, max_age_s=max_age_s, now_ms=now_ms):
-        return _too_old(handoff.first_failure_ms, max_age_s, now_ms)
-    return ToTier(tier, handoff.handoff_ms + round(tiers_s[tier] * 1000))
+        return Expire(f"all {len(tiers_s)} retry tiers used ({state.attempt} hand-offs)")
+    if is_too_old(state.first_failure_ms, max_age_s=max_age_s, now_ms=now_ms):
+        return _too_old(state.first_failure_ms, max_age_s, now_ms)
+    return ToTier(tier, state.handoff_ms + round(tiers_s[tier] * 1000))
 
 
-def release(
+def decide_due(
     due_ms: int, *, first_failure_ms: int, max_age_s: float, now_ms: int
 ) -> Wait | ReOffer | Expire:
     """What to do with the record at the head of a tier partition at `now_ms`."""

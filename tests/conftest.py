@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from config.settings import KafkaSettings
 from devstack.broker import LocalBroker
 from devstack.destination import TestDestination
 from devstack.redis import local_redis
+from hifi.kafka_settings import KafkaSettings
 
 TEST_BOOTSTRAP_ENV_VAR = "HIFI_TEST_BOOTSTRAP"
 

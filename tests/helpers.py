@@ -14,9 +14,9 @@ from aiokafka import ConsumerRecord, TopicPartition
 
 from config.catalog import Catalog, Destination
 from devstack.processes import start_daemon
-from plumbing.envelope import Event, parse_records
-from plumbing.errors import BrokerUnavailable
-from plumbing.kafka import Headers
+from hifi.envelope import Event, parse_records
+from hifi.errors import BrokerUnavailable
+from hifi.kafka import Headers
 
 __all__ = [
     "FakeKafka",

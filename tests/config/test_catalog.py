@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from config.catalog import Catalog, default_catalog_dir
-from plumbing.errors import ConfigError
+from hifi.errors import ConfigError
 from tests.helpers import write_destination
 
 GOOD = {"url": "https://collector.test/v1/events", "source_topics": ["events"]}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from config.settings import KafkaSettings
-from plumbing.errors import ConfigError
-from plumbing.kafka import client_options
+from hifi.errors import ConfigError
+from hifi.kafka import client_options
+from hifi.kafka_settings import KafkaSettings
 
 
 def test_defaults() -> None:

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import orjson
 
-from config.settings import KafkaSettings
 from connector import Connector
 from devstack.destination import Reply, TestDestination
 from devstack.kafka_tools import committed_offsets, produce, produce_events, read_topic
-from plumbing import kafka
-from plumbing.envelope import header_map
+from hifi import kafka
+from hifi.envelope import header_map
+from hifi.kafka_settings import KafkaSettings
 from tests.helpers import events, make_destination
 
 

@@ -13,10 +13,10 @@ import respx
 
 from config.catalog import Destination
 from connector.delivery import Deliverer, parse_retry_after
-from connector.handoff import HandOff
+from connector.divert import Diverter
 from connector.rebatch import Batch
-from plumbing.envelope import Event, header_map
-from plumbing.errors import BrokerUnavailable
+from hifi.envelope import Event, header_map
+from hifi.errors import BrokerUnavailable
 from tests.helpers import FakeKafka, Sleeps, make_destination, make_event
 
 URL = "https://collector.test/v1/events"
@@ -44,7 +44,7 @@ def _deliverer(
     dest: Destination, kafka: FakeKafka, sleeps: Sleeps
 ) -> tuple[Deliverer, httpx.AsyncClient]:
     client = httpx.AsyncClient()
-    return Deliverer(client, dest, HandOff(kafka, dest), sleep=sleeps), client
+    return Deliverer(client, dest, Diverter(kafka, dest), sleep=sleeps), client
 
 
 @respx.mock

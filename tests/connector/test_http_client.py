@@ -10,7 +10,7 @@ from prometheus_client import REGISTRY
 
 from config.catalog import Destination
 from connector.delivery import Deliverer, http_client
-from connector.handoff import HandOff
+from connector.divert import Diverter
 from connector.rebatch import Batch
 from devstack.destination import Reply, TestDestination
 from devstack.ports import free_port
@@ -38,7 +38,7 @@ async def test_dropped_connection_and_slow_reply_are_retried_then_delivered(
     destination.script(Reply(drop=True), Reply(200, delay_s=2.0))
     kafka, sleeps = FakeKafka(), Sleeps()
     async with http_client(dest) as client:
-        await Deliverer(client, dest, HandOff(kafka, dest), sleep=sleeps).deliver(
+        await Deliverer(client, dest, Diverter(kafka, dest), sleep=sleeps).deliver(
             Batch([make_event(1), make_event(2)])
         )
     assert destination.delivered_ids() == ["e1", "e2"]
@@ -55,7 +55,7 @@ async def test_refused_connections_hand_the_batch_to_the_retrier(
     dest = _dest(catalog_dir, unique, f"http://127.0.0.1:{free_port()}/v1")
     kafka, sleeps = FakeKafka(), Sleeps()
     async with http_client(dest) as client:
-        await Deliverer(client, dest, HandOff(kafka, dest), sleep=sleeps).deliver(
+        await Deliverer(client, dest, Diverter(kafka, dest), sleep=sleeps).deliver(
             Batch([make_event(1)])
         )
     assert kafka.ids(dest.retry_in_topic) == ["e1"]

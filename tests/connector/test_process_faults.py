@@ -9,10 +9,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from config.settings import KafkaSettings
 from devstack.destination import Reply, TestDestination
 from devstack.kafka_tools import committed_offsets, produce_events, read_topic
-from plumbing import kafka
+from hifi import kafka
+from hifi.kafka_settings import KafkaSettings
 from tests.helpers import events, make_destination, start_daemon, until, wait_exit
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -7,7 +7,7 @@ from collections import deque
 import orjson
 
 from connector.rebatch import Batch, encode_body, take_batch
-from plumbing.envelope import Event
+from hifi.envelope import Event
 from tests.helpers import make_event
 
 

@@ -12,9 +12,9 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from config.catalog import Destination
-from config.settings import KafkaSettings
-from plumbing import kafka
-from plumbing.envelope import header_map
+from hifi import kafka
+from hifi.envelope import header_map
+from hifi.kafka_settings import KafkaSettings
 
 SLACK_MS = 3000  # "within 1 s after due", plus room for a loaded two-core machine
 RETRIER = [sys.executable, "-m", "retrier"]

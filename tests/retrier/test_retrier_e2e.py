@@ -14,10 +14,10 @@ import httpx
 import orjson
 import pytest
 
-from config.settings import KafkaSettings
 from connector import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import committed_offsets, produce_events, read_topic
+from hifi.kafka_settings import KafkaSettings
 from retrier import Retrier
 from tests.helpers import events, make_destination
 from tests.retrier.support import (

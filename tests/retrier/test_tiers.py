@@ -6,17 +6,17 @@ from datetime import UTC, datetime
 
 import pytest
 
-from plumbing.errors import ConfigError
-from retrier import records
+from hifi.errors import ConfigError
+from retrier import headers
 from retrier.dlq import format_age, parse_since
 from retrier.tiers import (
     Expire,
-    HandOff,
     ReOffer,
+    RetryState,
     ToTier,
     Wait,
+    decide_due,
     due_of,
-    release,
     route,
     tier_of,
     tier_topic,
@@ -27,8 +27,8 @@ DAY_S = 86400.0
 T0_MS = 1_700_000_000_000
 
 
-def _handoff(attempt: int, *, handoff_ms: int = T0_MS, first_ms: int = T0_MS) -> HandOff:
-    return HandOff(attempt=attempt, first_failure_ms=first_ms, handoff_ms=handoff_ms)
+def _handoff(attempt: int, *, handoff_ms: int = T0_MS, first_ms: int = T0_MS) -> RetryState:
+    return RetryState(attempt=attempt, first_failure_ms=first_ms, handoff_ms=handoff_ms)
 
 
 @pytest.mark.parametrize(("attempt", "tier", "delay_s"), [(1, 0, 30), (2, 1, 120), (3, 2, 600)])
@@ -72,24 +72,24 @@ def test_exactly_max_age_is_not_yet_expired() -> None:
 def test_release_waits_until_due_then_reoffers_with_lateness() -> None:
     """Before its due time a record waits; at or after it, it is re-offered and its lateness known."""
     due_ms = T0_MS + 30_000
-    assert release(due_ms, first_failure_ms=T0_MS, max_age_s=DAY_S, now_ms=due_ms - 1) == Wait(
+    assert decide_due(due_ms, first_failure_ms=T0_MS, max_age_s=DAY_S, now_ms=due_ms - 1) == Wait(
         due_ms
     )
-    assert release(due_ms, first_failure_ms=T0_MS, max_age_s=DAY_S, now_ms=due_ms) == ReOffer(0)
-    assert release(due_ms, first_failure_ms=T0_MS, max_age_s=DAY_S, now_ms=due_ms + 250) == ReOffer(
+    assert decide_due(due_ms, first_failure_ms=T0_MS, max_age_s=DAY_S, now_ms=due_ms) == ReOffer(0)
+    assert decide_due(due_ms, first_failure_ms=T0_MS, max_age_s=DAY_S, now_ms=due_ms + 250) == ReOffer(
         250
     )
 
 
 def test_release_expires_an_event_that_aged_out_while_waiting() -> None:
     """Max age is checked again at release: a due event past it goes to the DLQ."""
-    decision = release(T0_MS, first_failure_ms=T0_MS - 10_000, max_age_s=5.0, now_ms=T0_MS)
+    decision = decide_due(T0_MS, first_failure_ms=T0_MS - 10_000, max_age_s=5.0, now_ms=T0_MS)
     assert isinstance(decision, Expire)
 
 
 def test_handoff_headers_with_fallbacks() -> None:
     """Hand-off headers are read as integers; missing or garbled ones fall back sensibly."""
-    full = HandOff.from_headers(
+    full = RetryState.from_headers(
         {
             "hifi-attempt": b"3",
             "hifi-first-failure-ms": b"100",
@@ -97,10 +97,10 @@ def test_handoff_headers_with_fallbacks() -> None:
         },
         record_ms=999,
     )
-    assert full == HandOff(attempt=3, first_failure_ms=100, handoff_ms=200)
-    bare = HandOff.from_headers({"hifi-attempt": b"x"}, record_ms=999)
-    assert bare == HandOff(attempt=1, first_failure_ms=999, handoff_ms=999)
-    assert HandOff.from_headers({"hifi-attempt": b"0"}, record_ms=1).attempt == 1
+    assert full == RetryState(attempt=3, first_failure_ms=100, handoff_ms=200)
+    bare = RetryState.from_headers({"hifi-attempt": b"x"}, record_ms=999)
+    assert bare == RetryState(attempt=1, first_failure_ms=999, handoff_ms=999)
+    assert RetryState.from_headers({"hifi-attempt": b"0"}, record_ms=1).attempt == 1
 
 
 def test_due_header_or_record_time() -> None:
@@ -134,16 +134,16 @@ HANDOFF_HEADERS = [
 
 def test_header_rewrites_along_the_way() -> None:
     """Tier records gain one due time; retry_out and DLQ records keep every other header."""
-    tiered = records.to_tier([*HANDOFF_HEADERS, ("hifi-due-ms", b"1")], due_ms=5000)
+    tiered = headers.to_tier([*HANDOFF_HEADERS, ("hifi-due-ms", b"1")], due_ms=5000)
     assert tiered == [*HANDOFF_HEADERS, ("hifi-due-ms", b"5000")]
-    assert records.to_retry_out(tiered) == HANDOFF_HEADERS
-    dead = records.to_dlq([*tiered, ("hifi-reason", b"old")])
+    assert headers.to_retry_out(tiered) == HANDOFF_HEADERS
+    dead = headers.to_dlq([*tiered, ("hifi-reason", b"old")])
     assert dead == [*HANDOFF_HEADERS, ("hifi-reason", b"expired")]
 
 
 def test_replayed_dead_letter_starts_over() -> None:
     """A replayed dead letter has attempt 0, no first failure or reason, and keeps origin, history, own headers."""
-    replayed = dict(records.replayed([*HANDOFF_HEADERS, ("hifi-reason", b"expired")]))
+    replayed = dict(headers.replayed([*HANDOFF_HEADERS, ("hifi-reason", b"expired")]))
     assert replayed == {
         "trace": b"abc",
         "hifi-dest": b"tv",

@@ -13,7 +13,8 @@ import msgspec
 import orjson
 from aiokafka import TopicPartition
 
-from plumbing.errors import MalformedRecord
+from hifi.errors import MalformedRecord
+from hifi.vocabulary import Reason
 
 HDR_DEST = "hifi-dest"
 HDR_ATTEMPT = "hifi-attempt"
@@ -41,7 +42,6 @@ HIFI_HEADERS = frozenset(
     }
 )
 MAX_HISTORY_ENTRIES = 25
-_ERROR_MAX_CHARS = 200
 _JSON_ARRAY_OVERHEAD_BYTES = 2  # the brackets around a one-event json_array body
 
 Headers = list[tuple[str, bytes]]
@@ -73,27 +73,11 @@ class Event:
     value: bytes  # the original record value, forwarded untouched
     id: str
     event_time_ms: int
-    id_from_record: bool  # False: id fell back to origin
-    time_from_record: bool  # False: event time fell back to the Kafka timestamp
     record: KafkaRecord
-
-    @property
-    def topic(self) -> str:
-        topic: str = self.tp.topic
-        return topic
-
-    @property
-    def partition(self) -> int:
-        partition: int = self.tp.partition
-        return partition
 
     @property
     def key(self) -> bytes | None:
         return self.record.key
-
-    @property
-    def size_bytes(self) -> int:
-        return len(self.value)
 
     @property
     def origin(self) -> str:
@@ -197,8 +181,6 @@ def parse_records(
                 value,
                 event_id if event_id is not None else origin_of(record),
                 event_time_ms if event_time_ms is not None else record.timestamp,
-                event_id is not None,
-                event_time_ms is not None,
                 record,
             )
         )
@@ -229,20 +211,20 @@ def _field_reader(id_field: str, event_time_field: str) -> msgspec.json.Decoder[
 def _malformed_value(exc: msgspec.DecodeError | UnicodeDecodeError) -> MalformedRecord:
     if isinstance(exc, UnicodeDecodeError):
         return MalformedRecord(
-            f"value is not UTF-8: {exc.reason} at byte {exc.start}", reason="malformed"
+            f"value is not UTF-8: {exc.reason} at byte {exc.start}", reason=Reason.MALFORMED
         )
     text = str(exc)
     if text.startswith("Expected `object`, got `"):
         kind = text.removeprefix("Expected `object`, got `").partition("`")[0]
-        return MalformedRecord(f"value is JSON {kind}, not an object", reason="malformed")
-    return MalformedRecord(f"value is not JSON: {text}", reason="malformed")
+        return MalformedRecord(f"value is JSON {kind}, not an object", reason=Reason.MALFORMED)
+    return MalformedRecord(f"value is not JSON: {text}", reason=Reason.MALFORMED)
 
 
 def _unusable(value: bytes | None, max_bytes: int) -> MalformedRecord:
     if value is None:
-        return MalformedRecord("record has no value (tombstone)", reason="malformed")
+        return MalformedRecord("record has no value (tombstone)", reason=Reason.MALFORMED)
     return MalformedRecord(
-        f"record is {len(value)} bytes, over max_batch_bytes={max_bytes}", reason="too_large"
+        f"record is {len(value)} bytes, over max_batch_bytes={max_bytes}", reason=Reason.TOO_LARGE
     )
 
 
@@ -284,15 +266,6 @@ def header_int(raw: bytes | None) -> int | None:
         return None
 
 
-def short_error(text: str, secrets: tuple[str, ...] = ()) -> str:
-    """A one-line error of at most 200 characters with every secret value masked."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    line = " ".join(text.split())
-    return line if len(line) <= _ERROR_MAX_CHARS else line[: _ERROR_MAX_CHARS - 3] + "..."
-
-
 def append_history(history: bytes | None, entry: dict[str, Any]) -> bytes:
     """The hifi-history header with one more failure appended (oldest dropped past 25)."""
     entries: list[Any] = []
@@ -307,23 +280,28 @@ def append_history(history: bytes | None, entry: dict[str, Any]) -> bytes:
 
 
 def failure_headers(
-    event: Event, *, dest: str, status: int, error: str, now_ms: int, attempt: int
+    event: Event, *, dest: str, status: int | None, error: str, now_ms: int, attempt: int
 ) -> Headers:
-    """Headers for a hand-off or a dead letter: where the event came from and what went wrong."""
+    """Headers for a hand-off or a dead letter: where the event came from and what went wrong.
+
+    `hifi-status` is the destination's HTTP status, absent when no reply came.
+    """
     first_failure_ms = event.first_failure_ms if event.first_failure_ms is not None else now_ms
-    history = append_history(
-        event.history, {"at_ms": now_ms, "attempt": attempt, "status": status, "error": error}
-    )
-    return [
+    entry: dict[str, Any] = {"at_ms": now_ms, "attempt": attempt, "error": error}
+    if status is not None:
+        entry["status"] = status
+    headers = [
         (HDR_DEST, dest.encode()),
         (HDR_ATTEMPT, str(attempt).encode()),
         (HDR_FIRST_FAILURE_MS, str(first_failure_ms).encode()),
         (HDR_HANDOFF_MS, str(now_ms).encode()),
-        (HDR_STATUS, str(status).encode()),
         (HDR_ERROR, error.encode()),
         (HDR_ORIGIN, event.origin.encode()),
-        (HDR_HISTORY, history),
+        (HDR_HISTORY, append_history(event.history, entry)),
     ]
+    if status is not None:
+        headers.append((HDR_STATUS, str(status).encode()))
+    return headers
 
 
 def passthrough_headers(headers: Any) -> Headers:

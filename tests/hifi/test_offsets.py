@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiokafka import TopicPartition
 
-from plumbing.offsets import OffsetTracker
+from hifi.offsets import OffsetTracker
 
 TP = TopicPartition("events", 0)
 

@@ -1,4 +1,4 @@
-"""structlog set-up: JSON lines for machines, readable console lines for people."""
+"""structlog set-up: JSON lines for machines, readable console lines for people, secrets masked in both."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import sys
 from typing import Literal
 
 import structlog
+
+from hifi.redaction import mask_event
 
 LogFormat = Literal["auto", "json", "console"]
 
@@ -26,7 +28,7 @@ def configure_logging(log_format: LogFormat = "auto", level: str = "INFO") -> No
     )
     numeric_level = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
     structlog.configure(
-        processors=[*shared, structlog.processors.format_exc_info, renderer],
+        processors=[*shared, structlog.processors.format_exc_info, mask_event, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric_level),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,

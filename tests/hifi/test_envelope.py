@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 from aiokafka import ConsumerRecord, TopicPartition
 
-from plumbing.envelope import Parsed, failure_headers, header_map, parse_records
+from hifi.envelope import Parsed, failure_headers, header_map, parse_records
 
 TP = TopicPartition("src", 3)
 KAFKA_TIMESTAMP_MS = 1_700_000_000_000
@@ -31,9 +31,7 @@ def test_events_keep_their_bytes_id_time_and_position() -> None:
     (event,) = parsed.events
     assert (event.tp, event.offset, event.value, event.id) == (TP, 7, value, "a1")
     assert event.event_time_ms == 1_700_000_000_123
-    assert event.id_from_record
-    assert event.time_from_record
-    assert (event.topic, event.partition, event.key) == ("src", 3, b"k")
+    assert (event.tp, event.key) == (TopicPartition("src", 3), b"k")
     assert (event.origin, event.attempt, event.first_failure_ms, event.history) == (
         "src/3/7",
         0,
@@ -67,9 +65,7 @@ def test_missing_or_unusable_id_and_time_fall_back_and_are_counted() -> None:
         _record(3, b'{"id":"ok","ts":-1}'),
     )
     assert [e.id for e in parsed.events] == ["src/3/0", "src/3/1", "src/3/2", "ok"]
-    assert [e.id_from_record for e in parsed.events] == [False, False, False, True]
     assert [e.event_time_ms for e in parsed.events] == [5] + [KAFKA_TIMESTAMP_MS] * 3
-    assert [e.time_from_record for e in parsed.events] == [True, False, False, False]
     assert (parsed.missing_id, parsed.missing_time) == (3, 3)
 
 

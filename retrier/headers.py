@@ -1,10 +1,10 @@
-"""How the retrier rewrites a record's headers on its way to a tier, NAME.retry_out or NAME.dlq."""
+"""Header rewrites: how a record's `hifi-*` headers change on its way to a tier, NAME.retry_out or NAME.dlq."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from plumbing.envelope import (
+from hifi.envelope import (
     HDR_ATTEMPT,
     HDR_DUE_MS,
     HDR_ERROR,
@@ -13,9 +13,8 @@ from plumbing.envelope import (
     HDR_REASON,
     HDR_STATUS,
 )
-from plumbing.kafka import Headers
-
-EXPIRED = "expired"
+from hifi.kafka import Headers
+from hifi.vocabulary import Reason
 
 # What a replayed dead letter must not carry: it starts over as a fresh event.
 _RESET_ON_REPLAY = frozenset(
@@ -48,7 +47,7 @@ def to_retry_out(headers: Iterable[tuple[str, bytes]] | None) -> Headers:
 
 def to_dlq(headers: Iterable[tuple[str, bytes]] | None) -> Headers:
     """Every header and the failure history, with `hifi-reason: expired`."""
-    return [*_without(headers, [HDR_DUE_MS, HDR_REASON]), (HDR_REASON, EXPIRED.encode())]
+    return [*_without(headers, [HDR_DUE_MS, HDR_REASON]), (HDR_REASON, Reason.EXPIRED.encode())]
 
 
 def replayed(headers: Iterable[tuple[str, bytes]] | None) -> Headers:

@@ -1,4 +1,4 @@
-"""What every hifi command shares: one-line errors with exit codes, and running a daemon until a signal."""
+"""What every hifi command shares: one-line errors and exit codes, common flags, running a daemon to a signal."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 import structlog
 
-from plumbing.errors import ConfigError, HifiError
+from hifi.errors import ConfigError, HifiError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -26,6 +26,20 @@ def fail(prog: str, message: str, code: int = EXIT_USAGE) -> NoReturn:
     """Print `prog: message` on stderr, no traceback, and exit with `code`."""
     click.echo(f"{prog}: {message}", err=True)
     sys.exit(code)
+
+
+def run_command(command: click.Command, prog: str) -> NoReturn:
+    """Run a click command; usage errors are one line on stderr and exit 2, like every failure."""
+    try:
+        code = command.main(prog_name=prog, standalone_mode=False)
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else prog
+        fail(where, f"{exc.format_message()} (see '{where} --help')", EXIT_USAGE)
+    except click.ClickException as exc:
+        fail(prog, exc.format_message(), exc.exit_code)
+    except click.Abort:
+        fail(prog, "aborted", EXIT_FAILURE)
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 def run_daemon(

@@ -1,4 +1,4 @@
-"""Process-wide settings read from the environment: how to reach Kafka and how to log."""
+"""How every Kafka client of a process connects, read from `HIFI_KAFKA_*` in the environment."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
-from plumbing.errors import ConfigError
+from hifi import redaction
+from hifi.errors import ConfigError
 
 _ENV_KEYS = {
     "bootstrap": "HIFI_KAFKA_BOOTSTRAP",
@@ -57,6 +58,8 @@ class KafkaSettings(BaseModel):
                 f"environment: {_ENV_KEYS['security_protocol']}={settings.security_protocol} needs "
                 f"{_ENV_KEYS['sasl_mechanism']}, {_ENV_KEYS['username']} and {_ENV_KEYS['password']}"
             )
+        if settings.password is not None:
+            redaction.register([settings.password.get_secret_value()])
         if settings.ca_file and not os.path.isfile(settings.ca_file):
             raise ConfigError(
                 f"environment variable {_ENV_KEYS['ca_file']}: file {settings.ca_file} does not exist"

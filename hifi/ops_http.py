@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from plumbing.errors import ConfigError
+from hifi.errors import ConfigError
 
 JsonProvider = Callable[[Request], Awaitable[Any]]
 
@@ -37,7 +37,6 @@ class OpsServer:
         port: int,
         host: str = "0.0.0.0",  # noqa: S104 - probes and scrapers reach the pod from outside
         registry: prometheus_client.CollectorRegistry = prometheus_client.REGISTRY,
-        json_routes: dict[str, JsonProvider] | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -48,10 +47,11 @@ class OpsServer:
             Route("/healthz", self._healthz),
             Route("/readyz", self._readyz),
         ]
-        for path, provider in (json_routes or {}).items():
-            routes.append(Route(path, _json_endpoint(provider)))
         self._app = Starlette(routes=routes)
-        self._server: _QuietServer | None = None
+
+    def serve_json(self, path: str, provider: JsonProvider) -> None:
+        """Answer GET `path` with the JSON `provider` returns; may be called while serving."""
+        self._app.router.routes.append(Route(path, _json_endpoint(provider)))
 
     async def _metrics(self, request: Request) -> Response:
         return Response(

@@ -1,0 +1,82 @@
+"""The one exception tree of hifi; library exceptions are translated into it at the boundary.
+
+    HifiError
+    ├── ConfigError               bad catalog file, flag or environment; CLIs exit 2 with one line
+    │   └── BrokerAuthFailed          Kafka refused the credentials, the TLS handshake or a permission
+    ├── TransientError            may succeed if tried again later
+    │   ├── DestinationUnavailable    timeout, connection error, 5xx, 429 (carries Retry-After)
+    │   └── BrokerUnavailable         Kafka unreachable, timed out, or a write or commit failed
+    └── PermanentError            will fail the same way however often it is tried
+        ├── DestinationRejected       4xx other than 429, or a redirect that is not followed
+        ├── MalformedRecord           a Kafka record that cannot be delivered (not JSON, too large)
+        └── BrokerRefused             Kafka refused a request for good (unknown topic, codec, version)
+            └── UnknownTopic
+
+The boundaries: `connector.delivery` for httpx, `hifi.kafka` for aiokafka. Code above them only
+ever catches these types. A `status` is a real HTTP status or None (no reply); the reason a
+record was dead-lettered is a `hifi.vocabulary.Reason`, never a status.
+"""
+
+from __future__ import annotations
+
+from hifi.vocabulary import Reason
+
+
+class HifiError(Exception):
+    """Base of every error hifi raises on purpose."""
+
+
+class ConfigError(HifiError):
+    """Invalid configuration; the message names the file or variable, the key and what is allowed."""
+
+
+class TransientError(HifiError):
+    """A failure that may go away when the same operation is retried later."""
+
+
+class PermanentError(HifiError):
+    """A failure that retrying cannot fix."""
+
+
+class DestinationUnavailable(TransientError):
+    """The destination did not accept a request for a reason worth retrying."""
+
+    def __init__(
+        self, message: str, *, status: int | None = None, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status  #: the HTTP status, or None when no reply came
+        self.retry_after_s = retry_after_s
+
+
+class BrokerUnavailable(TransientError):
+    """Kafka could not be reached, timed out, or refused a write or commit; nothing was acknowledged."""
+
+
+class BrokerAuthFailed(ConfigError):
+    """Kafka refused the SASL credentials, the TLS handshake or an ACL: fix HIFI_KAFKA_*."""
+
+
+class BrokerRefused(PermanentError):
+    """Kafka answered, but refuses this request whatever the retry."""
+
+
+class UnknownTopic(BrokerRefused):
+    """The topic does not exist (and the broker does not create it)."""
+
+
+class DestinationRejected(PermanentError):
+    """The destination refused a request (4xx other than 429, or an unfollowed redirect)."""
+
+    def __init__(self, message: str, *, status: int | None, reason: Reason) -> None:
+        super().__init__(message)
+        self.status = status  #: the HTTP status, or None (too many redirects: no final reply)
+        self.reason = reason
+
+
+class MalformedRecord(PermanentError):
+    """A Kafka record that can never be delivered as it is."""
+
+    def __init__(self, message: str, *, reason: Reason) -> None:
+        super().__init__(message)
+        self.reason = reason

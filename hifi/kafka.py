@@ -1,0 +1,372 @@
+"""Kafka clients configured from `KafkaSettings`, and the one place aiokafka errors are translated.
+
+Every call into aiokafka that can fail (start, send, getmany, commit, committed, topics,
+position, admin) runs inside `kafka_errors()`, which raises hifi's own errors with the cause
+named (`raise ... from exc`, like httpx's `map_httpcore_exceptions`). No other module catches
+an aiokafka exception. Daemons, the DLQ tools, devstack, chaos, bench and the tests produce
+with `producer()` and read a topic with `read_topic()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from typing import Any, Protocol
+
+import structlog
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import errors as aiokafka_errors
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.structs import RecordMetadata
+
+from hifi.errors import (
+    BrokerAuthFailed,
+    BrokerRefused,
+    BrokerUnavailable,
+    ConfigError,
+    UnknownTopic,
+)
+from hifi.kafka_settings import KafkaSettings
+
+log = structlog.get_logger(__name__)
+
+Headers = list[tuple[str, bytes]]
+Record = tuple[str, bytes | None, bytes | None, Headers]  # topic, key, value, headers
+_READ_POLL_MS = 300
+_TOPIC_ALREADY_EXISTS = 36  # Kafka protocol error code: another client created it first
+_AUTH_ERRORS = (
+    aiokafka_errors.AuthenticationFailedError,
+    aiokafka_errors.AuthenticationMethodNotSupported,
+    aiokafka_errors.SaslAuthenticationFailed,
+    aiokafka_errors.UnsupportedSaslMechanismError,
+    aiokafka_errors.IllegalSaslStateError,
+    aiokafka_errors.TopicAuthorizationFailedError,
+    aiokafka_errors.GroupAuthorizationFailedError,
+    aiokafka_errors.ClusterAuthorizationFailedError,
+)
+
+
+@contextlib.contextmanager
+def kafka_errors(settings: KafkaSettings, doing: str) -> Iterator[None]:
+    """Translate whatever aiokafka raises while `doing` into hifi's error tree."""
+    where = f"kafka {settings.bootstrap}: {doing}"
+    try:
+        yield
+    except aiokafka_errors.UnknownTopicOrPartitionError as exc:
+        raise UnknownTopic(f"{where}: unknown topic or partition") from exc
+    except _AUTH_ERRORS as exc:
+        raise BrokerAuthFailed(f"{where}: refused: {_cause(exc)}") from exc
+    except ssl.SSLError as exc:
+        raise BrokerAuthFailed(f"{where}: TLS failed: {exc.reason or exc}") from exc
+    except aiokafka_errors.KafkaError as exc:
+        if exc.retriable or isinstance(exc, _TRANSIENT):
+            raise BrokerUnavailable(f"{where}: {_cause(exc)}") from exc
+        raise BrokerRefused(f"{where}: {_cause(exc)}") from exc
+    except (OSError, TimeoutError) as exc:
+        raise BrokerUnavailable(f"{where}: {_cause(exc)}") from exc
+
+
+# Not marked retriable by aiokafka, yet a later attempt can succeed: a commit refused during a
+# rebalance, a timeout, or a connection that is refused now.
+_TRANSIENT = (
+    aiokafka_errors.CommitFailedError,
+    aiokafka_errors.IllegalGenerationError,
+    aiokafka_errors.RebalanceInProgressError,
+    aiokafka_errors.KafkaTimeoutError,
+    aiokafka_errors.KafkaConnectionError,
+)
+
+
+def _cause(exc: BaseException) -> str:
+    text = str(exc).strip()
+    name = type(exc).__name__
+    return f"{name}: {text}" if text and name not in text else (text or name)
+
+
+def client_options(settings: KafkaSettings) -> dict[str, Any]:
+    """Connection and security options shared by every aiokafka client."""
+    options: dict[str, Any] = {
+        "bootstrap_servers": settings.bootstrap,
+        "security_protocol": settings.security_protocol,
+    }
+    if settings.security_protocol in ("SSL", "SASL_SSL"):
+        try:
+            options["ssl_context"] = ssl.create_default_context(cafile=settings.ca_file)
+        except (ssl.SSLError, OSError) as exc:
+            raise ConfigError(
+                f"environment variable HIFI_KAFKA_CA_FILE: {settings.ca_file} is not a readable"
+                f" PEM certificate ({exc})"
+            ) from None
+    if settings.sasl_mechanism:
+        options["sasl_mechanism"] = settings.sasl_mechanism
+        options["sasl_plain_username"] = settings.username
+        options["sasl_plain_password"] = (
+            settings.password.get_secret_value() if settings.password else None
+        )
+    return options
+
+
+# --- producing --------------------------------------------------------------------------
+
+
+class RecordWriter(Protocol):
+    """Anything that durably writes (topic, key, value, headers) records; tests pass fakes."""
+
+    async def send_all(self, records: Sequence[Record]) -> object: ...
+
+
+class Producer:
+    """Writes records and waits for the broker's acknowledgement; raises only hifi errors."""
+
+    def __init__(self, client: AIOKafkaProducer, settings: KafkaSettings) -> None:
+        self._client = client
+        self._settings = settings
+
+    async def send_all(self, records: Sequence[Record]) -> list[RecordMetadata]:
+        """Produce (topic, key, value, headers) records; return once all are acknowledged, with
+        where each was written."""
+        with kafka_errors(self._settings, f"produce to {records[0][0]}" if records else "produce"):
+            futures = [
+                await self._client.send(topic, value=value, key=key, headers=headers)
+                for topic, key, value, headers in records
+            ]
+            written: list[RecordMetadata] = await asyncio.gather(*futures)
+        return written
+
+
+@contextlib.asynccontextmanager
+async def producer(settings: KafkaSettings, **overrides: Any) -> AsyncIterator[Producer]:
+    """A started `Producer` (acks=all) that is flushed and stopped on exit."""
+    client = AIOKafkaProducer(
+        **client_options(settings),
+        acks="all",
+        enable_idempotence=settings.enable_idempotence,
+        linger_ms=5,
+        max_request_size=16 * 1024 * 1024,
+        **overrides,
+    )
+    try:
+        with kafka_errors(settings, "start producer"):
+            await client.start()
+    except BaseException:
+        await client.stop()
+        raise
+    try:
+        yield Producer(client, settings)
+    finally:
+        await client.stop()
+
+
+# --- consuming --------------------------------------------------------------------------
+
+
+class Consumer:
+    """An aiokafka consumer whose failures are hifi errors; the worker and readers use only this."""
+
+    def __init__(self, client: AIOKafkaConsumer, settings: KafkaSettings) -> None:
+        self._client = client
+        self._settings = settings
+
+    def subscribe(
+        self,
+        topics: Sequence[str],
+        *,
+        on_assigned: Callable[[set[TopicPartition]], None] | None = None,
+        on_revoked: Callable[[set[TopicPartition]], Awaitable[None]] | None = None,
+    ) -> None:
+        """Join the group for `topics`; the callbacks run inside rebalances, revocation first."""
+        listener = _Listener(on_assigned, on_revoked) if on_assigned or on_revoked else None
+        self._client.subscribe(topics=list(topics), listener=listener)
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        self._client.assign(list(partitions))
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._client.assignment())
+
+    async def topics(self) -> set[str]:
+        """Every topic in the cluster, from fresh metadata."""
+        with kafka_errors(self._settings, "list topics"):
+            found: set[str] = await self._client.topics()
+        return found
+
+    def partitions(self, topic: str) -> list[TopicPartition]:
+        """The partitions of `topic` in the cluster metadata (none if it is unknown)."""
+        known = self._client.partitions_for_topic(topic) or ()
+        return [TopicPartition(topic, p) for p in sorted(known)]
+
+    async def getmany(
+        self, *, timeout_ms: int, max_records: int | None = None
+    ) -> dict[TopicPartition, list[Any]]:
+        with kafka_errors(self._settings, "fetch"):
+            fetched: dict[TopicPartition, list[Any]] = await self._client.getmany(
+                timeout_ms=timeout_ms, max_records=max_records
+            )
+        return fetched
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        with kafka_errors(self._settings, f"commit {len(offsets)} partitions"):
+            await self._client.commit(offsets)
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        with kafka_errors(self._settings, f"read committed offset of {tp.topic}/{tp.partition}"):
+            offset: int | None = await self._client.committed(tp)
+        return offset
+
+    async def position(self, tp: TopicPartition) -> int:
+        with kafka_errors(self._settings, f"read position of {tp.topic}/{tp.partition}"):
+            offset: int = await self._client.position(tp)
+        return offset
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        with kafka_errors(self._settings, "seek to beginning"):
+            await self._client.seek_to_beginning(*partitions)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._client.seek(tp, offset)
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        self._client.pause(*partitions)
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        self._client.resume(*partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._client.paused())
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        """The partition's end as seen in the last fetch response (None before one)."""
+        highwater: int | None = self._client.highwater(tp)
+        return highwater
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(
+        self,
+        on_assigned: Callable[[set[TopicPartition]], None] | None,
+        on_revoked: Callable[[set[TopicPartition]], Awaitable[None]] | None,
+    ) -> None:
+        self._on_assigned = on_assigned
+        self._on_revoked = on_revoked
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        if revoked and self._on_revoked is not None:
+            await self._on_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        if self._on_assigned is not None:
+            self._on_assigned(set(assigned))
+
+
+@contextlib.asynccontextmanager
+async def consumer(
+    settings: KafkaSettings, *, group_id: str | None, **overrides: Any
+) -> AsyncIterator[Consumer]:
+    """A started consumer with manual commits only, stopped when the block exits."""
+    options: dict[str, Any] = {
+        "group_id": group_id,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "isolation_level": "read_committed",
+        "max_partition_fetch_bytes": 4 * 1024 * 1024,
+    }
+    options.update(overrides)
+    client = AIOKafkaConsumer(**client_options(settings), **options)
+    try:
+        with kafka_errors(settings, "start consumer"):
+            await client.start()
+    except BaseException:
+        await client.stop()
+        raise
+    try:
+        yield Consumer(client, settings)
+    finally:
+        await client.stop()
+
+
+# --- topics -----------------------------------------------------------------------------
+
+
+async def ensure_topics(
+    settings: KafkaSettings, names: Iterable[str], *, partitions: int
+) -> set[str]:
+    """Create whichever of `names` do not exist yet; returns every topic of the cluster."""
+    admin = AIOKafkaAdminClient(**client_options(settings))
+    try:
+        with kafka_errors(settings, "create topics"):
+            await admin.start()
+            existing = set(await admin.list_topics())
+            missing = [name for name in names if name not in existing]
+            if not missing:
+                return existing
+            response = await admin.create_topics(
+                [NewTopic(name, partitions, settings.replication_factor) for name in missing]
+            )
+        failed = [
+            f"{error[0]}: error {error[1]}"
+            for error in response.topic_errors
+            if error[1] not in (0, _TOPIC_ALREADY_EXISTS)
+        ]
+        if failed:
+            raise BrokerRefused(
+                f"kafka {settings.bootstrap}: cannot create topics: {', '.join(failed)}"
+            )
+        log.info("topics_created", topics=missing, partitions=partitions)
+        return existing | set(missing)
+    finally:
+        await admin.close()
+
+
+async def read_topic(
+    settings: KafkaSettings, topic: str, *, at_least: int = 0, timeout_s: float = 30.0
+) -> list[Any]:
+    """Every record of `topic` from its beginning to its end, or until `at_least` have arrived.
+
+    Reads without a consumer group, so it never disturbs one; a topic that does not exist has
+    no records. Raises `TimeoutError` if neither is reached in `timeout_s`.
+    """
+    async with consumer(settings, group_id=None, isolation_level="read_uncommitted") as reader:
+        tps = reader.partitions(topic)
+        if not tps and not at_least:
+            return []
+        records: list[Any] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            if not tps:  # wait for the topic to be created
+                await asyncio.sleep(_READ_POLL_MS / 1000)
+                await reader.topics()
+                tps = reader.partitions(topic)
+                continue
+            if not reader.assignment():
+                reader.assign(tps)
+                await reader.seek_to_beginning(*tps)
+            fetched = await reader.getmany(timeout_ms=_READ_POLL_MS)
+            for batch in fetched.values():
+                records.extend(batch)
+            if at_least and len(records) >= at_least:
+                return records
+            if not at_least and not fetched and await _at_end(reader, tps):
+                return records
+        if at_least:
+            return records
+        raise TimeoutError(f"reading {topic} did not reach its end in {timeout_s}s")
+
+
+async def _at_end(reader: Consumer, tps: Sequence[TopicPartition]) -> bool:
+    for tp in tps:
+        highwater = reader.highwater(tp)
+        if highwater is None or await reader.position(tp) < highwater:
+            return False
+    return True
+
+
+async def committed_offsets(
+    settings: KafkaSettings, group_id: str, topic: str
+) -> dict[int, int | None]:
+    """Committed offsets of a consumer group for `topic`, read through a consumer of that group
+    that never joins it (works on brokers without the admin offsets API)."""
+    async with consumer(settings, group_id=group_id) as reader:
+        return {tp.partition: await reader.committed(tp) for tp in reader.partitions(topic)}

@@ -1,0 +1,39 @@
+"""hifi's one vocabulary: what can become of an event, and why a dead letter is dead.
+
+Both are `str` enums: a member goes as it is into a Kafka header, a metric label, a JSON
+document or a CLI choice list, and every one of those places uses these and only these names.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Outcome(StrEnum):
+    """What became of an event at a node of the chain."""
+
+    #: the destination answered 2xx
+    DELIVERED = "delivered"
+    #: local attempts ran out; written to NAME.retry_in for the retrier
+    HANDED_OFF = "handed_off"
+    #: the retrier placed a hand-off in the retry tier of its attempt
+    ROUTED = "routed"
+    #: the retrier produced a due event to NAME.retry_out, for the connector to try again
+    RE_OFFERED = "re_offered"
+    #: written to NAME.dlq, with a `Reason`
+    DEAD_LETTERED = "dead_lettered"
+
+
+class Reason(StrEnum):
+    """Why an event was dead-lettered: the `hifi-reason` header of every record in NAME.dlq."""
+
+    #: the destination refused the event itself (a 4xx other than 429, isolated by bisection)
+    HTTP_4XX = "http_4xx"
+    #: the destination answered 3xx and `follow_redirects` is off, or redirected too often
+    REDIRECT = "redirect"
+    #: the record is not one JSON object of UTF-8 text (or has no value at all)
+    MALFORMED = "malformed"
+    #: the record alone is larger than `max_batch_bytes`
+    TOO_LARGE = "too_large"
+    #: the retry tiers ran out, or `max_retry_age_s` passed since the first failure
+    EXPIRED = "expired"

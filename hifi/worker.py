@@ -1,0 +1,346 @@
+"""The lifecycle every Kafka consumer daemon of hifi shares: poll, take in, spawn, reap, commit, revoke, drain.
+
+A daemon supplies a `PartitionHandler`: what the records of one poll become (`take`), the next
+unit of work to start (`next_work`) and, if it needs them, its intake limits and what follows a
+commit. The `PartitionWorker` does the rest, the same way for every daemon:
+
+- one loop polls Kafka for only as many records as the handler has room for, takes each
+  partition's records in, then starts work while fewer than `max_in_flight` units run; each
+  unit is a task it keeps, and a finished unit's records are done (the commit watermark,
+  `OffsetTracker`, moves past them); a unit that raises stops the worker with that error;
+- a finished unit starts the next one at once, through the same `dispatch()` the loop uses;
+- offsets are committed every `commit_interval_s`, or sooner after `commit_every_records`
+  outcomes, and only up to the first record without an outcome;
+- partitions the handler holds, and every partition while it has no room, are paused;
+- `until_idle_s`: after a first assignment, exit once nothing arrived, ran or waited that long;
+- revocation: stop starting work for the revoked partitions, wait for theirs within
+  `shutdown_timeout_s`, commit, forget them;
+- `request_stop()` (SIGTERM): stop polling, let running work finish within the deadline,
+  cancel what is left, commit, return.
+
+How a new daemon uses it (the auditor next):
+
+    class Auditing(PartitionHandler):
+        def take(self, tp, records): ...             # parse, keep what is to be written
+        def next_work(self, *, poll_open): ...       # Work(job=self._write(...), offsets=...)
+
+    worker = PartitionWorker(settings, WorkerOptions(group_id="hifi.auditor", max_in_flight=4,
+                             commit_interval_s=1.0, shutdown_timeout_s=30.0))
+    await worker.run(Auditing(...), topics=[...])    # worker.request_stop() from a signal
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
+
+import structlog
+from aiokafka import TopicPartition
+
+from hifi import kafka
+from hifi.errors import HifiError
+from hifi.kafka_settings import KafkaSettings
+from hifi.offsets import OffsetTracker
+from hifi.ops_http import OpsServer
+
+log = structlog.get_logger(__name__)
+
+_POLL_TIMEOUT_MS = 200
+_PAUSED_WAIT_S = 0.5  # with every partition paused: wait this long at most for progress
+_offset_of = attrgetter("offset")
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """One unit of work to run as a task, and the records whose outcome it decides."""
+
+    job: Coroutine[Any, Any, None]
+    offsets: Mapping[TopicPartition, Sequence[int]]
+
+
+class PartitionHandler(abc.ABC):
+    """What a daemon does with its records; the worker calls it from its event loop only."""
+
+    @abc.abstractmethod
+    def take(self, tp: TopicPartition, records: list[Any]) -> int | None:
+        """Take in one partition's records of a poll.
+
+        Return None when every record was taken, or the offset to read `tp` from again: the
+        records from there on are not taken (the worker seeks back; they come again).
+        """
+
+    @abc.abstractmethod
+    def next_work(self, *, poll_open: bool) -> Work | None:
+        """The next unit to start now, or None. `poll_open`: more records of the poll being
+        taken in are still to come, so work that would grow with them can wait."""
+
+    def room(self) -> int:
+        """How many records the next poll may bring; 0 pauses every partition."""
+        return 500
+
+    def held(self, owned: set[TopicPartition]) -> set[TopicPartition]:
+        """Owned partitions that must not be fetched now (the rest are resumed)."""
+        return set()
+
+    @property
+    def busy(self) -> bool:
+        """True while work is taken in but not started, or records wait: the daemon is not idle."""
+        return False
+
+    def drop(self, partitions: set[TopicPartition]) -> None:
+        """Forget work not yet started for `partitions`: revoked, or the worker is stopping."""
+        return
+
+    def after_commit(self, lag_records: Mapping[TopicPartition, int]) -> None:
+        """Periodic duties after a commit; `lag_records` is high watermark minus committed."""
+        return
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    """How a daemon's worker consumes, bounds its work, commits and stops."""
+
+    group_id: str
+    max_in_flight: int  # units of work running at once
+    commit_interval_s: float
+    shutdown_timeout_s: float  # drain deadline on revocation and on stop
+    commit_every_records: int | None = None  # commit sooner once this many outcomes are new
+    until_idle_s: float | None = None
+    consumer_options: Mapping[str, Any] = field(default_factory=dict)
+    log_context: Mapping[str, str] = field(default_factory=dict)
+
+
+class PartitionWorker:
+    """Runs one consumer-group member; `run()` returns after `request_stop()` or the idle timeout."""
+
+    def __init__(
+        self, settings: KafkaSettings, options: WorkerOptions, *, ops: OpsServer | None = None
+    ) -> None:
+        self.options = options
+        self._settings = settings
+        self._ops = ops
+        self._stop = asyncio.Event()
+        self._progress = asyncio.Event()
+
+    def request_stop(self) -> None:
+        """Stop polling and begin draining; safe to call from a signal handler."""
+        self._stop.set()
+        self._progress.set()
+
+    def wake(self) -> None:
+        """Re-read the handler's limits and holds soon (e.g. a held record became due)."""
+        self._progress.set()
+
+    async def run(self, handler: PartitionHandler, *, topics: Sequence[str]) -> None:
+        """Consume `topics` until stopped; raises the first failure of a unit of work, or of Kafka."""
+        options = self.options
+        async with kafka.consumer(
+            self._settings, group_id=options.group_id, **options.consumer_options
+        ) as consumer:
+            member = _Membership(self, consumer, handler)
+            consumer.subscribe(topics, on_assigned=member.assigned, on_revoked=member.revoke)
+            try:
+                await member.poll_until_stopped()
+            finally:
+                await member.drain()
+        if member.failure is not None:
+            raise member.failure
+
+
+class _Membership:
+    """The state of one run: the consumer, the watermark, the running tasks."""
+
+    def __init__(
+        self, worker: PartitionWorker, consumer: kafka.Consumer, handler: PartitionHandler
+    ) -> None:
+        self.worker = worker
+        self.options = worker.options
+        self.consumer = consumer
+        self.handler = handler
+        self.tracker = OffsetTracker()
+        self.tasks: dict[asyncio.Task[None], Work] = {}
+        self.failure: BaseException | None = None
+        self.epoch = 0  # advanced by every rebalance callback
+        self.assigned_once = False
+        self.poll_open = False
+        self.log = log.bind(**self.options.log_context)
+
+    # --- the loop ---------------------------------------------------------------------
+
+    async def poll_until_stopped(self) -> None:
+        loop = asyncio.get_running_loop()
+        options, stop, progress = self.options, self.worker._stop, self.worker._progress
+        last_busy = loop.time()
+        next_commit = loop.time() + options.commit_interval_s
+        commit_every = options.commit_every_records or float("inf")
+        while not stop.is_set() and self.failure is None:
+            room = self.sync_pauses()
+            fetched: dict[TopicPartition, list[Any]] = {}
+            if room == 0 or self.all_paused():
+                progress.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(progress.wait(), _PAUSED_WAIT_S)
+            else:
+                fetched = await self.consumer.getmany(timeout_ms=_POLL_TIMEOUT_MS, max_records=room)
+                await self.take_in(fetched)
+            self.dispatch()
+            now = loop.time()
+            if fetched or self.tasks or self.handler.busy or not self.assigned_once:
+                last_busy = now
+            if now >= next_commit or self.tracker.finished_since_commit >= commit_every:
+                await self.commit()
+                next_commit = now + options.commit_interval_s
+            if options.until_idle_s is not None and now - last_busy >= options.until_idle_s:
+                self.log.info("idle_exit", idle_s=options.until_idle_s)
+                return
+
+    def sync_pauses(self) -> int:
+        """Pause what the handler holds (everything while it has no room); resume the rest."""
+        owned = self.consumer.assignment()
+        room = self.handler.room()
+        want = owned if room <= 0 else self.handler.held(owned)
+        have = self.consumer.paused()
+        if want - have:
+            self.consumer.pause(want - have)
+        if have - want:
+            self.consumer.resume(have - want)
+        return max(0, room)
+
+    def all_paused(self) -> bool:
+        owned = self.consumer.assignment()
+        return bool(owned) and owned <= self.consumer.paused()
+
+    async def take_in(self, fetched: dict[TopicPartition, list[Any]]) -> None:
+        """Take in a poll partition by partition, yielding to the event loop before each one.
+
+        The yield lets aiokafka send the next fetch and lets running work read its replies
+        while this poll is taken in. A rebalance can run in a yield; the rest of the poll is
+        then dropped, as the new assignment fetches again from the committed offsets.
+        """
+        epoch = self.epoch
+        self.poll_open = True
+        try:
+            for tp, records in fetched.items():
+                await asyncio.sleep(0)
+                if self.epoch != epoch:
+                    return
+                resume = self.handler.take(tp, records)
+                if resume is None:
+                    self.tracker.track(tp, map(_offset_of, records))
+                    continue
+                self.tracker.track(tp, [r.offset for r in records if r.offset < resume])
+                self.consumer.seek(tp, resume)
+        finally:
+            self.poll_open = False
+
+    # --- bounded work -----------------------------------------------------------------
+
+    def dispatch(self) -> None:
+        """Start work while fewer than `max_in_flight` units run; the one way work starts."""
+        handler, tasks, limit = self.handler, self.tasks, self.options.max_in_flight
+        while len(tasks) < limit:
+            work = handler.next_work(poll_open=self.poll_open)
+            if work is None:
+                return
+            task = asyncio.create_task(self.perform(work))
+            tasks[task] = work
+            task.add_done_callback(self.reap)
+
+    async def perform(self, work: Work) -> None:
+        await work.job
+        for tp, offsets in work.offsets.items():
+            self.tracker.finish(tp, offsets)
+
+    def reap(self, task: asyncio.Task[None]) -> None:
+        """A unit ended: surface its failure, or start what its slot allows."""
+        self.tasks.pop(task, None)
+        if not task.cancelled() and task.exception() is not None and self.failure is None:
+            self.failure = task.exception()
+            self.log.error("work_failed", error=str(self.failure))
+            self.worker._stop.set()
+        if self.failure is None and not self.worker._stop.is_set():
+            self.sync_pauses()
+            self.dispatch()
+        self.worker._progress.set()
+
+    async def wait_idle(self, partitions: set[TopicPartition] | None, timeout_s: float) -> bool:
+        """Wait until no running unit touches `partitions` (all when None); False on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            busy = [
+                task
+                for task, work in self.tasks.items()
+                if partitions is None or not partitions.isdisjoint(work.offsets)
+            ]
+            remaining = deadline - loop.time()
+            if not busy:
+                return True
+            if remaining <= 0:
+                return False
+            await asyncio.wait(busy, timeout=remaining)
+
+    # --- commits, rebalance, stop -----------------------------------------------------
+
+    async def commit(self, partitions: set[TopicPartition] | None = None) -> None:
+        """Commit what advanced (in `partitions`, or all owned); a failure is logged, not raised."""
+        owned = self.consumer.assignment()
+        offsets = self.tracker.to_commit(owned if partitions is None else partitions & owned)
+        if offsets:
+            try:
+                await self.consumer.commit(offsets)
+            except HifiError as exc:
+                self.log.warning("commit_failed", error=str(exc), partitions=len(offsets))
+                return
+            self.tracker.committed(offsets)
+        if partitions is None:
+            self.handler.after_commit(self.lag_records(owned))
+
+    def lag_records(self, owned: set[TopicPartition]) -> dict[TopicPartition, int]:
+        lag = {}
+        for tp in owned:
+            highwater = self.consumer.highwater(tp)
+            committed = self.tracker.last_committed(tp)
+            if highwater is not None and committed is not None:
+                lag[tp] = max(0, highwater - committed)
+        return lag
+
+    def assigned(self, partitions: set[TopicPartition]) -> None:
+        """Rebalance: `partitions` (possibly none) are ours; the daemon is ready from here on."""
+        self.epoch += 1
+        self.assigned_once = True
+        if self.worker._ops is not None:
+            self.worker._ops.ready = True
+        self.log.info(
+            "partitions_assigned",
+            partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in partitions),
+        )
+
+    async def revoke(self, partitions: set[TopicPartition]) -> None:
+        """Rebalance: stop starting work for `partitions`, wait for theirs, commit, forget them."""
+        self.epoch += 1
+        self.handler.drop(partitions)
+        drained = await self.wait_idle(partitions, self.options.shutdown_timeout_s)
+        await self.commit(partitions)
+        self.tracker.forget(partitions)
+        self.log.info("partitions_released", partitions=len(partitions), drained=drained)
+
+    async def drain(self) -> None:
+        """Stop: let running work finish within the deadline, cancel the rest, commit."""
+        self.handler.drop(self.consumer.assignment())
+        drained = await self.wait_idle(None, self.options.shutdown_timeout_s)
+        for task in list(self.tasks):
+            task.cancel()
+        if self.tasks:
+            await asyncio.wait(list(self.tasks))
+        await asyncio.shield(self.commit())
+        if self.worker._ops is not None:
+            self.worker._ops.ready = False
+        self.log.info(
+            "worker_stopped", drained=drained, outstanding=self.tracker.total_outstanding()
+        )
