@@ -19,9 +19,8 @@ import orjson
 from aiokafka import TopicPartition
 
 from bench.phases import bench_destination
-from connector.daemon import consumer_options, intake_limit
+from connector.daemon import consumer_options, intake_limit, parse
 from hifi import kafka
-from hifi.envelope import parse_records
 from hifi.kafka_settings import KafkaSettings
 
 READY_LINE = "floor consumer ready"
@@ -55,13 +54,7 @@ async def consume(bootstrap: str, topic: str, deliveries: Path) -> None:
                 lines: list[bytes] = []
                 for tp, records in fetched.items():
                     await asyncio.sleep(0)  # as the connector does: the next fetch goes out
-                    parsed = parse_records(
-                        tp,
-                        records,
-                        id_field=dest.id_field,
-                        event_time_field=dest.event_time_field,
-                        max_bytes=dest.max_batch_bytes,
-                    )
+                    parsed = parse(dest, tp, records)
                     lines.extend(
                         orjson.dumps(
                             {"id": e.id, "received_ms": received_ms, "event_time": e.event_time_ms}

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from bench import load, processes
 from bench.measure import LagSummary, Probe, delivery_rate, summarize_lag
@@ -130,12 +129,7 @@ class LiveSession:
         )
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         self._stack.close()
 
     async def probe(

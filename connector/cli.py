@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from config.catalog import Catalog, default_catalog_dir
 from connector.daemon import Connector
-from hifi.cli import daemon_options, fail, run_command, run_daemon
+from hifi.cli import DaemonFlags, daemon_options, fail, run_command, run_daemon
 from hifi.errors import ConfigError
 from hifi.kafka_settings import KafkaSettings
-from hifi.logging import LogFormat, configure_logging
 
 PROG = "connector"
 
@@ -23,28 +20,20 @@ PROG = "connector"
     metrics_help="Port for /metrics, /healthz and /readyz (0 picks a free one).",
     idle_help="Exit cleanly once no record has arrived for this long.",
 )
-def cli(
-    dest: str,
-    catalog: Path | None,
-    metrics_port: int,
-    until_idle_s: float | None,
-    log_format: LogFormat,
-    log_level: str,
-) -> None:
+def cli(dest: str, flags: DaemonFlags) -> None:
     """Deliver the events of destination DEST from Kafka to its HTTP endpoint.
 
     Offsets are committed only once every record before them is delivered, handed to the
     retrier (NAME.retry_in) or dead-lettered (NAME.dlq). SIGTERM drains in-flight requests,
     commits and exits 0. Kafka is reached through HIFI_KAFKA_BOOTSTRAP and HIFI_KAFKA_*.
     """
-    configure_logging(log_format, log_level)
     try:
-        destination = Catalog(catalog or default_catalog_dir()).load(dest)
+        destination = Catalog(flags.catalog or default_catalog_dir()).load(dest)
         settings = KafkaSettings.from_env()
     except ConfigError as exc:
         fail(PROG, str(exc))
     connector = Connector(
-        destination, settings, metrics_port=metrics_port, until_idle_s=until_idle_s
+        destination, settings, metrics_port=flags.metrics_port, until_idle_s=flags.until_idle_s
     )
     run_daemon(PROG, connector.run, connector.request_stop)
 

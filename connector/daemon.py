@@ -20,7 +20,7 @@ from connector.delivery import Deliverer, http_client
 from connector.divert import Diverter
 from connector.rebatch import Batch, PendingEvents
 from hifi import kafka
-from hifi.envelope import Event, KafkaRecord, parse_records
+from hifi.envelope import Event, KafkaRecord, Parsed, parse_records
 from hifi.errors import MalformedRecord
 from hifi.kafka_settings import KafkaSettings
 from hifi.ops_http import OpsServer
@@ -122,6 +122,17 @@ class Connector:
             await self._worker.run(delivery, topics=topics)
 
 
+def parse(dest: Destination, tp: TopicPartition, records: list[Any]) -> Parsed:
+    """The connector's intake of one partition's records (the bench's floor parses with it too)."""
+    return parse_records(
+        tp,
+        records,
+        id_field=dest.id_field,
+        event_time_field=dest.event_time_field,
+        max_bytes=dest.max_batch_bytes,
+    )
+
+
 class _Delivery(PartitionHandler):
     """What the connector does with its records: parse, re-batch, deliver, dead-letter the unreadable."""
 
@@ -141,13 +152,7 @@ class _Delivery(PartitionHandler):
 
     def take(self, tp: TopicPartition, records: list[Any]) -> None:
         dest = self._dest
-        parsed = parse_records(
-            tp,
-            records,
-            id_field=dest.id_field,
-            event_time_field=dest.event_time_field,
-            max_bytes=dest.max_batch_bytes,
-        )
+        parsed = parse(dest, tp, records)
         self._malformed.extend(parsed.malformed)
         if parsed.missing_id:
             metrics.MISSING_FIELDS.labels(dest.name, "id").inc(parsed.missing_id)

@@ -9,7 +9,6 @@ import struct
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import BinaryIO
 
 from devstack.ports import free_port
@@ -128,10 +127,5 @@ class LocalBroker:
     def __enter__(self) -> LocalBroker:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()

@@ -8,7 +8,6 @@ import time
 import zlib
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
-from types import TracebackType
 
 import h11
 import orjson
@@ -89,12 +88,7 @@ class TestDestination:
         await self._listen()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self._stop_listening()
 
     @property

@@ -9,7 +9,6 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import IO
 
 import click
@@ -177,12 +176,7 @@ class DeliveriesFile:
         self._file = self._path.open("ab")
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         if self._file is not None:
             self._file.close()
 

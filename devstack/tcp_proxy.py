@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from types import TracebackType
 
 _CHUNK_BYTES = 64 * 1024
 
@@ -24,12 +23,7 @@ class TcpProxy:
         await self.restore()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.cut()
 
     @property

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -13,6 +15,7 @@ import click
 import structlog
 
 from hifi.errors import ConfigError, HifiError
+from hifi.logging import LOG_LEVELS, LogFormat, configure_logging
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -77,44 +80,72 @@ def catalog_option(function: F) -> F:
     )(function)
 
 
-def daemon_options(*, metrics_port: int, metrics_help: str, idle_help: str) -> Callable[[F], F]:
-    """The flags every hifi daemon shares: catalog, ops port, --until-idle and logging."""
+@dataclass(frozen=True, slots=True)
+class DaemonFlags:
+    """The flags every hifi daemon shares, parsed; logging is configured from them already."""
 
-    def decorate(function: F) -> F:
-        for option in reversed(
-            [
-                catalog_option,
-                click.option(
-                    "--metrics-port",
-                    type=click.IntRange(0, 65535),
-                    default=metrics_port,
-                    show_default=True,
-                    help=metrics_help,
-                ),
-                click.option(
-                    "--until-idle",
-                    "until_idle_s",
-                    type=click.FloatRange(min=0, min_open=True),
-                    default=None,
-                    metavar="SECONDS",
-                    help=idle_help,
-                ),
-                click.option(
-                    "--log-format",
-                    type=click.Choice(["auto", "json", "console"]),
-                    default="auto",
-                    show_default=True,
-                    help="auto: JSON lines unless stderr is a terminal.",
-                ),
-                click.option(
-                    "--log-level",
-                    default="INFO",
-                    show_default=True,
-                    help="DEBUG, INFO, WARNING or ERROR.",
-                ),
-            ]
-        ):
-            function = option(function)
-        return function
+    catalog: Path | None
+    metrics_port: int
+    until_idle_s: float | None
+    log_format: LogFormat
+    log_level: str
+
+
+def daemon_options(
+    *, metrics_port: int, metrics_help: str, idle_help: str
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The flags every hifi daemon shares (catalog, ops port, --until-idle, logging), handed to
+    the command as one `flags: DaemonFlags` argument once logging is configured."""
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def command(
+            *args: Any,
+            catalog: Path | None,
+            metrics_port: int,
+            until_idle_s: float | None,
+            log_format: LogFormat,
+            log_level: str,
+            **kwargs: Any,
+        ) -> Any:
+            flags = DaemonFlags(catalog, metrics_port, until_idle_s, log_format, log_level)
+            configure_logging(log_format, log_level)
+            return function(*args, flags=flags, **kwargs)
+
+        options = [
+            catalog_option,
+            click.option(
+                "--metrics-port",
+                type=click.IntRange(0, 65535),
+                default=metrics_port,
+                show_default=True,
+                help=metrics_help,
+            ),
+            click.option(
+                "--until-idle",
+                "until_idle_s",
+                type=click.FloatRange(min=0, min_open=True),
+                default=None,
+                metavar="SECONDS",
+                help=idle_help,
+            ),
+            click.option(
+                "--log-format",
+                type=click.Choice(["auto", "json", "console"]),
+                default="auto",
+                show_default=True,
+                help="auto: JSON lines unless stderr is a terminal.",
+            ),
+            click.option(
+                "--log-level",
+                type=click.Choice(LOG_LEVELS, case_sensitive=False),
+                default="INFO",
+                show_default=True,
+            ),
+        ]
+        decorated: Callable[..., Any] = command
+        for option in reversed(options):
+            decorated = option(decorated)
+        return decorated
 
     return decorate

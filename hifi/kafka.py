@@ -147,16 +147,8 @@ async def producer(settings: KafkaSettings, **overrides: Any) -> AsyncIterator[P
         max_request_size=16 * 1024 * 1024,
         **overrides,
     )
-    try:
-        with kafka_errors(settings, "start producer"):
-            await client.start()
-    except BaseException:
-        await client.stop()
-        raise
-    try:
+    async with _started(client, settings, "start producer"):
         yield Producer(client, settings)
-    finally:
-        await client.stop()
 
 
 # --- consuming --------------------------------------------------------------------------
@@ -274,14 +266,19 @@ async def consumer(
     }
     options.update(overrides)
     client = AIOKafkaConsumer(**client_options(settings), **options)
-    try:
-        with kafka_errors(settings, "start consumer"):
-            await client.start()
-    except BaseException:
-        await client.stop()
-        raise
-    try:
+    async with _started(client, settings, "start consumer"):
         yield Consumer(client, settings)
+
+
+@contextlib.asynccontextmanager
+async def _started(
+    client: AIOKafkaProducer | AIOKafkaConsumer, settings: KafkaSettings, doing: str
+) -> AsyncIterator[None]:
+    """Start an aiokafka client (its failure translated) and stop it when the block exits."""
+    try:
+        with kafka_errors(settings, doing):
+            await client.start()
+        yield
     finally:
         await client.stop()
 

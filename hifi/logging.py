@@ -11,6 +11,7 @@ import structlog
 from hifi.redaction import mask_event
 
 LogFormat = Literal["auto", "json", "console"]
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def configure_logging(log_format: LogFormat = "auto", level: str = "INFO") -> None:

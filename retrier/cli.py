@@ -11,10 +11,17 @@ from typing import Any, TypeVar
 import click
 
 from config.catalog import Catalog, Destination, default_catalog_dir
-from hifi.cli import EXIT_FAILURE, catalog_option, daemon_options, fail, run_command, run_daemon
+from hifi.cli import (
+    EXIT_FAILURE,
+    DaemonFlags,
+    catalog_option,
+    daemon_options,
+    fail,
+    run_command,
+    run_daemon,
+)
 from hifi.errors import ConfigError, HifiError
 from hifi.kafka_settings import KafkaSettings
-from hifi.logging import LogFormat, configure_logging
 from hifi.vocabulary import Reason
 from retrier.daemon import Retrier
 from retrier.dlq import parse_since, read_dead_letters, replay
@@ -38,15 +45,7 @@ F = TypeVar("F", bound=Callable[..., Any])
     idle_help="Exit cleanly once nothing arrived, waits or is in flight for this long.",
 )
 @click.pass_context
-def cli(
-    ctx: click.Context,
-    dests: tuple[str, ...],
-    catalog: Path | None,
-    metrics_port: int,
-    until_idle_s: float | None,
-    log_format: LogFormat,
-    log_level: str,
-) -> None:
+def cli(ctx: click.Context, dests: tuple[str, ...], flags: DaemonFlags) -> None:
     """Hold failed events for the delay of their retry tier, then offer them to the connector again.
 
     Reads hand-offs from NAME.retry_in (consumer group hifi.retrier). The first hand-off of
@@ -62,15 +61,17 @@ def cli(
     SIGTERM stops intake, finishes in-flight produces, commits and exits 0. Kafka is reached
     through HIFI_KAFKA_BOOTSTRAP and HIFI_KAFKA_*.
     """
-    configure_logging(log_format, log_level)
-    ctx.obj = catalog
+    ctx.obj = flags.catalog
     if ctx.invoked_subcommand is not None:
         return
     try:
-        destinations = _serve(catalog, dests)
+        destinations = _serve(flags.catalog, dests)
         settings = KafkaSettings.from_env()
         retrier = Retrier(
-            destinations, settings, metrics_port=metrics_port, until_idle_s=until_idle_s
+            destinations,
+            settings,
+            metrics_port=flags.metrics_port,
+            until_idle_s=flags.until_idle_s,
         )
     except ConfigError as exc:
         fail(PROG, str(exc))

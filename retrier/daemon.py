@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -24,8 +22,8 @@ from hifi.worker import PartitionHandler, PartitionWorker, Work, WorkerOptions
 from retrier import metrics, status
 from retrier.holds import Holds
 from retrier.plan import Outgoing, plan_reoffers, plan_routing
-from retrier.status import Backlog, Measured, RecentFailures
-from retrier.tiers import tier_of, tier_topic
+from retrier.status import Backlog, RecentFailures, measured_topics
+from retrier.tiers import Source, sources_for, tier_topic
 
 log = structlog.get_logger(__name__)
 
@@ -44,14 +42,6 @@ _CONSUMER_OPTIONS: dict[str, Any] = {
     # A held partition is read again from its head at every resumption; keep those reads small.
     "max_partition_fetch_bytes": 1024 * 1024,
 }
-
-
-@dataclass(frozen=True, slots=True)
-class _Source:
-    """What a consumed topic is to the retrier: a destination's NAME.retry_in (tier None) or a tier."""
-
-    dest: Destination
-    tier: int | None
 
 
 def _now_ms() -> int:
@@ -99,12 +89,17 @@ class Retrier:
             if self.ops is not None:
                 await stack.enter_async_context(self.ops.running())
             existing = await self._create_topics()
-            sources = self._sources_for(existing)
+            sources = sources_for(self.dests.values(), existing)
             producer = await stack.enter_async_context(kafka.producer(self._settings))
             routing = _Routing(sources, producer, self._worker.wake, self._max_in_flight_records)
-            backlog = Backlog(self._settings, self.group_id, self._measured(sources))
-            await stack.enter_async_context(backlog.measuring())
-            await stack.enter_async_context(_refreshing(backlog))
+            backlog = await stack.enter_async_context(
+                status.measuring(
+                    self._settings,
+                    self.group_id,
+                    measured_topics(sources),
+                    every_s=_BACKLOG_REFRESH_S,
+                )
+            )
             if self.ops is not None:
                 self.ops.serve_json("/status", _status_page(sorted(self.dests), backlog, routing))
             log.info("retrier_started", dests=sorted(self.dests), group=self.group_id)
@@ -122,37 +117,13 @@ class Retrier:
             )
         return existing
 
-    def _sources_for(self, existing: Iterable[str]) -> dict[str, _Source]:
-        """NAME.retry_in and the tier topics of each destination, including tiers left over from
-        a longer `retry_tiers_s` (their events still wait for their due time)."""
-        sources: dict[str, _Source] = {}
-        existing = sorted(existing)
-        for dest in self.dests.values():
-            sources[dest.retry_in_topic] = _Source(dest, None)
-            for k in range(len(dest.retry_tiers_s)):
-                sources[tier_topic(dest.name, k)] = _Source(dest, k)
-            for topic in existing:
-                left_over = tier_of(dest.name, topic)
-                if left_over is not None:
-                    sources[topic] = _Source(dest, left_over)
-        return sources
-
-    def _measured(self, sources: Mapping[str, _Source]) -> dict[str, Measured]:
-        measured = {
-            topic: Measured(source.dest.name, source.tier)
-            for topic, source in sources.items()
-            if source.tier is not None
-        }
-        measured.update({dest.dlq_topic: Measured(name, None) for name, dest in self.dests.items()})
-        return measured
-
 
 class _Routing(PartitionHandler):
     """What the retrier does with its records: route hand-offs to tiers, re-offer or expire due ones."""
 
     def __init__(
         self,
-        sources: Mapping[str, _Source],
+        sources: Mapping[str, Source],
         producer: kafka.RecordWriter,
         wake: Callable[[], None],
         max_in_flight_records: int,
@@ -235,24 +206,6 @@ class _Routing(PartitionHandler):
         expired = [item for item in outgoing if item.outcome is Outcome.DEAD_LETTERED]
         if expired:
             log.info("expired", dest=dest_name, events=len(expired), first=expired[0].why)
-
-
-@contextlib.asynccontextmanager
-async def _refreshing(backlog: Backlog) -> AsyncIterator[None]:
-    """Re-measure the backlog every few seconds in a task that ends with the block."""
-
-    async def refresh_forever() -> None:
-        while True:
-            await backlog.refresh(_now_ms())
-            await asyncio.sleep(_BACKLOG_REFRESH_S)
-
-    task = asyncio.create_task(refresh_forever(), name="retrier-backlog")
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def _status_page(dests: list[str], backlog: Backlog, routing: _Routing) -> JsonProvider:

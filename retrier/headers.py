@@ -6,28 +6,19 @@ from collections.abc import Iterable
 
 from hifi.envelope import (
     HDR_ATTEMPT,
+    HDR_DEST,
     HDR_DUE_MS,
-    HDR_ERROR,
-    HDR_FIRST_FAILURE_MS,
-    HDR_HANDOFF_MS,
+    HDR_HISTORY,
+    HDR_ORIGIN,
     HDR_REASON,
-    HDR_STATUS,
+    HIFI_HEADERS,
 )
 from hifi.kafka import Headers
 from hifi.vocabulary import Reason
 
-# What a replayed dead letter must not carry: it starts over as a fresh event.
-_RESET_ON_REPLAY = frozenset(
-    {
-        HDR_ATTEMPT,
-        HDR_DUE_MS,
-        HDR_ERROR,
-        HDR_FIRST_FAILURE_MS,
-        HDR_HANDOFF_MS,
-        HDR_REASON,
-        HDR_STATUS,
-    }
-)
+# A replayed dead letter starts over as a fresh event: it keeps only where it came from, for whom,
+# and what happened to it before.
+_RESET_ON_REPLAY = HIFI_HEADERS - {HDR_ORIGIN, HDR_DEST, HDR_HISTORY}
 
 
 def _without(headers: Iterable[tuple[str, bytes]] | None, names: Iterable[str]) -> Headers:

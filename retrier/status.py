@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
@@ -17,7 +19,7 @@ from hifi.errors import HifiError
 from hifi.kafka_settings import KafkaSettings
 from retrier import metrics
 from retrier.holds import Head
-from retrier.tiers import RetryState
+from retrier.tiers import RetryState, Source
 
 log = structlog.get_logger(__name__)
 
@@ -33,65 +35,25 @@ class Measured:
     tier: int | None
 
 
+def measured_topics(sources: Mapping[str, Source]) -> dict[str, Measured]:
+    """Every tier topic among `sources`, and the DLQ of each of their destinations."""
+    measured = {
+        topic: Measured(source.dest.name, source.tier)
+        for topic, source in sources.items()
+        if source.tier is not None
+    }
+    for source in sources.values():
+        measured[source.dest.dlq_topic] = Measured(source.dest.name, None)
+    return measured
+
+
 class Backlog:
-    """High watermarks and committed offsets of the tier and DLQ topics of every served destination.
+    """The last measurement of the tier and DLQ topics of every served destination."""
 
-    A consumer that joins no group reads the retrier group's committed offsets and learns each
-    partition's high watermark from fetch responses (ListOffsets is not trusted on every broker);
-    after each refresh it seeks to the watermark, so it never reads a backlog more than once.
-    """
-
-    def __init__(
-        self, settings: KafkaSettings, group_id: str, topics: Mapping[str, Measured]
-    ) -> None:
-        self._settings = settings
-        self._group_id = group_id
-        self._topics = dict(topics)
-        self._consumer: kafka.Consumer | None = None
+    def __init__(self) -> None:
         self._waiting: dict[str, dict[int, int]] = {}
         self._dlq: dict[str, int] = {}
         self.refreshed_ms: int | None = None
-
-    @contextlib.asynccontextmanager
-    async def measuring(self) -> AsyncIterator[Backlog]:
-        """Start the probe consumer on every partition of the measured topics; stop it on exit."""
-        async with kafka.consumer(
-            self._settings, group_id=self._group_id, max_partition_fetch_bytes=_PROBE_FETCH_BYTES
-        ) as consumer:
-            consumer.assign(tp for topic in self._topics for tp in consumer.partitions(topic))
-            self._consumer = consumer
-            try:
-                yield self
-            finally:
-                self._consumer = None
-
-    async def refresh(self, now_ms: int) -> None:
-        """Re-measure every topic; on a Kafka error keep the previous numbers and log a warning."""
-        consumer = self._consumer
-        if consumer is None:
-            return
-        try:
-            await consumer.getmany(timeout_ms=0)  # discard; fetching again updates the watermarks
-            waiting: dict[str, dict[int, int]] = defaultdict(dict)
-            dlq: dict[str, int] = defaultdict(int)
-            for tp in consumer.assignment():
-                highwater = consumer.highwater(tp)
-                if highwater is None:
-                    continue
-                measured = self._topics[tp.topic]
-                if measured.tier is None:
-                    dlq[measured.dest] += highwater
-                else:
-                    committed = await consumer.committed(tp) or 0
-                    tiers = waiting[measured.dest]
-                    count = max(0, highwater - committed)
-                    tiers[measured.tier] = tiers.get(measured.tier, 0) + count
-                consumer.seek(tp, highwater)
-        except HifiError as exc:
-            log.warning("backlog_refresh_failed", error=str(exc))
-            return
-        self._waiting, self._dlq, self.refreshed_ms = dict(waiting), dict(dlq), now_ms
-        self._export()
 
     def waiting(self, dest: str) -> dict[int, int]:
         """Events waiting per tier index, as of the last refresh (tiers never measured are absent)."""
@@ -100,12 +62,67 @@ class Backlog:
     def dlq_size(self, dest: str) -> int | None:
         return self._dlq.get(dest)
 
-    def _export(self) -> None:
-        for dest, tiers in self._waiting.items():
+    def update(self, waiting: dict[str, dict[int, int]], dlq: dict[str, int], now_ms: int) -> None:
+        self._waiting, self._dlq, self.refreshed_ms = waiting, dlq, now_ms
+        for dest, tiers in waiting.items():
             for tier, count in tiers.items():
                 metrics.WAITING.labels(dest, str(tier)).set(count)
-        for dest, size in self._dlq.items():
+        for dest, size in dlq.items():
             metrics.DLQ_RECORDS.labels(dest).set(size)
+
+
+@contextlib.asynccontextmanager
+async def measuring(
+    settings: KafkaSettings, group_id: str, topics: Mapping[str, Measured], *, every_s: float
+) -> AsyncIterator[Backlog]:
+    """A `Backlog` re-measured every `every_s` by a task that ends with the block.
+
+    A consumer that joins no group reads the retrier group's committed offsets and learns each
+    partition's high watermark from fetch responses (ListOffsets is not trusted on every broker);
+    after each refresh it seeks to the watermark, so it never reads a backlog more than once.
+    """
+    backlog = Backlog()
+    async with kafka.consumer(
+        settings, group_id=group_id, max_partition_fetch_bytes=_PROBE_FETCH_BYTES
+    ) as probe:
+        probe.assign(tp for topic in topics for tp in probe.partitions(topic))
+
+        async def refresh_forever() -> None:
+            while True:
+                await _refresh(probe, topics, backlog)
+                await asyncio.sleep(every_s)
+
+        task = asyncio.create_task(refresh_forever(), name="retrier-backlog")
+        try:
+            yield backlog
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def _refresh(probe: kafka.Consumer, topics: Mapping[str, Measured], backlog: Backlog) -> None:
+    """Re-measure every topic; on a Kafka error keep the previous numbers and log a warning."""
+    try:
+        await probe.getmany(timeout_ms=0)  # discard; fetching again updates the watermarks
+        waiting: dict[str, dict[int, int]] = defaultdict(dict)
+        dlq: dict[str, int] = defaultdict(int)
+        for tp in probe.assignment():
+            highwater = probe.highwater(tp)
+            if highwater is None:
+                continue
+            measured = topics[tp.topic]
+            if measured.tier is None:
+                dlq[measured.dest] += highwater
+            else:
+                committed = await probe.committed(tp) or 0
+                tiers = waiting[measured.dest]
+                tiers[measured.tier] = tiers.get(measured.tier, 0) + max(0, highwater - committed)
+            probe.seek(tp, highwater)
+    except HifiError as exc:
+        log.warning("backlog_refresh_failed", error=str(exc))
+        return
+    backlog.update(dict(waiting), dict(dlq), int(time.time() * 1000))
 
 
 class RecentFailures:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from config.catalog import Destination
 from hifi.envelope import (
     HDR_ATTEMPT,
     HDR_DUE_MS,
@@ -15,6 +16,30 @@ from hifi.envelope import (
 )
 
 _TIER_SUFFIX = ".retry_tier"
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """What a consumed topic is to the retrier: a destination's NAME.retry_in (tier None) or a tier."""
+
+    dest: Destination
+    tier: int | None
+
+
+def sources_for(dests: Iterable[Destination], existing: Iterable[str]) -> dict[str, Source]:
+    """NAME.retry_in and the tier topics of each destination, including tiers left over from
+    a longer `retry_tiers_s` (their events still wait for their due time)."""
+    sources: dict[str, Source] = {}
+    existing = sorted(existing)
+    for dest in dests:
+        sources[dest.retry_in_topic] = Source(dest, None)
+        for k in range(len(dest.retry_tiers_s)):
+            sources[tier_topic(dest.name, k)] = Source(dest, k)
+        for topic in existing:
+            left_over = tier_of(dest.name, topic)
+            if left_over is not None:
+                sources[topic] = Source(dest, left_over)
+    return sources
 
 
 def tier_topic(dest_name: str, tier: int) -> str:

@@ -9,7 +9,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from config.catalog import Destination
 from hifi import kafka
@@ -69,25 +68,7 @@ async def collect(
 
     Waits on the broker's long polls, not on sleeps; returns what it has at the deadline.
     """
-    consumer = AIOKafkaConsumer(
-        **kafka.client_options(settings), enable_auto_commit=False, auto_offset_reset="earliest"
-    )
-    await consumer.start()
-    try:
-        partitions = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        found: list[Any] = []
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while len(found) < count and loop.time() < deadline:
-            fetched = await consumer.getmany(timeout_ms=500)
-            for batch in fetched.values():
-                found.extend(batch)
-        return found
-    finally:
-        await consumer.stop()
+    return await kafka.read_topic(settings, topic, at_least=count, timeout_s=timeout_s)
 
 
 def id_of(record: Any) -> str:
