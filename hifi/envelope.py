@@ -43,6 +43,8 @@ HIFI_HEADERS = frozenset(
 )
 MAX_HISTORY_ENTRIES = 25
 _JSON_ARRAY_OVERHEAD_BYTES = 2  # the brackets around a one-event json_array body
+MAX_EVENT_TIME_MS = 253_402_300_800_000  # 10000-01-01: a later or non-positive time is not a time
+_MAX_INT_ID = 10**38  # a numeric id beyond this (128 bits) is not an id
 
 Headers = list[tuple[str, bytes]]
 
@@ -144,7 +146,9 @@ def parse_records(
 
     This is the connector's per-record hot path. Each value is validated as one JSON object of
     UTF-8 text, but only the id and event-time fields are built as Python objects; the value
-    itself is forwarded as it came.
+    itself is forwarded as it came. Whatever goes wrong reading one record (a parser error, a
+    nesting too deep, an id too large to print) makes that record malformed, with the parser's
+    error: it never escapes, so one record can never stop a partition.
     """
     parsed = Parsed()
     events, malformed = parsed.events, parsed.malformed
@@ -158,18 +162,18 @@ def parse_records(
             fields = decode(value)
             if not value.isascii():
                 value.decode()  # the decoder skips the text of unread fields; JSON is UTF-8
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-            malformed.append((record, _malformed_value(exc)))
-            continue
+            event_id = fields.id
+            if type(event_id) is not str or not event_id:
+                event_id = _as_id(event_id)
+            event_time_ms = fields.event_time
+            if type(event_time_ms) is not int or not 0 < event_time_ms < MAX_EVENT_TIME_MS:
+                event_time_ms = parse_event_time(event_time_ms)
         except MalformedRecord as exc:
             malformed.append((record, exc))
             continue
-        event_id = fields.id
-        if type(event_id) is not str or not event_id:
-            event_id = _as_id(event_id)
-        event_time_ms = fields.event_time
-        if type(event_time_ms) is not int or event_time_ms <= 0:
-            event_time_ms = parse_event_time(event_time_ms)
+        except Exception as exc:  # every failure to read one record is that record's outcome
+            malformed.append((record, _malformed_value(exc)))
+            continue
         if event_id is None:
             parsed.missing_id += 1
         if event_time_ms is None:
@@ -208,12 +212,20 @@ def _field_reader(id_field: str, event_time_field: str) -> msgspec.json.Decoder[
     return msgspec.json.Decoder(fields)
 
 
-def _malformed_value(exc: msgspec.DecodeError | UnicodeDecodeError) -> MalformedRecord:
+def _malformed_value(exc: Exception) -> MalformedRecord:
     if isinstance(exc, UnicodeDecodeError):
         return MalformedRecord(
             f"value is not UTF-8: {exc.reason} at byte {exc.start}", reason=Reason.MALFORMED
         )
+    if isinstance(exc, RecursionError):
+        return MalformedRecord(
+            "value nests deeper than the parser allows", reason=Reason.MALFORMED
+        )
     text = str(exc)
+    if not isinstance(exc, msgspec.DecodeError):
+        return MalformedRecord(
+            f"value cannot be read: {type(exc).__name__}: {text}", reason=Reason.MALFORMED
+        )
     if text.startswith("Expected `object`, got `"):
         kind = text.removeprefix("Expected `object`, got `").partition("`")[0]
         return MalformedRecord(f"value is JSON {kind}, not an object", reason=Reason.MALFORMED)
@@ -231,7 +243,7 @@ def _unusable(value: bytes | None, max_bytes: int) -> MalformedRecord:
 def _as_id(raw: Any) -> str | None:
     if isinstance(raw, str) and raw:
         return raw
-    if isinstance(raw, int) and not isinstance(raw, bool):
+    if isinstance(raw, int) and not isinstance(raw, bool) and abs(raw) < _MAX_INT_ID:
         return str(raw)
     return None
 
@@ -244,7 +256,7 @@ def parse_event_time(raw: Any) -> int | None:
     if isinstance(raw, bool):
         return None
     if isinstance(raw, int | float):
-        return int(raw) if raw > 0 else None
+        return int(raw) if 0 < raw < MAX_EVENT_TIME_MS else None
     if isinstance(raw, str) and raw:
         try:
             parsed = datetime.fromisoformat(_RFC3339_Z.sub("+00:00", raw))
@@ -252,7 +264,8 @@ def parse_event_time(raw: Any) -> int | None:
             return None
         if parsed.tzinfo is None:
             return None
-        return int(parsed.timestamp() * 1000)
+        epoch_ms = int(parsed.timestamp() * 1000)
+        return epoch_ms if 0 < epoch_ms < MAX_EVENT_TIME_MS else None
     return None
 
 

@@ -142,7 +142,9 @@ class PartitionWorker:
         async with kafka.consumer(
             self._settings, group_id=options.group_id, **options.consumer_options
         ) as consumer:
-            member = _Membership(self, consumer, handler)
+            member = _Membership(
+                options, consumer, handler, stop=self._stop, progress=self._progress, ops=self._ops
+            )
             consumer.subscribe(topics, on_assigned=member.assigned, on_revoked=member.revoke)
             try:
                 await member.poll_until_stopped()
@@ -156,10 +158,19 @@ class _Membership:
     """The state of one run: the consumer, the watermark, the running tasks."""
 
     def __init__(
-        self, worker: PartitionWorker, consumer: kafka.Consumer, handler: PartitionHandler
+        self,
+        options: WorkerOptions,
+        consumer: kafka.Consumer,
+        handler: PartitionHandler,
+        *,
+        stop: asyncio.Event,
+        progress: asyncio.Event,
+        ops: OpsServer | None,
     ) -> None:
-        self.worker = worker
-        self.options = worker.options
+        self.options = options
+        self.stop = stop  # set: stop polling and drain
+        self.progress = progress  # set: a unit ended, or the handler was woken
+        self.ops = ops
         self.consumer = consumer
         self.handler = handler
         self.tracker = OffsetTracker()
@@ -174,7 +185,7 @@ class _Membership:
 
     async def poll_until_stopped(self) -> None:
         loop = asyncio.get_running_loop()
-        options, stop, progress = self.options, self.worker._stop, self.worker._progress
+        options, stop, progress = self.options, self.stop, self.progress
         last_busy = loop.time()
         next_commit = loop.time() + options.commit_interval_s
         commit_every = options.commit_every_records or float("inf")
@@ -262,11 +273,11 @@ class _Membership:
         if not task.cancelled() and task.exception() is not None and self.failure is None:
             self.failure = task.exception()
             self.log.error("work_failed", error=str(self.failure))
-            self.worker._stop.set()
-        if self.failure is None and not self.worker._stop.is_set():
+            self.stop.set()
+        if self.failure is None and not self.stop.is_set():
             self.sync_pauses()
             self.dispatch()
-        self.worker._progress.set()
+        self.progress.set()
 
     async def wait_idle(self, partitions: set[TopicPartition] | None, timeout_s: float) -> bool:
         """Wait until no running unit touches `partitions` (all when None); False on timeout."""
@@ -314,8 +325,8 @@ class _Membership:
         """Rebalance: `partitions` (possibly none) are ours; the daemon is ready from here on."""
         self.epoch += 1
         self.assigned_once = True
-        if self.worker._ops is not None:
-            self.worker._ops.ready = True
+        if self.ops is not None:
+            self.ops.ready = True
         self.log.info(
             "partitions_assigned",
             partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in partitions),
@@ -339,8 +350,8 @@ class _Membership:
         if self.tasks:
             await asyncio.wait(list(self.tasks))
         await asyncio.shield(self.commit())
-        if self.worker._ops is not None:
-            self.worker._ops.ready = False
+        if self.ops is not None:
+            self.ops.ready = False
         self.log.info(
             "worker_stopped", drained=drained, outstanding=self.tracker.total_outstanding()
         )
