@@ -130,6 +130,7 @@ def parse(dest: Destination, tp: TopicPartition, records: list[Any]) -> Parsed:
         id_field=dest.id_field,
         event_time_field=dest.event_time_field,
         max_bytes=dest.max_batch_bytes,
+        retried=tp.topic == dest.retry_out_topic,
     )
 
 

@@ -127,6 +127,8 @@ class Deliverer:
         )
         self._failing = False
         self._dest_name = dest.name
+        self._lag_out_first = metrics.LAG_OUT.labels(dest.name, "first")
+        self._lag_out_retried = metrics.LAG_OUT.labels(dest.name, "retried")
 
     async def deliver(self, batch: Batch) -> None:
         """Return once every event has an outcome; raises only if Kafka cannot take a hand-off."""
@@ -216,9 +218,13 @@ class Deliverer:
         if self._failing:
             self._failing = False
             log.info("destination_recovered")
-        metrics.LAG_OUT.labels(self._dest_name).observe_ages(
-            time.time() * 1000, map(_event_time_of, batch.events)
-        )
+        now_ms = time.time() * 1000
+        events = batch.events
+        retried = [event for event in events if event.retried]
+        if retried:
+            events = [event for event in events if not event.retried]
+            self._lag_out_retried.observe_ages(now_ms, map(_event_time_of, retried))
+        self._lag_out_first.observe_ages(now_ms, map(_event_time_of, events))
         metrics.RECORDS.labels(self._dest_name, Outcome.DELIVERED).inc(len(batch))
 
     async def _hand_off(self, batch: Batch, exc: DestinationUnavailable) -> None:

@@ -13,14 +13,22 @@ from hifi.envelope import (
     HDR_ERROR,
     HDR_ORIGIN,
     HDR_REASON,
+    HDR_VALUE_BYTES,
     Event,
     KafkaRecord,
     failure_headers,
     origin_of,
     passthrough_headers,
 )
-from hifi.kafka import Headers, Record, RecordWriter
+from hifi.kafka import MAX_REQUEST_BYTES, Headers, Record, RecordWriter
 from hifi.vocabulary import Reason
+
+# A dead letter is one Kafka record: the producer takes at most 16 MiB per request. A record that
+# cannot be written whole (its value, key and headers) becomes a letter with the value's first
+# 64 KiB and every header value's first 1 KiB, and says the value's size.
+DLQ_RECORD_MAX_BYTES = MAX_REQUEST_BYTES - 64 * 1024
+LETTER_VALUE_BYTES = 64 * 1024
+LETTER_HEADER_BYTES = 1024
 
 
 class Diverter:
@@ -84,16 +92,33 @@ class Diverter:
     async def records_to_dlq(self, letters: Sequence[tuple[KafkaRecord, Reason, str]]) -> None:
         """Dead-letter records that could not even be read as events: (record, reason, error)."""
         records: list[Record] = []
+        reasons: list[Reason] = []
         for record, reason, error in letters:
-            headers: Headers = [
-                *passthrough_headers(record.headers),
-                (HDR_REASON, reason.encode()),
+            retried = record.topic == self._dest.retry_out_topic
+            own = passthrough_headers(record.headers)
+            value, key = record.value, record.key
+            hifi: Headers = [
                 (HDR_DEST, self._dest.name.encode()),
                 (HDR_ERROR, error.encode()),
-                (HDR_ORIGIN, origin_of(record).encode()),
+                (HDR_ORIGIN, origin_of(record, retried=retried).encode()),
                 (HDR_ATTEMPT, b"0"),
             ]
-            records.append((self._dest.dlq_topic, record.key, record.value, headers))
+            if key is None and value is None:
+                value = b""  # a keyless tombstone: Kafka clients write no record without both
+            if _size(key, value, own) > DLQ_RECORD_MAX_BYTES:
+                reason = Reason.TOO_LARGE
+                hifi.append((HDR_VALUE_BYTES, str(len(value or b"")).encode()))
+                own = [(name, data[:LETTER_HEADER_BYTES] if data else data) for name, data in own]
+                key = key[:LETTER_HEADER_BYTES] if key else key
+                value = value[:LETTER_VALUE_BYTES] if value else value
+            records.append(
+                (self._dest.dlq_topic, key, value, [*own, (HDR_REASON, reason.encode()), *hifi])
+            )
+            reasons.append(reason)
         await self._producer.send_all(records)
-        for _, reason, _ in letters:
+        for reason in reasons:
             metrics.DEAD_LETTERS.labels(self._dest.name, reason).inc()
+
+
+def _size(key: bytes | None, value: bytes | None, headers: Headers) -> int:
+    return len(key or b"") + len(value or b"") + sum(len(n) + len(v or b"") for n, v in headers)

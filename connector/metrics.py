@@ -157,8 +157,9 @@ LAG_IN = PerEventHistogram(
 )
 LAG_OUT = PerEventHistogram(
     "hifi_connector_lag_out_seconds",
-    "Destination 2xx minus event time: the end-to-end lag at this last node.",
-    ["dest"],
+    "Destination 2xx minus event time: the end-to-end lag at this last node; attempt is first"
+    " (delivered from a source topic) or retried (came back from the retrier).",
+    ["dest", "attempt"],
     buckets=LAG_BUCKETS_S,
 )
 REQUEST_DURATION = Histogram(

@@ -26,6 +26,7 @@ HDR_ORIGIN = "hifi-origin"
 HDR_REASON = "hifi-reason"
 HDR_HISTORY = "hifi-history"
 HDR_DUE_MS = "hifi-due-ms"  # set by the retrier: when a waiting event is due for re-offer
+HDR_VALUE_BYTES = "hifi-value-bytes"  # a letter cut to fit the DLQ: the size of the whole value
 
 HIFI_HEADERS = frozenset(
     {
@@ -39,6 +40,7 @@ HIFI_HEADERS = frozenset(
         HDR_REASON,
         HDR_HISTORY,
         HDR_DUE_MS,
+        HDR_VALUE_BYTES,
     }
 )
 MAX_HISTORY_ENTRIES = 25
@@ -67,7 +69,9 @@ class Event:
 
     Intake sets only what every event needs (where it is, its bytes, its id and time); what only
     a failure needs (origin, attempt count, history, the record's own headers) is read from the
-    record when asked, so the common path builds one small object per record.
+    record when asked, so the common path builds one small object per record. Only a record
+    that came back from the retrier (`retried`) carries hifi's own `hifi-*` headers; on any
+    other record they are a producer's, and are neither believed nor passed on.
     """
 
     tp: TopicPartition
@@ -76,6 +80,7 @@ class Event:
     id: str
     event_time_ms: int
     record: KafkaRecord
+    retried: bool  # read from NAME.retry_out: its hifi-* headers are hifi's
 
     @property
     def key(self) -> bytes | None:
@@ -84,7 +89,7 @@ class Event:
     @property
     def origin(self) -> str:
         """topic/partition/offset where the event first entered hifi (kept across retries)."""
-        return origin_of(self.record)
+        return origin_of(self.record, retried=self.retried)
 
     @property
     def attempt(self) -> int:
@@ -107,7 +112,7 @@ class Event:
 
     def _hifi_header(self, name: str) -> bytes | None:
         headers = self.record.headers
-        return header_map(headers).get(name) if headers else None
+        return header_map(headers).get(name) if headers and self.retried else None
 
 
 def header_map(headers: Any) -> dict[str, bytes]:
@@ -115,9 +120,10 @@ def header_map(headers: Any) -> dict[str, bytes]:
     return {name: value for name, value in (headers or ()) if value is not None}
 
 
-def origin_of(record: KafkaRecord) -> str:
-    """topic/partition/offset where the record's event first entered hifi (kept across retries)."""
-    if record.headers:
+def origin_of(record: KafkaRecord, *, retried: bool) -> str:
+    """topic/partition/offset where the record's event first entered hifi (kept across retries:
+    a `retried` record carries it in `hifi-origin`)."""
+    if retried and record.headers:
         origin = header_map(record.headers).get(HDR_ORIGIN)
         if origin:
             return origin.decode("utf-8", errors="replace")
@@ -141,6 +147,7 @@ def parse_records(
     id_field: str,
     event_time_field: str,
     max_bytes: int,
+    retried: bool = False,
 ) -> Parsed:
     """Read the records of one partition as events; malformed and oversize ones are set apart.
 
@@ -183,9 +190,10 @@ def parse_records(
                 tp,
                 record.offset,
                 value,
-                event_id if event_id is not None else origin_of(record),
+                event_id if event_id is not None else origin_of(record, retried=retried),
                 event_time_ms if event_time_ms is not None else record.timestamp,
                 record,
+                retried,
             )
         )
     return parsed

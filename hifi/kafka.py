@@ -35,6 +35,7 @@ log = structlog.get_logger(__name__)
 Headers = list[tuple[str, bytes]]
 Record = tuple[str, bytes | None, bytes | None, Headers]  # topic, key, value, headers
 _READ_POLL_MS = 300
+MAX_REQUEST_BYTES = 16 * 1024 * 1024  # the largest produce request hifi sends
 _TOPIC_ALREADY_EXISTS = 36  # Kafka protocol error code: another client created it first
 _AUTH_ERRORS = (
     aiokafka_errors.AuthenticationFailedError,
@@ -124,12 +125,16 @@ class Producer:
         self._client = client
         self._settings = settings
 
-    async def send_all(self, records: Sequence[Record]) -> list[RecordMetadata]:
-        """Produce (topic, key, value, headers) records; return once all are acknowledged, with
-        where each was written."""
+    async def send_all(
+        self, records: Sequence[Record], *, partition: int | None = None
+    ) -> list[RecordMetadata]:
+        """Produce (topic, key, value, headers) records (to `partition`, else by key); return
+        once all are acknowledged, with where each was written."""
         with kafka_errors(self._settings, f"produce to {records[0][0]}" if records else "produce"):
             futures = [
-                await self._client.send(topic, value=value, key=key, headers=headers)
+                await self._client.send(
+                    topic, value=value, key=key, headers=headers, partition=partition
+                )
                 for topic, key, value, headers in records
             ]
             written: list[RecordMetadata] = await asyncio.gather(*futures)
@@ -139,14 +144,14 @@ class Producer:
 @contextlib.asynccontextmanager
 async def producer(settings: KafkaSettings, **overrides: Any) -> AsyncIterator[Producer]:
     """A started `Producer` (acks=all) that is flushed and stopped on exit."""
-    client = AIOKafkaProducer(
-        **client_options(settings),
-        acks="all",
-        enable_idempotence=settings.enable_idempotence,
-        linger_ms=5,
-        max_request_size=16 * 1024 * 1024,
-        **overrides,
-    )
+    options: dict[str, Any] = {
+        "acks": "all",
+        "enable_idempotence": settings.enable_idempotence,
+        "linger_ms": 5,
+        "max_request_size": MAX_REQUEST_BYTES,
+    }
+    options.update(overrides)
+    client = AIOKafkaProducer(**client_options(settings), **options)
     async with _started(client, settings, "start producer"):
         yield Producer(client, settings)
 

@@ -153,5 +153,5 @@ def _expired(
         Outcome.DEAD_LETTERED,
         tier,
         due_ms,
-        f"{decision.why} (origin {origin_of(record)})",
+        f"{decision.why} (origin {origin_of(record, retried=True)})",
     )
