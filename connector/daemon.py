@@ -105,8 +105,10 @@ class Connector:
         """Run until stopped; raises `HifiError` if Kafka fails for longer than its clients retry."""
         dest = self.dest
         async with contextlib.AsyncExitStack() as stack:
+            stack.enter_context(structlog.contextvars.bound_contextvars(dest=dest.name))
             if self.ops is not None:
                 await stack.enter_async_context(self.ops.running())
+            log.info("kafka_connecting", **self._settings.describe())
             await kafka.ensure_topics(
                 self._settings,
                 [dest.retry_in_topic, dest.retry_out_topic, dest.dlq_topic],

@@ -16,6 +16,7 @@ import structlog
 
 from hifi.errors import ConfigError, HifiError
 from hifi.logging import LOG_LEVELS, LogFormat, configure_logging
+from hifi.redaction import mask
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -27,7 +28,7 @@ log = structlog.get_logger(__name__)
 
 def fail(prog: str, message: str, code: int = EXIT_USAGE) -> NoReturn:
     """Print `prog: message` on stderr, no traceback, and exit with `code`."""
-    click.echo(f"{prog}: {message}", err=True)
+    click.echo(f"{prog}: {mask(' '.join(message.split()))}", err=True)
     sys.exit(code)
 
 

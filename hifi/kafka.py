@@ -21,6 +21,7 @@ from aiokafka import errors as aiokafka_errors
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import RecordMetadata
 
+from hifi import probe
 from hifi.errors import (
     BrokerAuthFailed,
     BrokerRefused,
@@ -35,6 +36,7 @@ log = structlog.get_logger(__name__)
 Headers = list[tuple[str, bytes]]
 Record = tuple[str, bytes | None, bytes | None, Headers]  # topic, key, value, headers
 _READ_POLL_MS = 300
+START_TIMEOUT_S = 15.0  # a client that cannot start by then fails with the cause
 MAX_REQUEST_BYTES = 16 * 1024 * 1024  # the largest produce request hifi sends
 _TOPIC_ALREADY_EXISTS = 36  # Kafka protocol error code: another client created it first
 _AUTH_ERRORS = (
@@ -281,11 +283,30 @@ async def _started(
 ) -> AsyncIterator[None]:
     """Start an aiokafka client (its failure translated) and stop it when the block exits."""
     try:
-        with kafka_errors(settings, doing):
-            await client.start()
+        await _start(client.start, settings, doing)
         yield
     finally:
         await client.stop()
+
+
+async def _start(
+    start: Callable[[], Awaitable[None]], settings: KafkaSettings, doing: str
+) -> None:
+    """Start a client within `START_TIMEOUT_S`; a failure says what the broker address does."""
+    ssl_context = client_options(settings).get("ssl_context")
+    try:
+        async with asyncio.timeout(START_TIMEOUT_S):
+            with kafka_errors(settings, doing):
+                await start()
+    except TimeoutError:
+        cause = await probe.diagnose(settings.bootstrap, ssl_context)
+        raise BrokerUnavailable(
+            f"kafka {settings.bootstrap}: {doing}: no Kafka answer within {START_TIMEOUT_S:g} s"
+            f" over {settings.security_protocol}: {cause}"
+        ) from None
+    except BrokerUnavailable as exc:
+        cause = await probe.diagnose(settings.bootstrap, ssl_context)
+        raise BrokerUnavailable(f"{exc}: {cause}") from exc
 
 
 # --- topics -----------------------------------------------------------------------------
@@ -297,8 +318,8 @@ async def ensure_topics(
     """Create whichever of `names` do not exist yet; returns every topic of the cluster."""
     admin = AIOKafkaAdminClient(**client_options(settings))
     try:
+        await _start(admin.start, settings, "connect admin client")
         with kafka_errors(settings, "create topics"):
-            await admin.start()
             existing = set(await admin.list_topics())
             missing = [name for name in names if name not in existing]
             if not missing:

@@ -37,6 +37,14 @@ class KafkaSettings(BaseModel):
     enable_idempotence: bool = False
     replication_factor: int = Field(default=1, ge=1, le=10)
 
+    def describe(self) -> dict[str, str]:
+        """What a start-up log line says about the connection (never the password)."""
+        described = {"bootstrap": self.bootstrap, "security_protocol": self.security_protocol}
+        if self.sasl_mechanism:
+            described["sasl_mechanism"] = self.sasl_mechanism
+            described["username"] = self.username or ""
+        return described
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> KafkaSettings:
         """Read `HIFI_KAFKA_*`; an invalid value raises `ConfigError` naming the variable."""

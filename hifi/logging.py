@@ -1,4 +1,9 @@
-"""structlog set-up: JSON lines for machines, readable console lines for people, secrets masked in both."""
+"""structlog set-up: JSON lines for machines, readable console lines for people, secrets masked in both.
+
+Libraries that log through the standard library (aiokafka, uvicorn) go through the same
+processors and renderer, so their lines are JSON too, carry the same context (`dest`, bound with
+`structlog.contextvars` by the daemons) and are masked like hifi's own.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +17,11 @@ from hifi.redaction import mask_event
 
 LogFormat = Literal["auto", "json", "console"]
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_LIBRARIES = ("aiokafka", "uvicorn", "uvicorn.error", "uvicorn.access", "httpx", "httpcore")
 
 
 def configure_logging(log_format: LogFormat = "auto", level: str = "INFO") -> None:
-    """Route structlog (and stdlib logging from libraries) to stderr in the chosen format."""
+    """Route structlog and stdlib logging from libraries to stderr in the chosen format."""
     use_json = log_format == "json" or (log_format == "auto" and not sys.stderr.isatty())
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -34,9 +40,21 @@ def configure_logging(log_format: LogFormat = "auto", level: str = "INFO") -> No
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
-    # aiokafka and uvicorn log through the standard library; keep them quiet unless they warn.
-    logging.basicConfig(
-        level=logging.WARNING, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s"
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                mask_event,
+                renderer,
+            ],
+        )
     )
-    for noisy in ("aiokafka", "uvicorn", "uvicorn.error", "uvicorn.access", "httpx", "httpcore"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(max(numeric_level, logging.WARNING))
+    # Libraries speak only when they warn; hifi's own lines say what they do.
+    for name in _LIBRARIES:
+        logging.getLogger(name).setLevel(max(numeric_level, logging.WARNING))

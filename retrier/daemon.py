@@ -88,6 +88,7 @@ class Retrier:
         async with contextlib.AsyncExitStack() as stack:
             if self.ops is not None:
                 await stack.enter_async_context(self.ops.running())
+            log.info("kafka_connecting", **self._settings.describe())
             existing = await self._create_topics()
             sources = sources_for(self.dests.values(), existing)
             producer = await stack.enter_async_context(kafka.producer(self._settings))
