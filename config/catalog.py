@@ -8,8 +8,9 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
+import annotated_types
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -34,7 +35,9 @@ PositiveSeconds = Annotated[float, Field(gt=0, le=7 * 86400)]
 class Destination(BaseModel):
     """Everything hifi needs to deliver to one HTTP destination; immutable once loaded."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: "10" is not an integer nor "true" a boolean (an integer is a valid float);
+    # allow_inf_nan=False: TOML's nan and inf are refused for every number
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
     name: str
     url: str
@@ -209,9 +212,52 @@ def _describe(path: Path, exc: ValidationError) -> str:
         if error["type"] == "missing":
             problems.append(f"{path}: required key {key!r} is missing")
             continue
+        accepted = _allowed(error["loc"])
+        hint = f"; allowed: {accepted}" if accepted else ""
         shown = "" if key.startswith("headers") else f" (got {_short(error.get('input'))})"
-        problems.append(f"{path}: key {key!r}: {error['msg']}{shown}")
+        problems.append(f"{path}: key {key!r}: {error['msg']}{hint}{shown}")
     return "; ".join(problems)
+
+
+def _allowed(loc: tuple[int | str, ...]) -> str | None:
+    """What a number or boolean key (or an element of a list of numbers) accepts, from its bounds."""
+    field = Destination.model_fields.get(str(loc[0]))
+    if field is None:
+        return None
+    annotation, metadata = field.annotation, list(field.metadata)
+    if len(loc) == 2 and get_origin(annotation) is list:
+        (element,) = get_args(annotation)
+        annotation, *extras = get_args(element) or (element,)
+        metadata = [m for extra in extras for m in getattr(extra, "metadata", [])]
+    elif len(loc) != 1:
+        return None
+    if annotation is bool:
+        return "true or false"
+    if annotation is int:
+        return "an integer" + _bounds(metadata)
+    if annotation is float:
+        return "a number" + _bounds(metadata) + ", not nan or inf"
+    return None
+
+
+def _bounds(metadata: list[Any]) -> str:
+    """' from 1 to 1024', ' greater than 0 and at most 600', or '' without bounds."""
+    ge = gt = le = None
+    for item in metadata:
+        if isinstance(item, annotated_types.Ge):
+            ge = item.ge
+        elif isinstance(item, annotated_types.Gt):
+            gt = item.gt
+        elif isinstance(item, annotated_types.Le):
+            le = item.le
+    if ge is not None and le is not None:
+        return f" from {ge} to {le}"
+    parts = [
+        f"{words} {value}"
+        for words, value in (("at least", ge), ("greater than", gt), ("at most", le))
+        if value is not None
+    ]
+    return " " + " and ".join(parts) if parts else ""
 
 
 def _short(value: Any) -> str:

@@ -147,3 +147,52 @@ def test_invalid_destination_name(catalog_dir: Path) -> None:
     """A name that could escape the catalog directory is refused."""
     with pytest.raises(ConfigError, match="invalid"):
         Catalog(catalog_dir, {}).load("../etc/passwd")
+
+
+@pytest.mark.parametrize(
+    ("line", "key", "allowed", "given"),
+    [
+        ('max_in_flight = "10"', "max_in_flight", "an integer from 1 to 1024", "'10'"),
+        ("max_in_flight = 10.0", "max_in_flight", "an integer from 1 to 1024", "10.0"),
+        ("max_in_flight = true", "max_in_flight", "an integer from 1 to 1024", "True"),
+        ('follow_redirects = "yes"', "follow_redirects", "true or false", "'yes'"),
+        ('follow_redirects = "true"', "follow_redirects", "true or false", "'true'"),
+        ("follow_redirects = 1", "follow_redirects", "true or false", "1"),
+        ('request_timeout_s = "10"', "request_timeout_s", "a number greater than 0", "'10'"),
+        ('retry_tiers_s = [30, "60"]', "retry_tiers_s.1", "a number greater than 0", "'60'"),
+    ],
+)
+def test_types_are_strict(catalog_dir: Path, line: str, key: str, allowed: str, given: str) -> None:
+    """A quoted number or a quoted boolean is refused, naming the key, what is allowed and the value given."""
+    message = _error(catalog_dir, f'url = "https://x.test/"\nsource_topics = ["e"]\n{line}\n')
+    assert f"key '{key}'" in message
+    assert allowed in message
+    assert f"(got {given})" in message
+
+
+def test_integer_is_accepted_for_a_float_key(catalog_dir: Path) -> None:
+    """An integer is a valid value for a float key such as request_timeout_s."""
+    write_destination(catalog_dir, "d", **GOOD, request_timeout_s=10, retry_tiers_s=[30, 60])
+    dest = Catalog(catalog_dir, {}).load("d")
+    assert dest.request_timeout_s == 10.0
+    assert dest.retry_tiers_s == [30.0, 60.0]
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ("request_timeout_s = nan", "request_timeout_s"),
+        ("request_timeout_s = inf", "request_timeout_s"),
+        ("local_retry_max_backoff_s = -nan", "local_retry_max_backoff_s"),
+        ("max_retry_age_s = +inf", "max_retry_age_s"),
+        ("retry_tiers_s = [30, inf]", "retry_tiers_s.1"),
+        ("max_in_flight = nan", "max_in_flight"),
+        ("max_batch_bytes = inf", "max_batch_bytes"),
+    ],
+)
+def test_nan_and_inf_are_refused(catalog_dir: Path, line: str, key: str) -> None:
+    """TOML's nan and inf are refused for every numeric key."""
+    message = _error(catalog_dir, f'url = "https://x.test/"\nsource_topics = ["e"]\n{line}\n')
+    assert f"key '{key}'" in message
+    assert "nan" in message or "inf" in message
+    assert "finite number" in message or "an integer from" in message
