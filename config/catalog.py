@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import itertools
 import os
 import re
@@ -139,8 +140,7 @@ class Catalog:
 
     def names(self) -> list[str]:
         """Names of every destination in the catalog, sorted."""
-        if not self.directory.is_dir():
-            raise ConfigError(f"catalog directory {self.directory} does not exist")
+        self._check_directory()
         return sorted(p.stem for p in self.directory.glob("*.toml") if not p.stem.startswith("_"))
 
     def load(self, name: str) -> Destination:
@@ -149,24 +149,29 @@ class Catalog:
             raise ConfigError(
                 f"destination name {name!r} is invalid; use letters, digits, '.', '_' or '-'"
             )
+        self._check_directory()
         path = self.directory / f"{name}.toml"
         if not path.is_file():
-            known = ", ".join(self.names()) if self.directory.is_dir() else "none"
+            known = ", ".join(self.names())
             raise ConfigError(f"destination {name!r}: no file {path} (known: {known or 'none'})")
         return load_destination_file(path, self._environ)
 
     def load_all(self) -> list[Destination]:
         return [self.load(name) for name in self.names()]
 
+    def _check_directory(self) -> None:
+        if not self.directory.exists():
+            raise ConfigError(f"catalog directory {self.directory} does not exist")
+        if not self.directory.is_dir():
+            raise ConfigError(f"catalog directory {self.directory} is not a directory")
+
 
 def load_destination_file(path: Path, environ: Mapping[str, str]) -> Destination:
     """Parse one catalog file, resolve `${VAR}` in header values, and validate it."""
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = tomllib.loads(_read_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     if "name" in raw:
         raise ConfigError(
             f"{path}: key 'name' is not allowed; the file name is the destination name"
@@ -185,6 +190,22 @@ def load_destination_file(path: Path, environ: Mapping[str, str]) -> Destination
     for value in destination.header_values().values():
         redaction.register(redaction.header_secrets(value))
     return destination
+
+
+def _read_text(path: Path) -> str:
+    """The file as text: UTF-8 without a byte-order mark, as TOML requires."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    if data.startswith(codecs.BOM_UTF8):
+        raise ConfigError(
+            f"{path}: starts with a UTF-8 byte-order mark; save it as UTF-8 without the BOM"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (invalid byte at offset {exc.start})") from None
 
 
 def _resolve_env(value: str, path: Path, key: str, environ: Mapping[str, str]) -> str:

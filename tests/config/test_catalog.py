@@ -196,3 +196,38 @@ def test_nan_and_inf_are_refused(catalog_dir: Path, line: str, key: str) -> None
     assert f"key '{key}'" in message
     assert "nan" in message or "inf" in message
     assert "finite number" in message or "an integer from" in message
+
+
+def test_file_that_is_not_utf8(catalog_dir: Path) -> None:
+    """A catalog file with a byte that is not UTF-8 names the file and the offset of the byte."""
+    (catalog_dir / "d.toml").write_bytes(
+        b'url = "https://x.test/"\n# caf\xe9\nsource_topics = ["e"]\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        Catalog(catalog_dir, {}).load("d")
+    assert (
+        str(info.value) == f"{catalog_dir / 'd.toml'}: not UTF-8 text (invalid byte at offset 29)"
+    )
+
+
+def test_file_with_byte_order_mark(catalog_dir: Path) -> None:
+    """A file starting with a UTF-8 byte-order mark is refused with the advice to save it without."""
+    path = catalog_dir / "d.toml"
+    path.write_bytes(b'\xef\xbb\xbfurl = "https://x.test/"\nsource_topics = ["e"]\n')
+    with pytest.raises(ConfigError) as info:
+        Catalog(catalog_dir, {}).load("d")
+    message = str(info.value)
+    assert message.startswith(f"{path}: ")
+    assert "byte-order mark" in message
+    assert "without the BOM" in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("call", ["load", "load_all", "names"])
+def test_missing_catalog_directory(tmp_path: Path, call: str) -> None:
+    """A catalog directory that does not exist is named as such by load(), load_all() and names()."""
+    missing = tmp_path / "nowhere"
+    catalog = Catalog(missing, {})
+    with pytest.raises(ConfigError) as info:
+        catalog.load("d") if call == "load" else getattr(catalog, call)()
+    assert str(info.value) == f"catalog directory {missing} does not exist"
