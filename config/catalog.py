@@ -27,7 +27,12 @@ from hifi.errors import ConfigError
 
 CATALOG_ENV_VAR = "HIFI_CATALOG_DIR"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
-_ENV_REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_VAR_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_REFERENCE_SYNTAX = (
+    "write ${NAME} for an environment variable (NAME: letters, digits and '_', not starting"
+    " with a digit); a literal $ is written $$"
+)
+_HEADER_VALUE_RULE = "a header value must be printable ASCII on one line"
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 PositiveSeconds = Annotated[float, Field(gt=0, le=7 * 86400)]
@@ -68,6 +73,11 @@ class Destination(BaseModel):
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str) -> str:
+        if re.search(r"\$[{A-Za-z_]", value):
+            raise ValueError(
+                "environment references are resolved only in [headers], not in url (no ${NAME}"
+                " nor $NAME here); write the URL itself"
+            )
         if not re.match(r"^https?://[^\s/?#]+", value):
             raise ValueError("must be an absolute http:// or https:// URL")
         return value
@@ -97,9 +107,13 @@ class Destination(BaseModel):
     @field_validator("headers")
     @classmethod
     def _check_headers(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
-        for key in value:
+        for key, secret in value.items():
             if not re.match(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", key):
                 raise ValueError(f"header name {key!r} is not a valid HTTP token")
+            text = secret.get_secret_value()
+            problem = _header_value_problem(text) or ("is empty" if not text.strip(" ") else None)
+            if problem:
+                raise ValueError(f"header {key!r}: the value {problem}; {_HEADER_VALUE_RULE}")
         return value
 
     @property
@@ -209,16 +223,73 @@ def _read_text(path: Path) -> str:
 
 
 def _resolve_env(value: str, path: Path, key: str, environ: Mapping[str, str]) -> str:
-    def substitute(match: re.Match[str]) -> str:
-        var = match.group(1)
-        if var not in environ:
-            raise ConfigError(
-                f"{path}: key 'headers.{key}' refers to ${{{var}}}, which is not set in the environment"
-            )
-        redaction.register([environ[var]])
-        return environ[var]
+    """`value` with `${VAR}` replaced by the variable and `$$` by `$`; checked to be a valid header value.
 
-    return _ENV_REF_RE.sub(substitute, value)
+    Errors name the file and the header, never the value nor any part of it (it may be a secret).
+    A variable's value is taken literally: a `$` inside it is not read again.
+    """
+    where = f"{path}: key 'headers.{key}'"
+    parts = _substitute(value, where, environ)
+    for text, var in parts:
+        if problem := _header_value_problem(text):
+            origin = f" (from ${{{var}}})" if var else ""
+            raise ConfigError(
+                f"{where}: the value (after ${{VAR}} substitution) {problem}{origin}; "
+                f"{_HEADER_VALUE_RULE}"
+            )
+    resolved = "".join(text for text, _ in parts)
+    if not resolved.strip(" "):
+        raise ConfigError(
+            f"{where}: the value (after ${{VAR}} substitution) is empty; {_HEADER_VALUE_RULE},"
+            " not empty (remove the header if it is not needed)"
+        )
+    return resolved
+
+
+def _substitute(value: str, where: str, environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """`value` cut into literal text and variables' values: (text, the variable or None)."""
+    parts: list[tuple[str, str | None]] = []
+    position = 0
+    while (dollar := value.find("$", position)) >= 0:
+        parts.append((value[position:dollar], None))
+        following = value[dollar + 1 : dollar + 2]
+        if following == "$":
+            parts.append(("$", None))
+            position = dollar + 2
+            continue
+        if following != "{":
+            what = (
+                "a bare $NAME is not substituted"
+                if _VAR_NAME_RE.match(value, dollar + 1)
+                else "a '$' starts no ${NAME}"
+            )
+            raise ConfigError(f"{where}: {what}; {_REFERENCE_SYNTAX}")
+        close = value.find("}", dollar)
+        if close < 0:
+            raise ConfigError(f"{where}: '${{' has no closing '}}'; {_REFERENCE_SYNTAX}")
+        var = value[dollar + 2 : close]
+        if not _VAR_NAME_RE.fullmatch(var):
+            raise ConfigError(
+                f"{where}: what is inside '${{...}}' is not a variable name; {_REFERENCE_SYNTAX}"
+            )
+        if var not in environ:
+            raise ConfigError(f"{where}: refers to ${{{var}}}, which is not set in the environment")
+        redaction.register([environ[var]])
+        parts.append((environ[var], var))
+        position = close + 1
+    parts.append((value[position:], None))
+    return parts
+
+
+def _header_value_problem(text: str) -> str | None:
+    """What makes `text` unfit for an HTTP header value, without quoting any of it; None if fit."""
+    if "\r" in text or "\n" in text:
+        return "contains a line break"
+    if not text.isascii():
+        return "contains a non-ASCII character"
+    if not text.isprintable():
+        return "contains a non-printable character"
+    return None
 
 
 def _describe(path: Path, exc: ValidationError) -> str:
@@ -236,7 +307,10 @@ def _describe(path: Path, exc: ValidationError) -> str:
         accepted = _allowed(error["loc"])
         hint = f"; allowed: {accepted}" if accepted else ""
         shown = "" if key.startswith("headers") else f" (got {_short(error.get('input'))})"
-        problems.append(f"{path}: key {key!r}: {error['msg']}{hint}{shown}")
+        message = error["msg"]
+        if error["type"] == "value_error":  # our own validators: their text without "Value error, "
+            message = str(error.get("ctx", {}).get("error", message))
+        problems.append(f"{path}: key {key!r}: {message}{hint}{shown}")
     return "; ".join(problems)
 
 

@@ -231,3 +231,94 @@ def test_missing_catalog_directory(tmp_path: Path, call: str) -> None:
     with pytest.raises(ConfigError) as info:
         catalog.load("d") if call == "load" else getattr(catalog, call)()
     assert str(info.value) == f"catalog directory {missing} does not exist"
+
+
+def _header_error(catalog_dir: Path, value: str, environ: dict[str, str] | None = None) -> str:
+    """The error for a file whose only header is `Authorization = value` (a TOML basic string)."""
+    text = f'url = "https://x.test/"\nsource_topics = ["e"]\n[headers]\nAuthorization = "{value}"\n'
+    message = _error(catalog_dir, text, environ)
+    assert "key 'headers.Authorization'" in message
+    return message
+
+
+@pytest.mark.parametrize(
+    ("value", "environ", "problem"),
+    [
+        ("Bearer ${TOKEN}", {"TOKEN": "s3cr3t-value\r\nX-Evil: 1"}, "contains a line break"),
+        ("Bearer ${TOKEN}", {"TOKEN": "s3cr3t-value\n"}, "contains a line break"),
+        ("s3cr3t-value\\nX-Evil: 1", {}, "contains a line break"),
+        ("s3cr3t-value-caf\u00e9", {}, "contains a non-ASCII character"),
+        ("Bearer ${TOKEN}", {"TOKEN": "s3cr3t-value\u2028"}, "contains a non-ASCII character"),
+        ("s3cr3t-value\\tmore", {}, "contains a non-printable character"),
+        ("Bearer ${TOKEN}", {"TOKEN": "s3cr3t-value\x00"}, "contains a non-printable character"),
+        ("", {}, "is empty"),
+        ("${TOKEN}", {"TOKEN": ""}, "is empty"),
+    ],
+)
+def test_bad_header_values_are_refused_without_echo(
+    catalog_dir: Path, value: str, environ: dict[str, str], problem: str
+) -> None:
+    """A line break, a non-ASCII or non-printable character, or no value at all is refused, unshown."""
+    message = _header_error(catalog_dir, value, environ)
+    assert f"the value (after ${{VAR}} substitution) {problem}" in message
+    assert "printable ASCII on one line" in message
+    assert "s3cr3t" not in message
+    assert "X-Evil" not in message
+
+
+def test_bad_character_from_a_variable_names_the_variable(catalog_dir: Path) -> None:
+    """When the bad character came from an environment variable, the variable is named."""
+    message = _header_error(catalog_dir, "Bearer ${TOKEN}", {"TOKEN": "s3cr3t-value\n"})
+    assert "(from ${TOKEN})" in message
+
+
+@pytest.mark.parametrize(
+    ("value", "advice"),
+    [
+        ("Bearer ${BAD NAME}", "${NAME}"),
+        ("Bearer ${}", "${NAME}"),
+        ("Bearer ${1TOKEN}", "${NAME}"),
+        ("Bearer ${TOKEN-x}", "${NAME}"),
+        ("Bearer ${TOKEN", "no closing"),
+        ("Bearer $TOKEN", "write ${NAME}"),
+        ("Bearer s3cr3t$", "$$"),
+        ("Bearer s3cr3t$5", "$$"),
+    ],
+)
+def test_unresolvable_reference_syntax_is_refused(
+    catalog_dir: Path, value: str, advice: str
+) -> None:
+    """${BAD NAME}, ${}, an unclosed ${, a bare $VAR or a lone $ is refused with how to write it, without echo."""
+    message = _header_error(catalog_dir, value, {"TOKEN": "s3cr3t-value", "BAD NAME": "x"})
+    assert advice in message
+    assert "a literal $ is written $$" in message
+    assert "s3cr3t" not in message
+    assert "Bearer" not in message
+
+
+def test_double_dollar_is_a_literal_dollar(catalog_dir: Path) -> None:
+    """$$ in a header value stands for one $, and $${VAR} for the literal text ${VAR}."""
+    write_destination(
+        catalog_dir, "d", **GOOD, headers={"X-Price": "$$5 ${A}$$", "X-Ref": "$${TOKEN}"}
+    )
+    dest = Catalog(catalog_dir, {"A": "a", "TOKEN": "t"}).load("d")
+    assert dest.header_values() == {"X-Price": "$5 a$", "X-Ref": "${TOKEN}"}
+
+
+def test_substituted_value_is_not_substituted_again(catalog_dir: Path) -> None:
+    """A variable's value is taken literally: a $ or ${...} inside it is not read again."""
+    write_destination(catalog_dir, "d", **GOOD, headers={"Authorization": "Bearer ${TOKEN}"})
+    dest = Catalog(catalog_dir, {"TOKEN": "a$b${C}$$"}).load("d")
+    assert dest.header_values() == {"Authorization": "Bearer a$b${C}$$"}
+
+
+@pytest.mark.parametrize(
+    "url", ["https://${HOST}/v1", "https://$HOST/v1", "https://x.test/${PATH}", "${URL}"]
+)
+def test_environment_references_in_url_are_refused(catalog_dir: Path, url: str) -> None:
+    """${VAR} or $VAR in url is refused: environment references are resolved only in [headers]."""
+    message = _error(
+        catalog_dir, f'url = "{url}"\nsource_topics = ["e"]\n', {"HOST": "h", "PATH": "p"}
+    )
+    assert "key 'url'" in message
+    assert "environment references are resolved only in [headers]" in message
