@@ -35,6 +35,9 @@ _REFERENCE_SYNTAX = (
 _HEADER_VALUE_RULE = "a header value must be printable ASCII on one line"
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
+# every event must fit in one record of NAME.retry_in and NAME.dlq, whose producer limit is 16 MiB
+MAX_BATCH_BYTES_LIMIT = 15 * 1024 * 1024
+
 PositiveSeconds = Annotated[float, Field(gt=0, le=7 * 86400)]
 
 
@@ -53,7 +56,15 @@ class Destination(BaseModel):
     format: Literal["json_array", "ndjson"] = "json_array"
     compression: Literal["none", "gzip"] = "none"
     max_batch_records: int = Field(default=500, ge=1, le=100_000)
-    max_batch_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1024 * 1024)
+    max_batch_bytes: int = Field(
+        default=1_048_576,
+        ge=1024,
+        le=MAX_BATCH_BYTES_LIMIT,
+        description=(
+            "15 MiB at most: every event must fit in one Kafka record of the hand-off and"
+            " dead-letter topics, whose producer limit is 16 MiB"
+        ),
+    )
     max_in_flight: int = Field(default=8, ge=1, le=1024)
     request_timeout_s: float = Field(default=10.0, gt=0, le=600)
     local_retry_attempts: int = Field(default=3, ge=1, le=50)
@@ -306,6 +317,9 @@ def _describe(path: Path, exc: ValidationError) -> str:
             continue
         accepted = _allowed(error["loc"])
         hint = f"; allowed: {accepted}" if accepted else ""
+        field = Destination.model_fields.get(key)
+        if field is not None and field.description:
+            hint += f" ({field.description})"
         shown = "" if key.startswith("headers") else f" (got {_short(error.get('input'))})"
         message = error["msg"]
         if error["type"] == "value_error":  # our own validators: their text without "Value error, "

@@ -322,3 +322,16 @@ def test_environment_references_in_url_are_refused(catalog_dir: Path, url: str) 
     )
     assert "key 'url'" in message
     assert "environment references are resolved only in [headers]" in message
+
+
+def test_max_batch_bytes_at_most_15_mib(catalog_dir: Path) -> None:
+    """max_batch_bytes above 15 MiB is refused, so every event fits in one Kafka record of 16 MiB."""
+    write_destination(catalog_dir, "ok", **GOOD, max_batch_bytes=15 * 1024 * 1024)
+    assert Catalog(catalog_dir, {}).load("ok").max_batch_bytes == 15 * 1024 * 1024
+    message = _error(
+        catalog_dir,
+        f'url = "https://x.test/"\nsource_topics = ["e"]\nmax_batch_bytes = {15 * 1024 * 1024 + 1}\n',
+    )
+    assert "key 'max_batch_bytes'" in message
+    assert "an integer from 1024 to 15728640" in message
+    assert "16 MiB" in message
