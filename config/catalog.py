@@ -38,6 +38,8 @@ _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 # every event must fit in one record of NAME.retry_in and NAME.dlq, whose producer limit is 16 MiB
 MAX_BATCH_BYTES_LIMIT = 15 * 1024 * 1024
 
+_DAY_S = 86_400
+
 PositiveSeconds = Annotated[float, Field(gt=0, le=7 * 86400)]
 
 
@@ -74,6 +76,7 @@ class Destination(BaseModel):
         default_factory=lambda: [30.0, 120.0, 600.0, 1800.0, 7200.0], min_length=1, max_length=20
     )
     max_retry_age_s: float = Field(default=86400.0, gt=0, le=30 * 86400)
+    dlq_retention_days: float = Field(default=30.0, ge=0, le=36_500)  # 0: keep forever
     follow_redirects: bool = False
     max_bisect_requests: int = Field(default=64, ge=0, le=10_000)
     commit_interval_s: float = Field(default=1.0, gt=0, le=300)
@@ -138,6 +141,18 @@ class Destination(BaseModel):
     @property
     def dlq_topic(self) -> str:
         return f"{self.name}.dlq"
+
+    @property
+    def dlq_retention_ms(self) -> int:
+        """`retention.ms` of NAME.dlq: -1 (Kafka's "forever") when `dlq_retention_days` is 0."""
+        if self.dlq_retention_days == 0:
+            return -1
+        return max(1, round(self.dlq_retention_days * _DAY_S * 1000))
+
+    @property
+    def retry_retention_ms(self) -> int:
+        """`retention.ms` of NAME.retry_in, NAME.retry_out and the tier topics: `max_retry_age_s` + 1 day."""
+        return round((self.max_retry_age_s + _DAY_S) * 1000)
 
     @property
     def connector_group(self) -> str:

@@ -335,3 +335,36 @@ def test_max_batch_bytes_at_most_15_mib(catalog_dir: Path) -> None:
     assert "key 'max_batch_bytes'" in message
     assert "an integer from 1024 to 15728640" in message
     assert "16 MiB" in message
+
+
+def test_dlq_retention_defaults_to_30_days(catalog_dir: Path) -> None:
+    """dlq_retention_days defaults to 30; retry topics keep events max_retry_age_s plus one day."""
+    write_destination(catalog_dir, "d", **GOOD)
+    dest = Catalog(catalog_dir, {}).load("d")
+    assert dest.dlq_retention_days == 30
+    assert dest.dlq_retention_ms == 30 * 86_400_000
+    assert dest.retry_retention_ms == (86_400 + 86_400) * 1000
+
+
+def test_dlq_retention_zero_is_forever(catalog_dir: Path) -> None:
+    """dlq_retention_days = 0 keeps the DLQ forever: retention.ms -1, as Kafka writes it."""
+    write_destination(catalog_dir, "d", **GOOD, dlq_retention_days=0, max_retry_age_s=3600)
+    dest = Catalog(catalog_dir, {}).load("d")
+    assert dest.dlq_retention_ms == -1
+    assert dest.retry_retention_ms == (3600 + 86_400) * 1000
+
+
+def test_dlq_retention_fractional_days(catalog_dir: Path) -> None:
+    """A fractional number of days is converted to whole milliseconds."""
+    write_destination(catalog_dir, "d", **GOOD, dlq_retention_days=0.5)
+    assert Catalog(catalog_dir, {}).load("d").dlq_retention_ms == 43_200_000
+
+
+@pytest.mark.parametrize(
+    "line", ["dlq_retention_days = -1", 'dlq_retention_days = "30"', "dlq_retention_days = inf"]
+)
+def test_dlq_retention_must_be_a_number_of_days(catalog_dir: Path, line: str) -> None:
+    """A negative, quoted or infinite dlq_retention_days is refused with what is allowed."""
+    message = _error(catalog_dir, f'url = "https://x.test/"\nsource_topics = ["e"]\n{line}\n')
+    assert "key 'dlq_retention_days'" in message
+    assert "a number from 0 to" in message
