@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import codecs
 import itertools
 import os
 import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
+import annotated_types
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -25,8 +27,18 @@ from hifi.errors import ConfigError
 
 CATALOG_ENV_VAR = "HIFI_CATALOG_DIR"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
-_ENV_REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_VAR_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_REFERENCE_SYNTAX = (
+    "write ${NAME} for an environment variable (NAME: letters, digits and '_', not starting"
+    " with a digit); a literal $ is written $$"
+)
+_HEADER_VALUE_RULE = "a header value must be printable ASCII on one line"
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+# every event must fit in one record of NAME.retry_in and NAME.dlq, whose producer limit is 16 MiB
+MAX_BATCH_BYTES_LIMIT = 15 * 1024 * 1024
+
+_DAY_S = 86_400
 
 PositiveSeconds = Annotated[float, Field(gt=0, le=7 * 86400)]
 
@@ -34,7 +46,9 @@ PositiveSeconds = Annotated[float, Field(gt=0, le=7 * 86400)]
 class Destination(BaseModel):
     """Everything hifi needs to deliver to one HTTP destination; immutable once loaded."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: "10" is not an integer nor "true" a boolean (an integer is a valid float);
+    # allow_inf_nan=False: TOML's nan and inf are refused for every number
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
     name: str
     url: str
@@ -44,7 +58,15 @@ class Destination(BaseModel):
     format: Literal["json_array", "ndjson"] = "json_array"
     compression: Literal["none", "gzip"] = "none"
     max_batch_records: int = Field(default=500, ge=1, le=100_000)
-    max_batch_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1024 * 1024)
+    max_batch_bytes: int = Field(
+        default=1_048_576,
+        ge=1024,
+        le=MAX_BATCH_BYTES_LIMIT,
+        description=(
+            "15 MiB at most: every event must fit in one Kafka record of the hand-off and"
+            " dead-letter topics, whose producer limit is 16 MiB"
+        ),
+    )
     max_in_flight: int = Field(default=8, ge=1, le=1024)
     request_timeout_s: float = Field(default=10.0, gt=0, le=600)
     local_retry_attempts: int = Field(default=3, ge=1, le=50)
@@ -54,6 +76,7 @@ class Destination(BaseModel):
         default_factory=lambda: [30.0, 120.0, 600.0, 1800.0, 7200.0], min_length=1, max_length=20
     )
     max_retry_age_s: float = Field(default=86400.0, gt=0, le=30 * 86400)
+    dlq_retention_days: float = Field(default=30.0, ge=0, le=36_500)  # 0: keep forever
     follow_redirects: bool = False
     max_bisect_requests: int = Field(default=64, ge=0, le=10_000)
     commit_interval_s: float = Field(default=1.0, gt=0, le=300)
@@ -64,6 +87,11 @@ class Destination(BaseModel):
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str) -> str:
+        if re.search(r"\$[{A-Za-z_]", value):
+            raise ValueError(
+                "environment references are resolved only in [headers], not in url (no ${NAME}"
+                " nor $NAME here); write the URL itself"
+            )
         if not re.match(r"^https?://[^\s/?#]+", value):
             raise ValueError("must be an absolute http:// or https:// URL")
         return value
@@ -93,9 +121,13 @@ class Destination(BaseModel):
     @field_validator("headers")
     @classmethod
     def _check_headers(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
-        for key in value:
+        for key, secret in value.items():
             if not re.match(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", key):
                 raise ValueError(f"header name {key!r} is not a valid HTTP token")
+            text = secret.get_secret_value()
+            problem = _header_value_problem(text) or ("is empty" if not text.strip(" ") else None)
+            if problem:
+                raise ValueError(f"header {key!r}: the value {problem}; {_HEADER_VALUE_RULE}")
         return value
 
     @property
@@ -109,6 +141,18 @@ class Destination(BaseModel):
     @property
     def dlq_topic(self) -> str:
         return f"{self.name}.dlq"
+
+    @property
+    def dlq_retention_ms(self) -> int:
+        """`retention.ms` of NAME.dlq: -1 (Kafka's "forever") when `dlq_retention_days` is 0."""
+        if self.dlq_retention_days == 0:
+            return -1
+        return max(1, round(self.dlq_retention_days * _DAY_S * 1000))
+
+    @property
+    def retry_retention_ms(self) -> int:
+        """`retention.ms` of NAME.retry_in, NAME.retry_out and the tier topics: `max_retry_age_s` + 1 day."""
+        return round((self.max_retry_age_s + _DAY_S) * 1000)
 
     @property
     def connector_group(self) -> str:
@@ -136,8 +180,7 @@ class Catalog:
 
     def names(self) -> list[str]:
         """Names of every destination in the catalog, sorted."""
-        if not self.directory.is_dir():
-            raise ConfigError(f"catalog directory {self.directory} does not exist")
+        self._check_directory()
         return sorted(p.stem for p in self.directory.glob("*.toml") if not p.stem.startswith("_"))
 
     def load(self, name: str) -> Destination:
@@ -146,24 +189,29 @@ class Catalog:
             raise ConfigError(
                 f"destination name {name!r} is invalid; use letters, digits, '.', '_' or '-'"
             )
+        self._check_directory()
         path = self.directory / f"{name}.toml"
         if not path.is_file():
-            known = ", ".join(self.names()) if self.directory.is_dir() else "none"
+            known = ", ".join(self.names())
             raise ConfigError(f"destination {name!r}: no file {path} (known: {known or 'none'})")
         return load_destination_file(path, self._environ)
 
     def load_all(self) -> list[Destination]:
         return [self.load(name) for name in self.names()]
 
+    def _check_directory(self) -> None:
+        if not self.directory.exists():
+            raise ConfigError(f"catalog directory {self.directory} does not exist")
+        if not self.directory.is_dir():
+            raise ConfigError(f"catalog directory {self.directory} is not a directory")
+
 
 def load_destination_file(path: Path, environ: Mapping[str, str]) -> Destination:
     """Parse one catalog file, resolve `${VAR}` in header values, and validate it."""
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = tomllib.loads(_read_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     if "name" in raw:
         raise ConfigError(
             f"{path}: key 'name' is not allowed; the file name is the destination name"
@@ -184,17 +232,90 @@ def load_destination_file(path: Path, environ: Mapping[str, str]) -> Destination
     return destination
 
 
-def _resolve_env(value: str, path: Path, key: str, environ: Mapping[str, str]) -> str:
-    def substitute(match: re.Match[str]) -> str:
-        var = match.group(1)
-        if var not in environ:
-            raise ConfigError(
-                f"{path}: key 'headers.{key}' refers to ${{{var}}}, which is not set in the environment"
-            )
-        redaction.register([environ[var]])
-        return environ[var]
+def _read_text(path: Path) -> str:
+    """The file as text: UTF-8 without a byte-order mark, as TOML requires."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    if data.startswith(codecs.BOM_UTF8):
+        raise ConfigError(
+            f"{path}: starts with a UTF-8 byte-order mark; save it as UTF-8 without the BOM"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (invalid byte at offset {exc.start})") from None
 
-    return _ENV_REF_RE.sub(substitute, value)
+
+def _resolve_env(value: str, path: Path, key: str, environ: Mapping[str, str]) -> str:
+    """`value` with `${VAR}` replaced by the variable and `$$` by `$`; checked to be a valid header value.
+
+    Errors name the file and the header, never the value nor any part of it (it may be a secret).
+    A variable's value is taken literally: a `$` inside it is not read again.
+    """
+    where = f"{path}: key 'headers.{key}'"
+    parts = _substitute(value, where, environ)
+    for text, var in parts:
+        if problem := _header_value_problem(text):
+            origin = f" (from ${{{var}}})" if var else ""
+            raise ConfigError(
+                f"{where}: the value (after ${{VAR}} substitution) {problem}{origin}; "
+                f"{_HEADER_VALUE_RULE}"
+            )
+    resolved = "".join(text for text, _ in parts)
+    if not resolved.strip(" "):
+        raise ConfigError(
+            f"{where}: the value (after ${{VAR}} substitution) is empty; {_HEADER_VALUE_RULE},"
+            " not empty (remove the header if it is not needed)"
+        )
+    return resolved
+
+
+def _substitute(value: str, where: str, environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """`value` cut into literal text and variables' values: (text, the variable or None)."""
+    parts: list[tuple[str, str | None]] = []
+    position = 0
+    while (dollar := value.find("$", position)) >= 0:
+        parts.append((value[position:dollar], None))
+        following = value[dollar + 1 : dollar + 2]
+        if following == "$":
+            parts.append(("$", None))
+            position = dollar + 2
+            continue
+        if following != "{":
+            what = (
+                "a bare $NAME is not substituted"
+                if _VAR_NAME_RE.match(value, dollar + 1)
+                else "a '$' starts no ${NAME}"
+            )
+            raise ConfigError(f"{where}: {what}; {_REFERENCE_SYNTAX}")
+        close = value.find("}", dollar)
+        if close < 0:
+            raise ConfigError(f"{where}: '${{' has no closing '}}'; {_REFERENCE_SYNTAX}")
+        var = value[dollar + 2 : close]
+        if not _VAR_NAME_RE.fullmatch(var):
+            raise ConfigError(
+                f"{where}: what is inside '${{...}}' is not a variable name; {_REFERENCE_SYNTAX}"
+            )
+        if var not in environ:
+            raise ConfigError(f"{where}: refers to ${{{var}}}, which is not set in the environment")
+        redaction.register([environ[var]])
+        parts.append((environ[var], var))
+        position = close + 1
+    parts.append((value[position:], None))
+    return parts
+
+
+def _header_value_problem(text: str) -> str | None:
+    """What makes `text` unfit for an HTTP header value, without quoting any of it; None if fit."""
+    if "\r" in text or "\n" in text:
+        return "contains a line break"
+    if not text.isascii():
+        return "contains a non-ASCII character"
+    if not text.isprintable():
+        return "contains a non-printable character"
+    return None
 
 
 def _describe(path: Path, exc: ValidationError) -> str:
@@ -209,9 +330,58 @@ def _describe(path: Path, exc: ValidationError) -> str:
         if error["type"] == "missing":
             problems.append(f"{path}: required key {key!r} is missing")
             continue
+        accepted = _allowed(error["loc"])
+        hint = f"; allowed: {accepted}" if accepted else ""
+        field = Destination.model_fields.get(key)
+        if field is not None and field.description:
+            hint += f" ({field.description})"
         shown = "" if key.startswith("headers") else f" (got {_short(error.get('input'))})"
-        problems.append(f"{path}: key {key!r}: {error['msg']}{shown}")
+        message = error["msg"]
+        if error["type"] == "value_error":  # our own validators: their text without "Value error, "
+            message = str(error.get("ctx", {}).get("error", message))
+        problems.append(f"{path}: key {key!r}: {message}{hint}{shown}")
     return "; ".join(problems)
+
+
+def _allowed(loc: tuple[int | str, ...]) -> str | None:
+    """What a number or boolean key (or an element of a list of numbers) accepts, from its bounds."""
+    field = Destination.model_fields.get(str(loc[0]))
+    if field is None:
+        return None
+    annotation, metadata = field.annotation, list(field.metadata)
+    if len(loc) == 2 and get_origin(annotation) is list:
+        (element,) = get_args(annotation)
+        annotation, *extras = get_args(element) or (element,)
+        metadata = [m for extra in extras for m in getattr(extra, "metadata", [])]
+    elif len(loc) != 1:
+        return None
+    if annotation is bool:
+        return "true or false"
+    if annotation is int:
+        return "an integer" + _bounds(metadata)
+    if annotation is float:
+        return "a number" + _bounds(metadata) + ", not nan or inf"
+    return None
+
+
+def _bounds(metadata: list[Any]) -> str:
+    """' from 1 to 1024', ' greater than 0 and at most 600', or '' without bounds."""
+    ge = gt = le = None
+    for item in metadata:
+        if isinstance(item, annotated_types.Ge):
+            ge = item.ge
+        elif isinstance(item, annotated_types.Gt):
+            gt = item.gt
+        elif isinstance(item, annotated_types.Le):
+            le = item.le
+    if ge is not None and le is not None:
+        return f" from {ge} to {le}"
+    parts = [
+        f"{words} {value}"
+        for words, value in (("at least", ge), ("greater than", gt), ("at most", le))
+        if value is not None
+    ]
+    return " " + " and ".join(parts) if parts else ""
 
 
 def _short(value: Any) -> str:

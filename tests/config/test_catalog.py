@@ -147,3 +147,224 @@ def test_invalid_destination_name(catalog_dir: Path) -> None:
     """A name that could escape the catalog directory is refused."""
     with pytest.raises(ConfigError, match="invalid"):
         Catalog(catalog_dir, {}).load("../etc/passwd")
+
+
+@pytest.mark.parametrize(
+    ("line", "key", "allowed", "given"),
+    [
+        ('max_in_flight = "10"', "max_in_flight", "an integer from 1 to 1024", "'10'"),
+        ("max_in_flight = 10.0", "max_in_flight", "an integer from 1 to 1024", "10.0"),
+        ("max_in_flight = true", "max_in_flight", "an integer from 1 to 1024", "True"),
+        ('follow_redirects = "yes"', "follow_redirects", "true or false", "'yes'"),
+        ('follow_redirects = "true"', "follow_redirects", "true or false", "'true'"),
+        ("follow_redirects = 1", "follow_redirects", "true or false", "1"),
+        ('request_timeout_s = "10"', "request_timeout_s", "a number greater than 0", "'10'"),
+        ('retry_tiers_s = [30, "60"]', "retry_tiers_s.1", "a number greater than 0", "'60'"),
+    ],
+)
+def test_types_are_strict(catalog_dir: Path, line: str, key: str, allowed: str, given: str) -> None:
+    """A quoted number or a quoted boolean is refused, naming the key, what is allowed and the value given."""
+    message = _error(catalog_dir, f'url = "https://x.test/"\nsource_topics = ["e"]\n{line}\n')
+    assert f"key '{key}'" in message
+    assert allowed in message
+    assert f"(got {given})" in message
+
+
+def test_integer_is_accepted_for_a_float_key(catalog_dir: Path) -> None:
+    """An integer is a valid value for a float key such as request_timeout_s."""
+    write_destination(catalog_dir, "d", **GOOD, request_timeout_s=10, retry_tiers_s=[30, 60])
+    dest = Catalog(catalog_dir, {}).load("d")
+    assert dest.request_timeout_s == 10.0
+    assert dest.retry_tiers_s == [30.0, 60.0]
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ("request_timeout_s = nan", "request_timeout_s"),
+        ("request_timeout_s = inf", "request_timeout_s"),
+        ("local_retry_max_backoff_s = -nan", "local_retry_max_backoff_s"),
+        ("max_retry_age_s = +inf", "max_retry_age_s"),
+        ("retry_tiers_s = [30, inf]", "retry_tiers_s.1"),
+        ("max_in_flight = nan", "max_in_flight"),
+        ("max_batch_bytes = inf", "max_batch_bytes"),
+    ],
+)
+def test_nan_and_inf_are_refused(catalog_dir: Path, line: str, key: str) -> None:
+    """TOML's nan and inf are refused for every numeric key."""
+    message = _error(catalog_dir, f'url = "https://x.test/"\nsource_topics = ["e"]\n{line}\n')
+    assert f"key '{key}'" in message
+    assert "nan" in message or "inf" in message
+    assert "finite number" in message or "an integer from" in message
+
+
+def test_file_that_is_not_utf8(catalog_dir: Path) -> None:
+    """A catalog file with a byte that is not UTF-8 names the file and the offset of the byte."""
+    (catalog_dir / "d.toml").write_bytes(
+        b'url = "https://x.test/"\n# caf\xe9\nsource_topics = ["e"]\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        Catalog(catalog_dir, {}).load("d")
+    assert (
+        str(info.value) == f"{catalog_dir / 'd.toml'}: not UTF-8 text (invalid byte at offset 29)"
+    )
+
+
+def test_file_with_byte_order_mark(catalog_dir: Path) -> None:
+    """A file starting with a UTF-8 byte-order mark is refused with the advice to save it without."""
+    path = catalog_dir / "d.toml"
+    path.write_bytes(b'\xef\xbb\xbfurl = "https://x.test/"\nsource_topics = ["e"]\n')
+    with pytest.raises(ConfigError) as info:
+        Catalog(catalog_dir, {}).load("d")
+    message = str(info.value)
+    assert message.startswith(f"{path}: ")
+    assert "byte-order mark" in message
+    assert "without the BOM" in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("call", ["load", "load_all", "names"])
+def test_missing_catalog_directory(tmp_path: Path, call: str) -> None:
+    """A catalog directory that does not exist is named as such by load(), load_all() and names()."""
+    missing = tmp_path / "nowhere"
+    catalog = Catalog(missing, {})
+    with pytest.raises(ConfigError) as info:
+        catalog.load("d") if call == "load" else getattr(catalog, call)()
+    assert str(info.value) == f"catalog directory {missing} does not exist"
+
+
+def _header_error(catalog_dir: Path, value: str, environ: dict[str, str] | None = None) -> str:
+    """The error for a file whose only header is `Authorization = value` (a TOML basic string)."""
+    text = f'url = "https://x.test/"\nsource_topics = ["e"]\n[headers]\nAuthorization = "{value}"\n'
+    message = _error(catalog_dir, text, environ)
+    assert "key 'headers.Authorization'" in message
+    return message
+
+
+@pytest.mark.parametrize(
+    ("value", "environ", "problem"),
+    [
+        ("Bearer ${TOKEN}", {"TOKEN": "s3cr3t-value\r\nX-Evil: 1"}, "contains a line break"),
+        ("Bearer ${TOKEN}", {"TOKEN": "s3cr3t-value\n"}, "contains a line break"),
+        ("s3cr3t-value\\nX-Evil: 1", {}, "contains a line break"),
+        ("s3cr3t-value-caf\u00e9", {}, "contains a non-ASCII character"),
+        ("Bearer ${TOKEN}", {"TOKEN": "s3cr3t-value\u2028"}, "contains a non-ASCII character"),
+        ("s3cr3t-value\\tmore", {}, "contains a non-printable character"),
+        ("Bearer ${TOKEN}", {"TOKEN": "s3cr3t-value\x00"}, "contains a non-printable character"),
+        ("", {}, "is empty"),
+        ("${TOKEN}", {"TOKEN": ""}, "is empty"),
+    ],
+)
+def test_bad_header_values_are_refused_without_echo(
+    catalog_dir: Path, value: str, environ: dict[str, str], problem: str
+) -> None:
+    """A line break, a non-ASCII or non-printable character, or no value at all is refused, unshown."""
+    message = _header_error(catalog_dir, value, environ)
+    assert f"the value (after ${{VAR}} substitution) {problem}" in message
+    assert "printable ASCII on one line" in message
+    assert "s3cr3t" not in message
+    assert "X-Evil" not in message
+
+
+def test_bad_character_from_a_variable_names_the_variable(catalog_dir: Path) -> None:
+    """When the bad character came from an environment variable, the variable is named."""
+    message = _header_error(catalog_dir, "Bearer ${TOKEN}", {"TOKEN": "s3cr3t-value\n"})
+    assert "(from ${TOKEN})" in message
+
+
+@pytest.mark.parametrize(
+    ("value", "advice"),
+    [
+        ("Bearer ${BAD NAME}", "${NAME}"),
+        ("Bearer ${}", "${NAME}"),
+        ("Bearer ${1TOKEN}", "${NAME}"),
+        ("Bearer ${TOKEN-x}", "${NAME}"),
+        ("Bearer ${TOKEN", "no closing"),
+        ("Bearer $TOKEN", "write ${NAME}"),
+        ("Bearer s3cr3t$", "$$"),
+        ("Bearer s3cr3t$5", "$$"),
+    ],
+)
+def test_unresolvable_reference_syntax_is_refused(
+    catalog_dir: Path, value: str, advice: str
+) -> None:
+    """${BAD NAME}, ${}, an unclosed ${, a bare $VAR or a lone $ is refused with how to write it, without echo."""
+    message = _header_error(catalog_dir, value, {"TOKEN": "s3cr3t-value", "BAD NAME": "x"})
+    assert advice in message
+    assert "a literal $ is written $$" in message
+    assert "s3cr3t" not in message
+    assert "Bearer" not in message
+
+
+def test_double_dollar_is_a_literal_dollar(catalog_dir: Path) -> None:
+    """$$ in a header value stands for one $, and $${VAR} for the literal text ${VAR}."""
+    write_destination(
+        catalog_dir, "d", **GOOD, headers={"X-Price": "$$5 ${A}$$", "X-Ref": "$${TOKEN}"}
+    )
+    dest = Catalog(catalog_dir, {"A": "a", "TOKEN": "t"}).load("d")
+    assert dest.header_values() == {"X-Price": "$5 a$", "X-Ref": "${TOKEN}"}
+
+
+def test_substituted_value_is_not_substituted_again(catalog_dir: Path) -> None:
+    """A variable's value is taken literally: a $ or ${...} inside it is not read again."""
+    write_destination(catalog_dir, "d", **GOOD, headers={"Authorization": "Bearer ${TOKEN}"})
+    dest = Catalog(catalog_dir, {"TOKEN": "a$b${C}$$"}).load("d")
+    assert dest.header_values() == {"Authorization": "Bearer a$b${C}$$"}
+
+
+@pytest.mark.parametrize(
+    "url", ["https://${HOST}/v1", "https://$HOST/v1", "https://x.test/${PATH}", "${URL}"]
+)
+def test_environment_references_in_url_are_refused(catalog_dir: Path, url: str) -> None:
+    """${VAR} or $VAR in url is refused: environment references are resolved only in [headers]."""
+    message = _error(
+        catalog_dir, f'url = "{url}"\nsource_topics = ["e"]\n', {"HOST": "h", "PATH": "p"}
+    )
+    assert "key 'url'" in message
+    assert "environment references are resolved only in [headers]" in message
+
+
+def test_max_batch_bytes_at_most_15_mib(catalog_dir: Path) -> None:
+    """max_batch_bytes above 15 MiB is refused, so every event fits in one Kafka record of 16 MiB."""
+    write_destination(catalog_dir, "ok", **GOOD, max_batch_bytes=15 * 1024 * 1024)
+    assert Catalog(catalog_dir, {}).load("ok").max_batch_bytes == 15 * 1024 * 1024
+    message = _error(
+        catalog_dir,
+        f'url = "https://x.test/"\nsource_topics = ["e"]\nmax_batch_bytes = {15 * 1024 * 1024 + 1}\n',
+    )
+    assert "key 'max_batch_bytes'" in message
+    assert "an integer from 1024 to 15728640" in message
+    assert "16 MiB" in message
+
+
+def test_dlq_retention_defaults_to_30_days(catalog_dir: Path) -> None:
+    """dlq_retention_days defaults to 30; retry topics keep events max_retry_age_s plus one day."""
+    write_destination(catalog_dir, "d", **GOOD)
+    dest = Catalog(catalog_dir, {}).load("d")
+    assert dest.dlq_retention_days == 30
+    assert dest.dlq_retention_ms == 30 * 86_400_000
+    assert dest.retry_retention_ms == (86_400 + 86_400) * 1000
+
+
+def test_dlq_retention_zero_is_forever(catalog_dir: Path) -> None:
+    """dlq_retention_days = 0 keeps the DLQ forever: retention.ms -1, as Kafka writes it."""
+    write_destination(catalog_dir, "d", **GOOD, dlq_retention_days=0, max_retry_age_s=3600)
+    dest = Catalog(catalog_dir, {}).load("d")
+    assert dest.dlq_retention_ms == -1
+    assert dest.retry_retention_ms == (3600 + 86_400) * 1000
+
+
+def test_dlq_retention_fractional_days(catalog_dir: Path) -> None:
+    """A fractional number of days is converted to whole milliseconds."""
+    write_destination(catalog_dir, "d", **GOOD, dlq_retention_days=0.5)
+    assert Catalog(catalog_dir, {}).load("d").dlq_retention_ms == 43_200_000
+
+
+@pytest.mark.parametrize(
+    "line", ["dlq_retention_days = -1", 'dlq_retention_days = "30"', "dlq_retention_days = inf"]
+)
+def test_dlq_retention_must_be_a_number_of_days(catalog_dir: Path, line: str) -> None:
+    """A negative, quoted or infinite dlq_retention_days is refused with what is allowed."""
+    message = _error(catalog_dir, f'url = "https://x.test/"\nsource_topics = ["e"]\n{line}\n')
+    assert "key 'dlq_retention_days'" in message
+    assert "a number from 0 to" in message
