@@ -15,6 +15,7 @@ import structlog
 from aiokafka import TopicPartition
 
 from config.catalog import Destination
+from config.topics import ensure_destination_topics
 from connector import metrics
 from connector.delivery import Deliverer, http_client
 from connector.divert import Diverter
@@ -109,11 +110,13 @@ class Connector:
             if self.ops is not None:
                 await stack.enter_async_context(self.ops.running())
             log.info("kafka_connecting", **self._settings.describe())
-            await kafka.ensure_topics(
-                self._settings,
-                [dest.retry_in_topic, dest.retry_out_topic, dest.dlq_topic],
-                partitions=dest.internal_topic_partitions,
-            )
+            existing = await ensure_destination_topics(self._settings, dest)
+            for topic in sorted(set(dest.source_topics) - existing):
+                log.warning(
+                    "source_topic_missing",
+                    topic=topic,
+                    hint="nothing is delivered from it until it exists; check source_topics",
+                )
             producer = await stack.enter_async_context(kafka.producer(self._settings))
             client = await stack.enter_async_context(http_client(dest, self._transport))
             diverter = Diverter(producer, dest)

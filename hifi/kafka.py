@@ -19,6 +19,7 @@ import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka import errors as aiokafka_errors
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.structs import RecordMetadata
 
 from hifi import probe
@@ -313,9 +314,18 @@ async def _start(
 
 
 async def ensure_topics(
-    settings: KafkaSettings, names: Iterable[str], *, partitions: int
+    settings: KafkaSettings,
+    names: Iterable[str],
+    *,
+    partitions: int,
+    retention_ms: int | None = None,
 ) -> set[str]:
-    """Create whichever of `names` do not exist yet; returns every topic of the cluster."""
+    """Create whichever of `names` do not exist yet; returns every topic of the cluster.
+
+    `retention_ms` is set on the topics it creates (-1 keeps records forever; None leaves the
+    broker's default); existing topics are left as they are (`--check --probe` reports them).
+    """
+    configs = {"retention.ms": str(retention_ms)} if retention_ms is not None else {}
     admin = AIOKafkaAdminClient(**client_options(settings))
     try:
         await _start(admin.start, settings, "connect admin client")
@@ -325,7 +335,10 @@ async def ensure_topics(
             if not missing:
                 return existing
             response = await admin.create_topics(
-                [NewTopic(name, partitions, settings.replication_factor) for name in missing]
+                [
+                    NewTopic(name, partitions, settings.replication_factor, topic_configs=configs)
+                    for name in missing
+                ]
             )
         failed = [
             f"{error[0]}: error {error[1]}"
@@ -336,10 +349,32 @@ async def ensure_topics(
             raise BrokerRefused(
                 f"kafka {settings.bootstrap}: cannot create topics: {', '.join(failed)}"
             )
-        log.info("topics_created", topics=missing, partitions=partitions)
+        log.info("topics_created", topics=missing, partitions=partitions, **configs)
         return existing | set(missing)
     finally:
         await admin.close()
+
+
+async def retention_ms(settings: KafkaSettings, names: Sequence[str]) -> dict[str, int | None]:
+    """Each topic's `retention.ms` as the broker reports it (None where it reports none)."""
+    if not names:
+        return {}
+    admin = AIOKafkaAdminClient(**client_options(settings))
+    try:
+        await _start(admin.start, settings, "connect admin client")
+        with kafka_errors(settings, "describe topic configs"):
+            responses = await admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, name) for name in names]
+            )
+    finally:
+        await admin.close()
+    found: dict[str, int | None] = dict.fromkeys(names)
+    for response in responses:
+        for _error, _message, _type, name, entries in response.resources:
+            for entry in entries:
+                if entry[0] == "retention.ms" and entry[1] is not None:
+                    found[name] = int(entry[1])
+    return found
 
 
 async def read_topic(

@@ -13,6 +13,7 @@ from aiokafka import TopicPartition
 from starlette.requests import Request
 
 from config.catalog import Destination
+from config.topics import ensure_destination_topics
 from hifi import kafka
 from hifi.errors import ConfigError
 from hifi.kafka_settings import KafkaSettings
@@ -111,11 +112,7 @@ class Retrier:
         existing: set[str] = set()
         for dest in self.dests.values():
             tiers = [tier_topic(dest.name, k) for k in range(len(dest.retry_tiers_s))]
-            existing = await kafka.ensure_topics(
-                self._settings,
-                [dest.retry_in_topic, dest.retry_out_topic, dest.dlq_topic, *tiers],
-                partitions=dest.internal_topic_partitions,
-            )
+            existing = await ensure_destination_topics(self._settings, dest, tiers)
         return existing
 
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from config.catalog import Destination
+from config.topics import ensure_destination_topics
 from hifi import kafka
 from hifi.envelope import HDR_ERROR, HDR_ORIGIN, HDR_REASON, HDR_STATUS, header_map
 from hifi.errors import ConfigError
@@ -85,9 +86,7 @@ async def read_dead_letters(
 
 async def replay(settings: KafkaSettings, dest: Destination, letters: Sequence[DeadLetter]) -> int:
     """Re-inject dead letters into NAME.retry_out as fresh events (attempt 0); returns how many."""
-    await kafka.ensure_topics(
-        settings, [dest.retry_out_topic], partitions=dest.internal_topic_partitions
-    )
+    await ensure_destination_topics(settings, dest)
     async with kafka.producer(settings) as producer:
         for start in range(0, len(letters), _REPLAY_CHUNK):
             chunk = letters[start : start + _REPLAY_CHUNK]

@@ -1,0 +1,50 @@
+"""The Kafka topics hifi keeps for each destination, and how long each must keep its records.
+
+An event may wait in the retry topics for up to `max_retry_age_s`, and a dead letter stays
+until someone acts on it: a topic that deletes them sooner loses events that nothing counts.
+So hifi creates its topics with `retention.ms` set (retry topics: `max_retry_age_s` plus a day;
+the DLQ: `dlq_retention_days`, or forever), and `--check --probe` warns about existing ones
+that keep their records for less.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from config.catalog import Destination
+from hifi import kafka
+from hifi.kafka_settings import KafkaSettings
+
+
+def retention_wanted(dest: Destination, tier_topics: Sequence[str] = ()) -> dict[str, int]:
+    """Every topic hifi keeps for `dest`, with the retention it needs (-1: forever)."""
+    retry = [dest.retry_in_topic, dest.retry_out_topic, *tier_topics]
+    wanted = dict.fromkeys(retry, dest.retry_retention_ms)
+    wanted[dest.dlq_topic] = dest.dlq_retention_ms
+    return wanted
+
+
+async def ensure_destination_topics(
+    settings: KafkaSettings, dest: Destination, tier_topics: Sequence[str] = ()
+) -> set[str]:
+    """Create whichever of `dest`'s topics are missing, each with its retention; returns the
+    topics of the cluster."""
+    existing: set[str] = set()
+    by_retention: dict[int, list[str]] = {}
+    for topic, retention_ms in retention_wanted(dest, tier_topics).items():
+        by_retention.setdefault(retention_ms, []).append(topic)
+    for retention_ms, topics in by_retention.items():
+        existing = await kafka.ensure_topics(
+            settings,
+            topics,
+            partitions=dest.internal_topic_partitions,
+            retention_ms=retention_ms,
+        )
+    return existing
+
+
+def too_short(retention_ms: int | None, wanted_ms: int) -> bool:
+    """True when a topic keeping records `retention_ms` (None: unknown) may drop them too early."""
+    if retention_ms is None or retention_ms < 0:
+        return False
+    return wanted_ms < 0 or retention_ms < wanted_ms
