@@ -15,10 +15,12 @@ RUN groupadd --system hifi && useradd --system --gid hifi --no-create-home hifi
 COPY --from=build /opt/hifi /opt/hifi
 ENV PATH=/opt/hifi/bin:$PATH \
     PYTHONUNBUFFERED=1 \
-    HIFI_CATALOG_DIR=/etc/hifi/destinations
+    HIFI_CATALOG_DIR=/etc/hifi/destinations \
+    HIFI_METRICS_HOST=0.0.0.0
 USER hifi
 EXPOSE 9400
-# Readiness: config loaded and partitions assigned.
+# The ops port listens on every interface of the container (probes and scrapers come from
+# outside it); readiness: config loaded and partitions assigned.
 HEALTHCHECK --interval=15s --timeout=3s --start-period=30s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:9400/readyz', timeout=2).status == 200 else 1)"]
 STOPSIGNAL SIGTERM

@@ -6,7 +6,14 @@ import click
 
 from config.catalog import Catalog, default_catalog_dir
 from connector.daemon import Connector
-from hifi.cli import DaemonFlags, daemon_options, fail, run_command, run_daemon
+from hifi.cli import (
+    DaemonFlags,
+    daemon_options,
+    fail,
+    run_command,
+    run_daemon,
+    version_option,
+)
 from hifi.errors import ConfigError
 from hifi.kafka_settings import KafkaSettings
 
@@ -14,6 +21,7 @@ PROG = "connector"
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option(PROG)
 @click.option("--dest", required=True, help="Destination name: the file NAME.toml in the catalog.")
 @daemon_options(
     metrics_port=9400,
@@ -33,7 +41,11 @@ def cli(dest: str, flags: DaemonFlags) -> None:
     except ConfigError as exc:
         fail(PROG, str(exc))
     connector = Connector(
-        destination, settings, metrics_port=flags.metrics_port, until_idle_s=flags.until_idle_s
+        destination,
+        settings,
+        metrics_port=flags.metrics_port,
+        metrics_host=flags.metrics_host,
+        until_idle_s=flags.until_idle_s,
     )
     run_daemon(PROG, connector.run, connector.request_stop)
 

@@ -24,7 +24,7 @@ from hifi import kafka
 from hifi.envelope import Event, KafkaRecord, Parsed, parse_records
 from hifi.errors import MalformedRecord
 from hifi.kafka_settings import KafkaSettings
-from hifi.ops_http import OpsServer
+from hifi.ops_http import DEFAULT_HOST, OpsServer
 from hifi.redaction import short_error
 from hifi.vocabulary import Outcome
 from hifi.worker import PartitionHandler, PartitionWorker, Work, WorkerOptions
@@ -88,13 +88,19 @@ class Connector:
         settings: KafkaSettings,
         *,
         metrics_port: int | None = None,
+        metrics_host: str = DEFAULT_HOST,
         until_idle_s: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.dest = dest
         self._settings = settings
         self._transport = transport
-        self.ops = OpsServer(port=metrics_port) if metrics_port is not None else None
+        self.ops = (
+            OpsServer(port=metrics_port, host=metrics_host, component="connector")
+            if metrics_port is not None
+            else None
+        )
+        metrics.create_series(dest.name)
         options = worker_options(dest, until_idle_s=until_idle_s)
         self._worker = PartitionWorker(settings, options, ops=self.ops)
 

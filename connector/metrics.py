@@ -14,6 +14,8 @@ from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from hifi.vocabulary import Outcome, Reason
+
 _INF = float("inf")
 _format_le: Callable[[float], str] = floatToGoString  # how Histogram writes `le` (untyped upstream)
 
@@ -183,3 +185,24 @@ CONSUMER_LAG = Gauge(
 PAUSED = Gauge(
     "hifi_connector_intake_paused", "1 while intake is paused for backpressure.", ["dest"]
 )
+
+
+def create_series(dest: str) -> None:
+    """Every series of `dest` at 0, so the first scrape shows them (alerts see 0, not nothing)."""
+    for outcome in (Outcome.DELIVERED, Outcome.HANDED_OFF, Outcome.DEAD_LETTERED):
+        RECORDS.labels(dest, outcome)
+    for reason in Reason:
+        DEAD_LETTERS.labels(dest, reason)
+    for status_class in ("2xx", "3xx", "4xx", "5xx", "timeout", "connection"):
+        REQUESTS.labels(dest, status_class)
+    for field in ("id", "event_time"):
+        MISSING_FIELDS.labels(dest, field)
+    LOCAL_RETRIES.labels(dest)
+    HANDOFFS.labels(dest)
+    LAG_IN.labels(dest)
+    LAG_OUT.labels(dest, "first")
+    LAG_OUT.labels(dest, "retried")
+    REQUEST_DURATION.labels(dest)
+    EVENTS_PER_REQUEST.labels(dest)
+    IN_FLIGHT.labels(dest)
+    PAUSED.labels(dest)

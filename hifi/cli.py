@@ -16,7 +16,9 @@ import structlog
 
 from hifi.errors import ConfigError, HifiError
 from hifi.logging import LOG_LEVELS, LogFormat, configure_logging
+from hifi.ops_http import DEFAULT_HOST
 from hifi.redaction import mask
+from hifi.version import VERSION
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -71,6 +73,11 @@ def _on_signal(sig: signal.Signals, request_stop: Callable[[], None]) -> None:
     request_stop()
 
 
+def version_option(prog: str) -> Callable[[F], F]:
+    """`--version`: print `PROG VERSION` and exit 0."""
+    return click.version_option(VERSION, "--version", prog_name=prog, message="%(prog)s %(version)s")
+
+
 def catalog_option(function: F) -> F:
     """`--catalog DIR`, shared by every command that reads the destination catalog."""
     return click.option(
@@ -86,6 +93,7 @@ class DaemonFlags:
     """The flags every hifi daemon shares, parsed; logging is configured from them already."""
 
     catalog: Path | None
+    metrics_host: str
     metrics_port: int
     until_idle_s: float | None
     log_format: LogFormat
@@ -103,18 +111,28 @@ def daemon_options(
         def command(
             *args: Any,
             catalog: Path | None,
+            metrics_host: str,
             metrics_port: int,
             until_idle_s: float | None,
             log_format: LogFormat,
             log_level: str,
             **kwargs: Any,
         ) -> Any:
-            flags = DaemonFlags(catalog, metrics_port, until_idle_s, log_format, log_level)
+            flags = DaemonFlags(
+                catalog, metrics_host, metrics_port, until_idle_s, log_format, log_level
+            )
             configure_logging(log_format, log_level)
             return function(*args, flags=flags, **kwargs)
 
         options = [
             catalog_option,
+            click.option(
+                "--metrics-host",
+                envvar="HIFI_METRICS_HOST",
+                default=DEFAULT_HOST,
+                show_default=True,
+                help="Address the ops port listens on ($HIFI_METRICS_HOST); 0.0.0.0 for all.",
+            ),
             click.option(
                 "--metrics-port",
                 type=click.IntRange(0, 65535),

@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from hifi.errors import ConfigError
+from hifi.version import VERSION
 
 JsonProvider = Callable[[Request], Awaitable[Any]]
 
@@ -28,6 +29,13 @@ class _QuietServer(uvicorn.Server):
         yield
 
 
+DEFAULT_HOST = "127.0.0.1"  # reachable from outside only when asked (--metrics-host)
+
+BUILD_INFO = prometheus_client.Gauge(
+    "hifi_build_info", "Always 1: the hifi version and the component running.", ["version", "component"]
+)
+
+
 class OpsServer:
     """Serves health, readiness and metrics next to a daemon's work, in the same event loop."""
 
@@ -35,9 +43,11 @@ class OpsServer:
         self,
         *,
         port: int,
-        host: str = "0.0.0.0",  # noqa: S104 - probes and scrapers reach the pod from outside
+        component: str,
+        host: str = DEFAULT_HOST,
         registry: prometheus_client.CollectorRegistry = prometheus_client.REGISTRY,
     ) -> None:
+        BUILD_INFO.labels(VERSION, component).set(1)
         self.host = host
         self.port = port
         self.ready = False
@@ -77,7 +87,8 @@ class OpsServer:
         except OSError as exc:
             sock.close()
             raise ConfigError(
-                f"--metrics-port {self.port}: cannot listen on {self.host}: {exc.strerror}"
+                f"--metrics-host/--metrics-port {self.host}:{self.port}: cannot listen:"
+                f" {exc.strerror}"
             ) from None
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(

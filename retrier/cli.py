@@ -19,6 +19,7 @@ from hifi.cli import (
     fail,
     run_command,
     run_daemon,
+    version_option,
 )
 from hifi.errors import ConfigError, HifiError
 from hifi.kafka_settings import KafkaSettings
@@ -32,6 +33,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@version_option(PROG)
 @click.option(
     "--dest",
     "dests",
@@ -71,6 +73,7 @@ def cli(ctx: click.Context, dests: tuple[str, ...], flags: DaemonFlags) -> None:
             destinations,
             settings,
             metrics_port=flags.metrics_port,
+            metrics_host=flags.metrics_host,
             until_idle_s=flags.until_idle_s,
         )
     except ConfigError as exc:

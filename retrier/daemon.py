@@ -17,7 +17,7 @@ from config.topics import ensure_destination_topics
 from hifi import kafka
 from hifi.errors import ConfigError
 from hifi.kafka_settings import KafkaSettings
-from hifi.ops_http import JsonProvider, OpsServer
+from hifi.ops_http import DEFAULT_HOST, JsonProvider, OpsServer
 from hifi.vocabulary import Outcome
 from hifi.worker import PartitionHandler, PartitionWorker, Work, WorkerOptions
 from retrier import metrics, status
@@ -58,6 +58,7 @@ class Retrier:
         settings: KafkaSettings,
         *,
         metrics_port: int | None = None,
+        metrics_host: str = DEFAULT_HOST,
         until_idle_s: float | None = None,
         group_id: str = GROUP_ID,
         max_in_flight_records: int = MAX_IN_FLIGHT_RECORDS,
@@ -68,7 +69,13 @@ class Retrier:
         self.group_id = group_id
         self._settings = settings
         self._max_in_flight_records = max_in_flight_records
-        self.ops = OpsServer(port=metrics_port) if metrics_port is not None else None
+        self.ops = (
+            OpsServer(port=metrics_port, host=metrics_host, component="retrier")
+            if metrics_port is not None
+            else None
+        )
+        for dest in dests:
+            metrics.create_series(dest.name, len(dest.retry_tiers_s))
         options = WorkerOptions(
             group_id=group_id,
             max_in_flight=_PRODUCES_PER_DEST * len(dests),

@@ -41,3 +41,12 @@ DLQ_RECORDS = Gauge(
     "Records in NAME.dlq: sum of its high watermarks (aggregate with max).",
     ["dest"],
 )
+
+
+def create_series(dest: str, tiers: int) -> None:
+    """Every series of `dest` at 0, so the first scrape shows them."""
+    for tier in range(tiers):
+        ROUTED.labels(dest, str(tier))
+        WAITING.labels(dest, str(tier))
+    for series in (REOFFERED, EXPIRED, REOFFER_DELAY, IN_FLIGHT, DLQ_RECORDS, OLDEST_WAITING_AGE):
+        series.labels(dest)

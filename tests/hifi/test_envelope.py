@@ -21,8 +21,12 @@ def _record(
     )  # fmt: skip
 
 
-def _parse(*records: ConsumerRecord[bytes, bytes], max_bytes: int = 1 << 20) -> Parsed:
-    return parse_records(TP, records, id_field="id", event_time_field="ts", max_bytes=max_bytes)
+def _parse(
+    *records: ConsumerRecord[bytes, bytes], max_bytes: int = 1 << 20, retried: bool = False
+) -> Parsed:
+    return parse_records(
+        TP, records, id_field="id", event_time_field="ts", max_bytes=max_bytes, retried=retried
+    )
 
 
 def test_events_keep_their_bytes_id_time_and_position() -> None:
@@ -98,7 +102,7 @@ def test_a_retried_record_carries_its_origin_attempts_and_history_from_headers()
         ("trace", b"t1"),
         *failure_headers(first, dest="d", status=503, error="down", now_ms=1000, attempt=2),
     ]
-    again = _parse(_record(70, b'{"ts":1}', headers=headers)).events[0]
+    again = _parse(_record(70, b'{"ts":1}', headers=headers), retried=True).events[0]
     assert again.origin == "src/3/9"
     assert again.id == "src/3/9"  # an id-less event keeps the same id through the retrier
     assert again.attempt == 2
@@ -108,6 +112,14 @@ def test_a_retried_record_carries_its_origin_attempts_and_history_from_headers()
     ]
     assert again.user_headers == [("trace", b"t1")]
     assert header_map(headers)["hifi-origin"] == b"src/3/9"
+
+
+def test_hifi_headers_on_a_record_not_from_the_retrier_are_not_believed() -> None:
+    """A producer's forged hifi-* headers change neither the origin, nor the attempt, nor the id."""
+    forged = [("hifi-origin", b"elsewhere/0/1"), ("hifi-attempt", b"99"), ("trace", b"t")]
+    event = _parse(_record(5, b'{"ts":1}', headers=forged)).events[0]
+    assert (event.origin, event.id, event.attempt, event.history) == ("src/3/5", "src/3/5", 0, None)
+    assert event.user_headers == [("trace", b"t")]
 
 
 def test_values_are_checked_whole_even_where_fields_are_not_read() -> None:
