@@ -6,10 +6,11 @@ import codecs
 import itertools
 import os
 import re
+import ssl
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, Self, get_args, get_origin
 
 import annotated_types
 from pydantic import (
@@ -20,7 +21,9 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
+from pydantic_core import ErrorDetails
 
 from hifi import redaction
 from hifi.errors import ConfigError
@@ -83,6 +86,10 @@ class Destination(BaseModel):
     shutdown_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     internal_topic_partitions: int = Field(default=4, ge=1, le=1000)
     headers: dict[str, SecretStr] = Field(default_factory=dict)
+    # PEM files; a relative path is read from the catalog file's directory
+    tls_ca_file: Path | None = None  # CA bundle to trust instead of the default one
+    tls_client_cert: Path | None = None  # client certificate (and its key, unless tls_client_key)
+    tls_client_key: Path | None = None  # the client certificate's unencrypted private key
 
     @field_validator("url")
     @classmethod
@@ -130,6 +137,88 @@ class Destination(BaseModel):
                 raise ValueError(f"header {key!r}: the value {problem}; {_HEADER_VALUE_RULE}")
         return value
 
+    @field_validator("tls_ca_file", "tls_client_cert", "tls_client_key", mode="before")
+    @classmethod
+    def _find_tls_file(cls, value: object, info: ValidationInfo) -> Path | None:
+        """An existing, readable file; relative to `base_dir` of the validation context if given."""
+        if value is None:
+            return None
+        if isinstance(value, Path):
+            path = value
+        elif isinstance(value, str) and value:
+            path = Path(value)
+        else:
+            raise ValueError("must be the path of a PEM file, as a string")
+        base_dir = info.context.get("base_dir") if isinstance(info.context, dict) else None
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        if not path.exists():
+            raise ValueError(f"{path} does not exist")
+        if not path.is_file():
+            raise ValueError(f"{path} is not a file")
+        try:
+            path.read_bytes()
+        except OSError as exc:
+            raise ValueError(f"{path} cannot be read: {exc.strerror}") from None
+        return path
+
+    @field_validator("tls_ca_file")
+    @classmethod
+    def _check_ca_file(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            try:
+                ssl.create_default_context(cafile=value)
+            except (ssl.SSLError, OSError) as exc:
+                raise ValueError(
+                    f"{value} is not a PEM CA bundle Python's ssl can load: {_ssl_cause(exc)}"
+                ) from None
+        return value
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> Self:
+        """Client certificate and key load together; TLS keys need an https:// URL."""
+        if self.tls_client_key is not None and self.tls_client_cert is None:
+            raise ValueError(
+                "key 'tls_client_key': set without tls_client_cert; set both, or"
+                " tls_client_cert alone when its file holds the key too"
+            )
+        if self.tls_client_cert is not None:
+            problem = _client_cert_problem(self.tls_client_cert, self.tls_client_key)
+            if problem:
+                raise ValueError(problem)
+        tls_keys = [
+            key
+            for key in ("tls_ca_file", "tls_client_cert", "tls_client_key")
+            if getattr(self, key) is not None
+        ]
+        if tls_keys and not self.url.startswith("https://"):
+            raise ValueError(
+                f"key 'url': is not https:// but {', '.join(tls_keys)} is set; use an https:// URL"
+                " or remove the TLS keys"
+            )
+        return self
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The context of the `tls_*` keys (certificates and hostnames verified); None: the default."""
+        if self.tls_ca_file is None and self.tls_client_cert is None:
+            return None
+        try:
+            if self.tls_ca_file is not None:
+                context = ssl.create_default_context(cafile=self.tls_ca_file)
+            else:  # a client certificate alone: trust what the client trusts by default
+                import httpx
+
+                context = httpx.create_ssl_context()
+            if self.tls_client_cert is not None:
+                context.load_cert_chain(
+                    self.tls_client_cert, self.tls_client_key, password=_refuse_password
+                )
+        except (ssl.SSLError, OSError, _EncryptedKeyError) as exc:
+            raise ConfigError(
+                f"destination {self.name!r}: cannot load its TLS files: {_ssl_cause(exc)}"
+            ) from None
+        return context
+
     @property
     def retry_in_topic(self) -> str:
         return f"{self.name}.retry_in"
@@ -161,6 +250,55 @@ class Destination(BaseModel):
     def header_values(self) -> dict[str, str]:
         """The configured HTTP headers with secrets revealed, for the wire only."""
         return {key: secret.get_secret_value() for key, secret in self.headers.items()}
+
+
+class _EncryptedKeyError(Exception):
+    """The private key asks for a passphrase (hifi never prompts for one)."""
+
+
+def _refuse_password() -> str:
+    raise _EncryptedKeyError("the private key is encrypted")
+
+
+def _ssl_cause(exc: BaseException) -> str:
+    """An ssl or OS error as short text, without the `(_ssl.c:NNNN)` source position."""
+    if isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError) and exc.strerror:
+        return exc.strerror
+    return re.sub(r"\s*\(_ssl\.c:\d+\)", "", str(exc)) or type(exc).__name__
+
+
+def _client_cert_problem(cert: Path, key: Path | None) -> str | None:
+    """Why the client certificate and key cannot be used, naming the key to fix; None if they can."""
+    key_key, key_file = ("tls_client_key", key) if key else ("tls_client_cert", cert)
+    try:
+        cert_pem, key_pem = cert.read_bytes(), key_file.read_bytes()
+    except OSError as exc:
+        return f"key 'tls_client_cert': cannot read {cert} or {key_file}: {exc.strerror}"
+    if b"-----BEGIN CERTIFICATE-----" not in cert_pem:
+        return f"key 'tls_client_cert': {cert} holds no PEM certificate"
+    if b"PRIVATE KEY-----" not in key_pem:
+        if key is None:
+            return (
+                f"key 'tls_client_cert': {cert} holds no private key; set tls_client_key to the"
+                " file of the certificate's key"
+            )
+        return f"key 'tls_client_key': {key} holds no PEM private key"
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(
+            cert, key, password=_refuse_password
+        )
+    except _EncryptedKeyError:
+        return (
+            f"key '{key_key}': {key_file} is encrypted; hifi needs the key unencrypted"
+            " (protect the file by its permissions)"
+        )
+    except ssl.SSLError as exc:
+        if exc.reason == "KEY_VALUES_MISMATCH":
+            return f"key '{key_key}': {key_file} does not match the certificate in {cert}"
+        return f"key 'tls_client_cert': Python's ssl cannot load {cert} with its key: {_ssl_cause(exc)}"
+    except OSError as exc:
+        return f"key 'tls_client_cert': cannot load {cert}: {_ssl_cause(exc)}"
+    return None
 
 
 def default_catalog_dir() -> Path:
@@ -224,7 +362,7 @@ def load_destination_file(path: Path, environ: Mapping[str, str]) -> Destination
             for key, value in headers.items()
         }
     try:
-        destination = Destination.model_validate(raw)
+        destination = Destination.model_validate(raw, context={"base_dir": path.parent})
     except ValidationError as exc:
         raise ConfigError(_describe(path, exc)) from None
     for value in destination.header_values().values():
@@ -320,27 +458,32 @@ def _header_value_problem(text: str) -> str | None:
 
 def _describe(path: Path, exc: ValidationError) -> str:
     """One line per problem, never echoing a header value (it may hold a secret)."""
-    problems = []
-    for error in exc.errors(include_url=False):
-        key = ".".join(str(part) for part in error["loc"]) or "(file)"
-        if error["type"] == "extra_forbidden":
-            allowed = ", ".join(sorted(Destination.model_fields))
-            problems.append(f"{path}: unknown key {key!r}; allowed keys: {allowed}")
-            continue
-        if error["type"] == "missing":
-            problems.append(f"{path}: required key {key!r} is missing")
-            continue
-        accepted = _allowed(error["loc"])
-        hint = f"; allowed: {accepted}" if accepted else ""
-        field = Destination.model_fields.get(key)
-        if field is not None and field.description:
-            hint += f" ({field.description})"
-        shown = "" if key.startswith("headers") else f" (got {_short(error.get('input'))})"
-        message = error["msg"]
-        if error["type"] == "value_error":  # our own validators: their text without "Value error, "
-            message = str(error.get("ctx", {}).get("error", message))
-        problems.append(f"{path}: key {key!r}: {message}{hint}{shown}")
-    return "; ".join(problems)
+    return "; ".join(f"{path}: {_problem(error)}" for error in exc.errors(include_url=False))
+
+
+def _problem(error: ErrorDetails) -> str:
+    """One validation error: the key, what is wrong and allowed, and the value given (not for headers)."""
+    key = ".".join(str(part) for part in error["loc"])
+    if error["type"] == "extra_forbidden":
+        return f"unknown key {key!r}; allowed keys: {', '.join(sorted(Destination.model_fields))}"
+    if error["type"] == "missing":
+        return f"required key {key!r} is missing"
+    message = error["msg"]
+    if error["type"] == "value_error":  # our own validators: their text without "Value error, "
+        message = str(error.get("ctx", {}).get("error", message))
+    if not error["loc"]:  # a check across keys: its message names the key
+        return message
+    accepted = _allowed(error["loc"])
+    hint = f"; allowed: {accepted}" if accepted else ""
+    field = Destination.model_fields.get(key)
+    if field is not None and field.description:
+        hint += f" ({field.description})"
+    given = error.get("input")
+    if key.startswith("headers") or (key.startswith("tls_") and isinstance(given, str)):
+        shown = ""  # a header value may be a secret; a TLS error names the resolved path itself
+    else:
+        shown = f" (got {_short(given)})"
+    return f"key {key!r}: {message}{hint}{shown}"
 
 
 def _allowed(loc: tuple[int | str, ...]) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import ssl
 import time
 import zlib
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -39,6 +40,8 @@ class _IdWaiter:
 class TestDestination:
     """A real HTTP server that accepts batches of events and answers as scripted.
 
+    With `ssl_context` (a server context, e.g. from `trustme`) it serves HTTPS, and `url` says so.
+
     Per request the reply is chosen by, in order: down (connection refused), `reject_ids` /
     `reject_poison`, the `script` queue, random `set_faults`, else 200 `{"accepted": N}`.
 
@@ -64,8 +67,10 @@ class TestDestination:
         event_time_field: str = "event_time",
         keep_history: bool = True,
         on_delivery: DeliveryHook | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._host = host
+        self._ssl_context = ssl_context  # a server context: serve HTTPS instead of HTTP
         self._port = port
         self._id_field = id_field
         self._event_time_field = event_time_field
@@ -100,9 +105,10 @@ class TestDestination:
 
     @property
     def url(self) -> str:
-        """The events URL, e.g. http://127.0.0.1:PORT/v1/events (any path is accepted)."""
+        """The events URL, e.g. http://127.0.0.1:PORT/v1/events (https with `ssl_context`)."""
         host = f"[{self._host}]" if ":" in self._host else self._host
-        return f"http://{host}:{self.port}/v1/events"
+        scheme = "http" if self._ssl_context is None else "https"
+        return f"{scheme}://{host}:{self.port}/v1/events"
 
     @property
     def requests(self) -> list[ReceivedRequest]:
@@ -203,6 +209,7 @@ class TestDestination:
             self._port,
             limit=_STREAM_LIMIT,
             backlog=_BACKLOG,
+            ssl=self._ssl_context,
         )
         if self._port == 0:
             self._port = int(self._server.sockets[0].getsockname()[1])
