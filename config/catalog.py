@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import contextlib
 import itertools
 import os
 import re
@@ -312,9 +313,19 @@ def default_catalog_dir() -> Path:
 class Catalog:
     """A directory of destination files; each file is parsed and validated when it is loaded."""
 
-    def __init__(self, directory: Path, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        environ: Mapping[str, str] | None = None,
+        *,
+        for_delivery: bool = True,
+    ) -> None:
+        """`for_delivery=False` loads what the Kafka side needs (topics, retry settings) without
+        the HTTP secrets: `[headers]` and the TLS keys are not required to resolve, so the DLQ
+        tools run without the destination's token."""
         self.directory = directory
         self._environ = os.environ if environ is None else environ
+        self._for_delivery = for_delivery
 
     def names(self) -> list[str]:
         """Names of every destination in the catalog, sorted."""
@@ -332,7 +343,7 @@ class Catalog:
         if not path.is_file():
             known = ", ".join(self.names())
             raise ConfigError(f"destination {name!r}: no file {path} (known: {known or 'none'})")
-        return load_destination_file(path, self._environ)
+        return load_destination_file(path, self._environ, for_delivery=self._for_delivery)
 
     def load_all(self) -> list[Destination]:
         return [self.load(name) for name in self.names()]
@@ -344,7 +355,9 @@ class Catalog:
             raise ConfigError(f"catalog directory {self.directory} is not a directory")
 
 
-def load_destination_file(path: Path, environ: Mapping[str, str]) -> Destination:
+def load_destination_file(
+    path: Path, environ: Mapping[str, str], *, for_delivery: bool = True
+) -> Destination:
     """Parse one catalog file, resolve `${VAR}` in header values, and validate it."""
     try:
         raw = tomllib.loads(_read_text(path))
@@ -356,7 +369,9 @@ def load_destination_file(path: Path, environ: Mapping[str, str]) -> Destination
         )
     raw["name"] = path.stem
     headers = raw.get("headers")
-    if isinstance(headers, dict):
+    if not for_delivery:
+        _without_delivery_secrets(raw, path, environ)
+    elif isinstance(headers, dict):
         raw["headers"] = {
             key: _resolve_env(value, path, key, environ) if isinstance(value, str) else value
             for key, value in headers.items()
@@ -368,6 +383,19 @@ def load_destination_file(path: Path, environ: Mapping[str, str]) -> Destination
     for value in destination.header_values().values():
         redaction.register(redaction.header_secrets(value))
     return destination
+
+
+def _without_delivery_secrets(raw: dict[str, Any], path: Path, environ: Mapping[str, str]) -> None:
+    """Drop `[headers]` and the TLS keys; still mask the header values that resolve here."""
+    headers = raw.pop("headers", None)
+    for key in ("tls_ca_file", "tls_client_cert", "tls_client_key"):
+        raw.pop(key, None)
+    if not isinstance(headers, dict):
+        return
+    for key, value in headers.items():
+        if isinstance(value, str):
+            with contextlib.suppress(ConfigError):
+                redaction.register(redaction.header_secrets(_resolve_env(value, path, key, environ)))
 
 
 def _read_text(path: Path) -> str:

@@ -287,7 +287,19 @@ async def _started(
         await _start(client.start, settings, doing)
         yield
     finally:
+        await _stop(client)
+
+
+async def _stop(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
+    """Stop a client. A consumer stopped soon after it started can raise the cancellation of its
+    own internal task (the coordinator's committed-offsets refresh); that is not a cancellation
+    of ours, so it is absorbed unless this task is being cancelled itself."""
+    try:
         await client.stop()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
 
 
 async def _start(

@@ -82,7 +82,7 @@ def cli(ctx: click.Context, dests: tuple[str, ...], flags: DaemonFlags) -> None:
 
 
 def _serve(catalog_dir: Path | None, names: tuple[str, ...]) -> list[Destination]:
-    catalog = Catalog(catalog_dir or default_catalog_dir())
+    catalog = Catalog(catalog_dir or default_catalog_dir(), for_delivery=False)
     if not names:
         found = catalog.load_all()
         if not found:
@@ -127,6 +127,8 @@ def dlq_list(
     now_ms = int(time.time() * 1000)
     for letter in letters[-limit:]:
         click.echo(letter.describe(now_ms))
+    shown = f", the last {limit} shown" if len(letters) > limit else ""
+    click.echo(f"{len(letters)} dead letters in {destination.dlq_topic}{shown}", err=True)
 
 
 @dlq.command("replay")
@@ -170,7 +172,7 @@ def dlq_replay(
 
 def _configured(catalog_dir: Path | None, name: str) -> tuple[Destination, KafkaSettings]:
     try:
-        destination = Catalog(catalog_dir or default_catalog_dir()).load(name)
+        destination = Catalog(catalog_dir or default_catalog_dir(), for_delivery=False).load(name)
         return destination, KafkaSettings.from_env()
     except ConfigError as exc:
         fail(PROG, str(exc))
