@@ -42,9 +42,3 @@ async def ensure_destination_topics(
         )
     return existing
 
-
-def too_short(retention_ms: int | None, wanted_ms: int) -> bool:
-    """True when a topic keeping records `retention_ms` (None: unknown) may drop them too early."""
-    if retention_ms is None or retention_ms < 0:
-        return False
-    return wanted_ms < 0 or retention_ms < wanted_ms

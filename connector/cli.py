@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import click
 
 from config.catalog import Catalog, default_catalog_dir
+from connector.check import check
 from connector.daemon import Connector
 from hifi.cli import (
     DaemonFlags,
@@ -40,6 +43,8 @@ def cli(dest: str, flags: DaemonFlags) -> None:
         settings = KafkaSettings.from_env()
     except ConfigError as exc:
         fail(PROG, str(exc))
+    if flags.check:
+        asyncio.run(check(destination, settings, probe=flags.probe)).finish()
     connector = Connector(
         destination,
         settings,

@@ -98,6 +98,8 @@ class DaemonFlags:
     until_idle_s: float | None
     log_format: LogFormat
     log_level: str
+    check: bool  # validate and report instead of running
+    probe: bool  # with check: also reach Kafka and the destinations
 
 
 def daemon_options(
@@ -116,12 +118,21 @@ def daemon_options(
             until_idle_s: float | None,
             log_format: LogFormat,
             log_level: str,
+            check: bool,
+            probe: bool,
             **kwargs: Any,
         ) -> Any:
             flags = DaemonFlags(
-                catalog, metrics_host, metrics_port, until_idle_s, log_format, log_level
+                catalog,
+                metrics_host,
+                metrics_port,
+                until_idle_s,
+                log_format,
+                log_level,
+                check or probe,
+                probe,
             )
-            configure_logging(log_format, log_level)
+            configure_logging(log_format, log_level, libraries=not flags.check)
             return function(*args, flags=flags, **kwargs)
 
         options = [
@@ -160,6 +171,18 @@ def daemon_options(
                 type=click.Choice(LOG_LEVELS, case_sensitive=False),
                 default="INFO",
                 show_default=True,
+            ),
+            click.option(
+                "--check",
+                is_flag=True,
+                help="Validate the catalog and the environment, print what was found, and exit:"
+                " 0 fine, 2 bad configuration, 1 unreachable.",
+            ),
+            click.option(
+                "--probe",
+                is_flag=True,
+                help="With --check: also reach Kafka (topics, retention) and the destinations"
+                " (TCP, TLS and a HEAD request; never a POST).",
             ),
         ]
         decorated: Callable[..., Any] = command

@@ -338,9 +338,7 @@ async def ensure_topics(
     broker's default); existing topics are left as they are (`--check --probe` reports them).
     """
     configs = {"retention.ms": str(retention_ms)} if retention_ms is not None else {}
-    admin = AIOKafkaAdminClient(**client_options(settings))
-    try:
-        await _start(admin.start, settings, "connect admin client")
+    async with _admin(settings) as admin:
         with kafka_errors(settings, "create topics"):
             existing = set(await admin.list_topics())
             missing = [name for name in names if name not in existing]
@@ -363,6 +361,21 @@ async def ensure_topics(
             )
         log.info("topics_created", topics=missing, partitions=partitions, **configs)
         return existing | set(missing)
+
+
+async def list_topics(settings: KafkaSettings) -> set[str]:
+    """Every topic of the cluster."""
+    async with _admin(settings) as admin:
+        with kafka_errors(settings, "list topics"):
+            return set(await admin.list_topics())
+
+
+@contextlib.asynccontextmanager
+async def _admin(settings: KafkaSettings) -> AsyncIterator[AIOKafkaAdminClient]:
+    admin = AIOKafkaAdminClient(**client_options(settings))
+    try:
+        await _start(admin.start, settings, "connect admin client")
+        yield admin
     finally:
         await admin.close()
 
@@ -371,15 +384,11 @@ async def retention_ms(settings: KafkaSettings, names: Sequence[str]) -> dict[st
     """Each topic's `retention.ms` as the broker reports it (None where it reports none)."""
     if not names:
         return {}
-    admin = AIOKafkaAdminClient(**client_options(settings))
-    try:
-        await _start(admin.start, settings, "connect admin client")
+    async with _admin(settings) as admin:
         with kafka_errors(settings, "describe topic configs"):
             responses = await admin.describe_configs(
                 [ConfigResource(ConfigResourceType.TOPIC, name) for name in names]
             )
-    finally:
-        await admin.close()
     found: dict[str, int | None] = dict.fromkeys(names)
     for response in responses:
         for _error, _message, _type, name, entries in response.resources:

@@ -20,8 +20,11 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _LIBRARIES = ("aiokafka", "uvicorn", "uvicorn.error", "uvicorn.access", "httpx", "httpcore")
 
 
-def configure_logging(log_format: LogFormat = "auto", level: str = "INFO") -> None:
-    """Route structlog and stdlib logging from libraries to stderr in the chosen format."""
+def configure_logging(
+    log_format: LogFormat = "auto", level: str = "INFO", *, libraries: bool = True
+) -> None:
+    """Route structlog and stdlib logging from libraries to stderr in the chosen format;
+    `libraries=False` silences the libraries (a `--check` says what it found itself)."""
     use_json = log_format == "json" or (log_format == "auto" and not sys.stderr.isatty())
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -56,5 +59,6 @@ def configure_logging(log_format: LogFormat = "auto", level: str = "INFO") -> No
     root.handlers[:] = [handler]
     root.setLevel(max(numeric_level, logging.WARNING))
     # Libraries speak only when they warn; hifi's own lines say what they do.
+    library_level = max(numeric_level, logging.WARNING) if libraries else logging.CRITICAL + 1
     for name in _LIBRARIES:
-        logging.getLogger(name).setLevel(max(numeric_level, logging.WARNING))
+        logging.getLogger(name).setLevel(library_level)

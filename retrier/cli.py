@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 import click
 
 from config.catalog import Catalog, Destination, default_catalog_dir
+from config.topics import retention_wanted
+from hifi.check import CheckReport, probe_kafka
 from hifi.cli import (
     EXIT_FAILURE,
     DaemonFlags,
@@ -26,6 +28,7 @@ from hifi.kafka_settings import KafkaSettings
 from hifi.vocabulary import Reason
 from retrier.daemon import Retrier
 from retrier.dlq import parse_since, read_dead_letters, replay
+from retrier.tiers import tier_topic
 
 PROG = "retrier"
 T = TypeVar("T")
@@ -69,6 +72,8 @@ def cli(ctx: click.Context, dests: tuple[str, ...], flags: DaemonFlags) -> None:
     try:
         destinations = _serve(flags.catalog, dests)
         settings = KafkaSettings.from_env()
+        if flags.check:
+            asyncio.run(_check(destinations, settings, probe=flags.probe)).finish()
         retrier = Retrier(
             destinations,
             settings,
@@ -79,6 +84,22 @@ def cli(ctx: click.Context, dests: tuple[str, ...], flags: DaemonFlags) -> None:
     except ConfigError as exc:
         fail(PROG, str(exc))
     run_daemon(PROG, retrier.run, retrier.request_stop)
+
+
+async def _check(dests: list[Destination], settings: KafkaSettings, *, probe: bool) -> CheckReport:
+    """What the retrier would meet at start: its destinations, and with `probe` their topics."""
+    report = CheckReport(PROG)
+    for dest in dests:
+        tiers = ", ".join(f"{s:g}s" for s in dest.retry_tiers_s)
+        report.ok(f"destination {dest.name}: retry tiers {tiers}; expiry after {dest.max_retry_age_s:g}s")
+    report.ok(f"kafka settings: bootstrap {settings.bootstrap}, {settings.security_protocol}")
+    if probe:
+        wanted: dict[str, int] = {}
+        for dest in dests:
+            tier_topics = [tier_topic(dest.name, k) for k in range(len(dest.retry_tiers_s))]
+            wanted.update(retention_wanted(dest, tier_topics))
+        await probe_kafka(settings, report, source_topics=(), retention_wanted=wanted)
+    return report
 
 
 def _serve(catalog_dir: Path | None, names: tuple[str, ...]) -> list[Destination]:

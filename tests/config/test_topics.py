@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from config.topics import ensure_destination_topics, retention_wanted, too_short
+from config.topics import ensure_destination_topics, retention_wanted
 from hifi import kafka
+from hifi.check import too_short
 from hifi.kafka_settings import KafkaSettings
 from tests.helpers import make_destination
 

@@ -1,0 +1,129 @@
+"""`--check` and `--probe` as an operator runs them: what is found, line by line, and the exit code."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from devstack.destination import TestDestination
+from hifi import kafka
+from hifi.kafka_settings import KafkaSettings
+from tests.helpers import write_destination
+
+pytestmark = [pytest.mark.integration]
+DAY_MS = 86_400_000
+
+
+async def _run(prog: str, *args: str, bootstrap: str, **env: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", prog, *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
+        env={**os.environ, "HIFI_KAFKA_BOOTSTRAP": bootstrap, **env},
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), 90)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+def _write(catalog_dir: Path, name: str, url: str, topic: str, **keys: object) -> None:
+    write_destination(
+        catalog_dir, name, url=url, source_topics=[topic],
+        headers={"Authorization": "Bearer ${CHECK_TOKEN}"}, **keys,
+    )  # fmt: skip
+
+
+async def test_check_validates_without_reaching_anything(catalog_dir: Path, unique: str) -> None:
+    """`--check` alone reads the catalog and environment, reaches nothing, and exits 0."""
+    _write(catalog_dir, unique, "https://nowhere.invalid/", unique)
+    code, out, _ = await _run(
+        "connector", "--dest", unique, "--catalog", str(catalog_dir), "--check",
+        bootstrap="127.0.0.1:1", CHECK_TOKEN="s3cr3t-t0ken-value",
+    )  # fmt: skip
+    assert code == 0
+    assert out.splitlines()[-1] == "connector check: ok"
+    assert "s3cr3t" not in out
+
+
+async def test_check_with_bad_configuration_exits_2_in_one_line(
+    catalog_dir: Path, unique: str
+) -> None:
+    """A variable the catalog needs but the environment lacks is one line and exit 2."""
+    _write(catalog_dir, unique, "https://nowhere.invalid/", unique)
+    env = {k: v for k, v in os.environ.items() if k != "CHECK_TOKEN"}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "connector", "--dest", unique, "--catalog", str(catalog_dir),
+        "--check", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 2
+    assert err.decode().count("\n") == 1
+    assert "CHECK_TOKEN" in err.decode()
+
+
+async def test_probe_reaches_kafka_and_the_destination_with_a_head_only(
+    kafka_settings: KafkaSettings, destination: TestDestination, catalog_dir: Path, unique: str
+) -> None:
+    """`--probe` reaches Kafka and the destination (a HEAD, never a POST), warns about the source
+    topic that does not exist and about a DLQ that keeps records shorter than wanted; exit 0."""
+    _write(catalog_dir, unique, destination.url, unique, dlq_retention_days=30)
+    await kafka.ensure_topics(
+        kafka_settings, [f"{unique}.dlq"], partitions=1, retention_ms=DAY_MS
+    )
+    code, out, err = await _run(
+        "connector", "--dest", unique, "--catalog", str(catalog_dir), "--check", "--probe",
+        bootstrap=kafka_settings.bootstrap, CHECK_TOKEN="s3cr3t-t0ken-value",
+    )  # fmt: skip
+    assert code == 0, out + err
+    assert f"kafka {kafka_settings.bootstrap}: reachable" in out
+    assert f"warning source topic {unique}: does not exist" in out
+    assert f"warning topic {unique}.dlq: retention.ms={DAY_MS} (1 days)" in out
+    assert f"destination {destination.url}: reachable (HEAD answered" in out
+    assert out.splitlines()[-1] == "connector check: ok, 2 warnings"
+    assert [r.method for r in destination.requests] == ["HEAD"]
+    assert "Traceback" not in err
+
+
+async def test_probe_of_an_unreachable_destination_exits_1(
+    kafka_settings: KafkaSettings, catalog_dir: Path, unique: str
+) -> None:
+    """A destination nothing listens on is an error line and exit 1 (a service manager retries)."""
+    _write(catalog_dir, unique, "http://127.0.0.1:9/v1", unique)
+    code, out, _ = await _run(
+        "connector", "--dest", unique, "--catalog", str(catalog_dir), "--probe",
+        bootstrap=kafka_settings.bootstrap, CHECK_TOKEN="s3cr3t-t0ken-value",
+    )  # fmt: skip
+    assert code == 1
+    assert "error   destination http://127.0.0.1:9/v1: unreachable" in out
+    assert out.splitlines()[-1].startswith("connector check: unreachable")
+
+
+async def test_probe_of_an_unreachable_kafka_exits_1(catalog_dir: Path, unique: str) -> None:
+    """Kafka that cannot be reached is an error line naming the cause, and exit 1."""
+    _write(catalog_dir, unique, "http://127.0.0.1:9/v1", unique)
+    code, out, err = await _run(
+        "connector", "--dest", unique, "--catalog", str(catalog_dir), "--probe",
+        bootstrap="127.0.0.1:1", CHECK_TOKEN="s3cr3t-t0ken-value",
+    )  # fmt: skip
+    assert code == 1
+    assert "error   kafka 127.0.0.1:1" in out
+    assert "refused: nothing listens there" in out
+    assert err == ""  # library log lines are silenced in a check
+
+
+async def test_retrier_check_probe_reads_its_topics(
+    kafka_settings: KafkaSettings, catalog_dir: Path, unique: str
+) -> None:
+    """`retrier --check --probe` needs no HTTP secret and reports each topic it will keep."""
+    _write(catalog_dir, unique, "https://nowhere.invalid/", unique, retry_tiers_s=[5, 10])
+    code, out, err = await _run(
+        "retrier", "--dest", unique, "--catalog", str(catalog_dir), "--check", "--probe",
+        bootstrap=kafka_settings.bootstrap,
+    )  # fmt: skip
+    assert code == 0, out + err
+    assert f"ok      topic {unique}.retry_tier1: will be created" in out
+    assert out.splitlines()[-1] == "retrier check: ok"
