@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -88,6 +89,19 @@ def catalog_option(function: F) -> F:
     )(function)
 
 
+class _FinitePositive(click.FloatRange):
+    """A number of seconds above 0; `inf` and `nan` are not."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return number
+
+
+FINITE_POSITIVE_SECONDS = _FinitePositive(min=0, min_open=True)
+
+
 @dataclass(frozen=True, slots=True)
 class DaemonFlags:
     """The flags every hifi daemon shares, parsed; logging is configured from them already."""
@@ -154,7 +168,7 @@ def daemon_options(
             click.option(
                 "--until-idle",
                 "until_idle_s",
-                type=click.FloatRange(min=0, min_open=True),
+                type=FINITE_POSITIVE_SECONDS,
                 default=None,
                 metavar="SECONDS",
                 help=idle_help,

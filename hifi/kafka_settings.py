@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Mapping
 from typing import Literal
 
@@ -68,8 +69,18 @@ class KafkaSettings(BaseModel):
             )
         if settings.password is not None:
             redaction.register([settings.password.get_secret_value()])
-        if settings.ca_file and not os.path.isfile(settings.ca_file):
-            raise ConfigError(
-                f"environment variable {_ENV_KEYS['ca_file']}: file {settings.ca_file} does not exist"
-            )
+        if settings.ca_file:
+            _check_ca_file(settings.ca_file)
         return settings
+
+
+def _check_ca_file(path: str) -> None:
+    """The CA bundle must exist and hold certificates Python's TLS can load."""
+    where = f"environment variable {_ENV_KEYS['ca_file']}: {path}"
+    if not os.path.isfile(path):
+        raise ConfigError(f"{where}: file does not exist")
+    try:
+        ssl.create_default_context(cafile=path)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise ConfigError(f"{where}: not a PEM CA certificate bundle ({reason})") from None
