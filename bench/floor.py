@@ -19,7 +19,7 @@ import orjson
 from aiokafka import TopicPartition
 
 from bench.phases import bench_destination
-from connector.daemon import consumer_options, intake_limit, parse
+from connector.intake import consumer_options, intake_limit, parse
 from hifi import kafka
 from hifi.kafka_settings import KafkaSettings
 

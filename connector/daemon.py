@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import itertools
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from operator import attrgetter
 from typing import Any
 
@@ -16,12 +15,13 @@ from aiokafka import TopicPartition
 
 from config.catalog import Destination
 from config.topics import ensure_destination_topics
-from connector import metrics
+from connector import metrics, status
 from connector.delivery import Deliverer, http_client
 from connector.divert import Diverter
+from connector.intake import BUFFER_WINDOWS, consumer_options, intake_limit, parse
 from connector.rebatch import Batch, PendingEvents
 from hifi import kafka
-from hifi.envelope import Event, KafkaRecord, Parsed, parse_records
+from hifi.envelope import KafkaRecord
 from hifi.errors import MalformedRecord
 from hifi.kafka_settings import KafkaSettings
 from hifi.ops_http import DEFAULT_HOST, OpsServer
@@ -31,11 +31,6 @@ from hifi.worker import PartitionHandler, PartitionWorker, Work, WorkerOptions
 
 log = structlog.get_logger(__name__)
 
-# How long the broker may hold a fetch that has no data yet. Kafka answers as soon as data arrives,
-# so this only paces idle polls; some brokers (Tansu) hold every fetch this long, which was the
-# bulk of the end-to-end lag at aiokafka's default of 500 ms.
-FETCH_MAX_WAIT_MS = 20
-_BUFFER_WINDOWS = 2  # records buffered beyond those in flight, in units of max_in_flight batches
 _MALFORMED_PER_WORK = 500
 # Cyclic GC: a young-generation pass every 10,000 allocations instead of 700. At one Event, one
 # ConsumerRecord and their lists per record, the default ran ~1,000 passes per 300k events, with
@@ -43,23 +38,7 @@ _MALFORMED_PER_WORK = 500
 # the reference cycles of failed attempts (exceptions holding frames that hold 500 KB bodies)
 # lived long enough to take the connector's peak RSS from ~150 MB to 680 MB under 1 % 503s.
 _GC_GEN0_THRESHOLD = 10_000
-_partition_of = attrgetter("tp")
-_offset_of = attrgetter("offset")
 _event_time_of = attrgetter("event_time_ms")
-
-
-def consumer_options(dest: Destination) -> dict[str, Any]:
-    """The connector's fetch settings (the bench's ceiling and floor read with these too)."""
-    return {
-        "fetch_max_bytes": 16 * 1024 * 1024,
-        "max_partition_fetch_bytes": max(1024 * 1024, dest.max_batch_bytes),
-        "fetch_max_wait_ms": FETCH_MAX_WAIT_MS,
-    }
-
-
-def intake_limit(dest: Destination) -> int:
-    """Records taken in but not yet delivered, at most: two windows of `max_in_flight` batches."""
-    return dest.max_in_flight * dest.max_batch_records * _BUFFER_WINDOWS
 
 
 def worker_options(dest: Destination, *, until_idle_s: float | None) -> WorkerOptions:
@@ -127,22 +106,12 @@ class Connector:
             client = await stack.enter_async_context(http_client(dest, self._transport))
             diverter = Diverter(producer, dest)
             delivery = _Delivery(dest, Deliverer(client, dest, diverter), diverter)
+            if self.ops is not None:
+                self.ops.serve_json("/status", status.page(dest, self.ops, delivery.snapshot))
             _tune_gc()
             topics = [*dest.source_topics, dest.retry_out_topic]
             log.info("connector_started", dest=dest.name, topics=topics)
             await self._worker.run(delivery, topics=topics)
-
-
-def parse(dest: Destination, tp: TopicPartition, records: list[Any]) -> Parsed:
-    """The connector's intake of one partition's records (the bench's floor parses with it too)."""
-    return parse_records(
-        tp,
-        records,
-        id_field=dest.id_field,
-        event_time_field=dest.event_time_field,
-        max_bytes=dest.max_batch_bytes,
-        retried=tp.topic == dest.retry_out_topic,
-    )
 
 
 class _Delivery(PartitionHandler):
@@ -157,10 +126,13 @@ class _Delivery(PartitionHandler):
         )
         self._malformed: list[tuple[KafkaRecord, MalformedRecord]] = []
         self._limit_records = intake_limit(dest)
-        self._limit_bytes = dest.max_in_flight * dest.max_batch_bytes * _BUFFER_WINDOWS
+        self._limit_bytes = dest.max_in_flight * dest.max_batch_bytes * BUFFER_WINDOWS
         self._paused = False
         self._in_flight = metrics.IN_FLIGHT.labels(dest.name)
+        self._in_flight_requests = 0
         self._lag_in = metrics.LAG_IN.labels(dest.name)
+        self._lag_records: dict[TopicPartition, int] = {}
+        self._progress = status.Progress(dest.name)
 
     def take(self, tp: TopicPartition, records: list[Any]) -> None:
         dest = self._dest
@@ -180,13 +152,16 @@ class _Delivery(PartitionHandler):
         if self._malformed:
             chunk = self._malformed[:_MALFORMED_PER_WORK]
             del self._malformed[:_MALFORMED_PER_WORK]
-            offsets = _offsets_by_partition((r.topic, r.partition, r.offset) for r, _ in chunk)
+            offsets: dict[TopicPartition, list[int]] = {}
+            for record, _ in chunk:
+                tp = TopicPartition(record.topic, record.partition)
+                offsets.setdefault(tp, []).append(record.offset)
             return Work(self._dead_letter(chunk), offsets)
         pending = self._pending
         if not pending or (poll_open and not pending.fills_a_batch()):
             return None
         batch = pending.next_batch()
-        return Work(self._deliver(batch), _event_offsets(batch.events))
+        return Work(self._deliver(batch), batch.offsets())
 
     def room(self) -> int:
         """Records the next poll may bring: none while the buffer holds its limit."""
@@ -209,19 +184,35 @@ class _Delivery(PartitionHandler):
             if TopicPartition(r.topic, r.partition) not in partitions
         ]
         for tp in partitions:
+            self._lag_records.pop(tp, None)
             with contextlib.suppress(KeyError):
                 metrics.CONSUMER_LAG.remove(self._dest.name, tp.topic, str(tp.partition))
 
     def after_commit(self, lag_records: Mapping[TopicPartition, int]) -> None:
+        self._lag_records = dict(lag_records)
         for tp, lag in lag_records.items():
             metrics.CONSUMER_LAG.labels(self._dest.name, tp.topic, tp.partition).set(lag)
+        self._progress.tick()
+
+    def snapshot(self) -> status.Snapshot:
+        """What `/status` shows of the work in hand."""
+        return status.Snapshot(
+            paused=self._paused,
+            pending_events=len(self._pending),
+            in_flight_requests=self._in_flight_requests,
+            lag_records=dict(self._lag_records),
+            last_delivered_ms=self._deliverer.last_delivered_ms,
+            recent_failures=list(self._deliverer.recent_failures),
+        )
 
     async def _deliver(self, batch: Batch) -> None:
         self._in_flight.inc()
+        self._in_flight_requests += 1
         try:
             await self._deliverer.deliver(batch)
         finally:
             self._in_flight.dec()
+            self._in_flight_requests -= 1
 
     async def _dead_letter(self, chunk: list[tuple[KafkaRecord, MalformedRecord]]) -> None:
         await self._diverter.records_to_dlq(
@@ -235,23 +226,6 @@ class _Delivery(PartitionHandler):
             reason=chunk[0][1].reason,
             error=short_error(str(chunk[0][1])),
         )
-
-
-def _event_offsets(events: Iterable[Event]) -> dict[TopicPartition, list[int]]:
-    """The offsets of `events` per partition (one pass over runs of the same partition)."""
-    offsets: dict[TopicPartition, list[int]] = {}
-    for tp, run in itertools.groupby(events, _partition_of):
-        offsets.setdefault(tp, []).extend(map(_offset_of, run))
-    return offsets
-
-
-def _offsets_by_partition(
-    origins: Iterable[tuple[str, int, int]],
-) -> dict[TopicPartition, list[int]]:
-    offsets: dict[TopicPartition, list[int]] = {}
-    for topic, partition, offset in origins:
-        offsets.setdefault(TopicPartition(topic, partition), []).append(offset)
-    return offsets
 
 
 def _tune_gc() -> None:

@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from email.utils import parsedate_to_datetime
 from operator import attrgetter
+from typing import Any
 
 import aiohttp
 import httpx
@@ -40,6 +41,7 @@ log = structlog.get_logger(__name__)
 _GZIP_IN_THREAD_BYTES = 64 * 1024  # compress larger bodies off the event loop
 _BACKOFF_BASE_S = 0.1
 _ERROR_BODY_CHARS = 120
+RECENT_FAILURES = 20
 _event_time_of = attrgetter("event_time_ms")
 
 
@@ -133,6 +135,9 @@ class Deliverer:
         )
         self._failing = False
         self._dest_name = dest.name
+        #: the last failures, newest last, for /status (texts masked and shortened)
+        self.recent_failures: deque[dict[str, Any]] = deque(maxlen=RECENT_FAILURES)
+        self.last_delivered_ms: int | None = None
         self._lag_out_first = metrics.LAG_OUT.labels(dest.name, "first")
         self._lag_out_retried = metrics.LAG_OUT.labels(dest.name, "retried")
 
@@ -225,6 +230,7 @@ class Deliverer:
             self._failing = False
             log.info("destination_recovered")
         now_ms = time.time() * 1000
+        self.last_delivered_ms = int(now_ms)
         events = batch.events
         retried = [event for event in events if event.retried]
         if retried:
@@ -236,6 +242,7 @@ class Deliverer:
     async def _hand_off(self, batch: Batch, exc: DestinationUnavailable) -> None:
         await self._diverter.to_retrier(batch.events, status=exc.status, error=str(exc))
         metrics.RECORDS.labels(self._dest_name, Outcome.HANDED_OFF).inc(len(batch))
+        self._note_failure(Outcome.HANDED_OFF, len(batch), exc.status, str(exc))
         log.warning(
             "handed_off",
             events=len(batch),
@@ -248,6 +255,7 @@ class Deliverer:
         error = short_error(f"{exc}{note}")
         await self._diverter.to_dlq(batch.events, reason=exc.reason, status=exc.status, error=error)
         metrics.RECORDS.labels(self._dest_name, Outcome.DEAD_LETTERED).inc(len(batch))
+        self._note_failure(Outcome.DEAD_LETTERED, len(batch), exc.status, error, exc.reason)
         log.warning(
             "dead_lettered",
             events=len(batch),
@@ -256,6 +264,25 @@ class Deliverer:
             error=error,
             first_origin=batch.events[0].origin,
         )
+
+    def _note_failure(
+        self,
+        outcome: Outcome,
+        events: int,
+        status: int | None,
+        error: str,
+        reason: Reason | None = None,
+    ) -> None:
+        entry: dict[str, Any] = {
+            "at_ms": int(time.time() * 1000),
+            "outcome": outcome,
+            "events": events,
+            "status": status,
+            "error": short_error(error),
+        }
+        if reason is not None:
+            entry["reason"] = reason
+        self.recent_failures.append(entry)
 
     async def _isolate(self, batch: Batch, first: DestinationRejected) -> None:
         """Bisect a rejected batch so only the events rejected on their own reach the DLQ."""

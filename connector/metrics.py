@@ -131,6 +131,8 @@ LAG_BUCKETS_S = (
     86400.0,
 )
 
+LAG_BOUNDS_S = (*LAG_BUCKETS_S, float("inf"))  # the histograms' bucket upper bounds, +Inf last
+
 RECORDS = Counter(
     "hifi_connector_records", "Records by final outcome at this node.", ["dest", "outcome"]
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ _SEPARATOR_BYTES = 1  # ',' between array items, '\n' after an NDJSON line
 _ARRAY_BRACKETS_BYTES = 2
 _BREAKS_TO_SPACES = bytes.maketrans(b"\r\n", b"  ")
 _id_of = attrgetter("id")
+_partition_of = attrgetter("tp")
+_offset_of = attrgetter("offset")
 _value_of = attrgetter("value")
 
 
@@ -31,6 +34,13 @@ class Batch:
     def halves(self) -> tuple[Batch, Batch]:
         middle = len(self.events) // 2
         return Batch(self.events[:middle]), Batch(self.events[middle:])
+
+    def offsets(self) -> dict[TopicPartition, list[int]]:
+        """The offsets of the batch's events per partition (one pass over runs of a partition)."""
+        offsets: dict[TopicPartition, list[int]] = {}
+        for tp, run in itertools.groupby(self.events, _partition_of):
+            offsets.setdefault(tp, []).extend(map(_offset_of, run))
+        return offsets
 
     def idempotency_key(self) -> str:
         """Derived from the event ids only, so every attempt of the same events carries the same key."""

@@ -1,0 +1,45 @@
+"""The connector's intake: how it fetches from Kafka, how much it takes in at most, how it reads a partition's records.
+
+The bench's ceiling and floor read with exactly these, so they measure what the connector does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from config.catalog import Destination
+from hifi.envelope import Parsed, parse_records
+
+# How long the broker may hold a fetch that has no data yet. Kafka answers as soon as data arrives,
+# so this only paces idle polls; some brokers (Tansu) hold every fetch this long, which was the
+# bulk of the end-to-end lag at aiokafka's default of 500 ms.
+FETCH_MAX_WAIT_MS = 20
+BUFFER_WINDOWS = 2  # records buffered beyond those in flight, in units of max_in_flight batches
+
+
+def consumer_options(dest: Destination) -> dict[str, Any]:
+    """The connector's fetch settings (the bench's ceiling and floor read with these too)."""
+    return {
+        "fetch_max_bytes": 16 * 1024 * 1024,
+        "max_partition_fetch_bytes": max(1024 * 1024, dest.max_batch_bytes),
+        "fetch_max_wait_ms": FETCH_MAX_WAIT_MS,
+    }
+
+
+def intake_limit(dest: Destination) -> int:
+    """Records taken in but not yet delivered, at most: two windows of `max_in_flight` batches."""
+    return dest.max_in_flight * dest.max_batch_records * BUFFER_WINDOWS
+
+
+def parse(dest: Destination, tp: TopicPartition, records: list[Any]) -> Parsed:
+    """The connector's intake of one partition's records (the bench's floor parses with it too)."""
+    return parse_records(
+        tp,
+        records,
+        id_field=dest.id_field,
+        event_time_field=dest.event_time_field,
+        max_bytes=dest.max_batch_bytes,
+        retried=tp.topic == dest.retry_out_topic,
+    )

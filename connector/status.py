@@ -1,0 +1,156 @@
+"""What operators see of a connector: the `/status` JSON and a progress line per minute, both read from its metrics."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import prometheus_client
+import structlog
+from aiokafka import TopicPartition
+from starlette.requests import Request
+
+from config.catalog import Destination
+from connector import metrics
+from hifi.ops_http import JsonProvider, OpsServer
+from hifi.vocabulary import Outcome, Reason
+
+log = structlog.get_logger(__name__)
+
+PROGRESS_EVERY_S = 60.0
+_OUTCOMES = (Outcome.DELIVERED, Outcome.HANDED_OFF, Outcome.DEAD_LETTERED)
+_STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx", "timeout", "connection")
+
+
+def totals(dest: str) -> dict[str, int]:
+    """Records by outcome, dead letters by reason and requests by result, since the start."""
+    sample = prometheus_client.REGISTRY.get_sample_value
+    found = {
+        str(outcome): int(sample("hifi_connector_records_total", {"dest": dest, "outcome": outcome}) or 0)
+        for outcome in _OUTCOMES
+    }
+    for reason in Reason:
+        labels = {"dest": dest, "reason": reason}
+        found[f"dead_lettered.{reason}"] = int(
+            sample("hifi_connector_dead_letters_total", labels) or 0
+        )
+    for status_class in _STATUS_CLASSES:
+        labels = {"dest": dest, "status_class": status_class}
+        found[f"requests.{status_class}"] = int(sample("hifi_connector_requests_total", labels) or 0)
+    return found
+
+
+def percentile_s(counts: Sequence[int], bounds: Sequence[float], fraction: float) -> float | None:
+    """The upper bound of the bucket holding the `fraction` quantile (None without data)."""
+    total = sum(counts)
+    if not total:
+        return None
+    for bound, seen in zip(bounds, itertools.accumulate(counts), strict=True):
+        if seen >= fraction * total:
+            return bound
+    return bounds[-1]
+
+
+class Progress:
+    """One `progress` log line per minute: what the last minute delivered, handed off and
+    dead-lettered, and its p95 end-to-end lag (the upper bound of its histogram bucket)."""
+
+    def __init__(self, dest: str, every_s: float = PROGRESS_EVERY_S) -> None:
+        self._dest = dest
+        self._every_s = every_s
+        self._lag = metrics.LAG_OUT.labels(dest, "first")
+        self._last_totals = totals(dest)
+        self._last_counts = list(self._lag.counts)
+        self._next_s = time.monotonic() + every_s
+
+    def tick(self) -> None:
+        """Log the minute's line if a minute has passed since the last one."""
+        now_s = time.monotonic()
+        if now_s < self._next_s:
+            return
+        self._next_s = now_s + self._every_s
+        now_totals, now_counts = totals(self._dest), list(self._lag.counts)
+        delta = {key: now_totals[key] - self._last_totals.get(key, 0) for key in now_totals}
+        minute_counts = [now - before for now, before in zip(now_counts, self._last_counts, strict=True)]
+        self._last_totals, self._last_counts = now_totals, now_counts
+        log.info(
+            "progress",
+            delivered=delta[Outcome.DELIVERED],
+            handed_off=delta[Outcome.HANDED_OFF],
+            dead_lettered=delta[Outcome.DEAD_LETTERED],
+            lag_p95_s=percentile_s(minute_counts, metrics.LAG_BOUNDS_S, 0.95),
+            window_s=self._every_s,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The connector's work in hand, as `/status` shows it."""
+
+    paused: bool
+    pending_events: int
+    in_flight_requests: int
+    lag_records: Mapping[TopicPartition, int]
+    last_delivered_ms: int | None
+    recent_failures: Sequence[Mapping[str, Any]]
+
+
+def page(dest: Destination, ops: OpsServer, snapshot: Callable[[], Snapshot]) -> JsonProvider:
+    """The `/status` route of a connector's ops server."""
+
+    async def status(request: Request) -> dict[str, Any]:
+        return document(dest.name, url=dest.url, ready=ops.ready, now=snapshot())
+
+    return status
+
+
+def document(dest: str, *, url: str, ready: bool, now: Snapshot) -> dict[str, Any]:
+    """The connector's `/status` JSON."""
+    paused, pending_events, in_flight_requests = now.paused, now.pending_events, now.in_flight_requests
+    lag_records, last_delivered_ms, recent_failures = now.lag_records, now.last_delivered_ms, now.recent_failures
+    now_ms = int(time.time() * 1000)
+    counts = totals(dest)
+    requests = {key.removeprefix("requests."): n for key, n in counts.items() if key.startswith("requests.")}
+    attempts = sum(requests.values())
+    lag = metrics.LAG_OUT.labels(dest, "first").counts
+    return {
+        "now": _iso(now_ms),
+        "dest": dest,
+        "url": url,
+        "ready": ready,
+        "intake": {
+            "paused": paused,
+            "pending_events": pending_events,
+            "in_flight_requests": in_flight_requests,
+        },
+        "consumer_lag_records": {
+            f"{tp.topic}/{tp.partition}": n for tp, n in sorted(lag_records.items())
+        },
+        "totals": {
+            str(outcome): counts[str(outcome)] for outcome in _OUTCOMES
+        }
+        | {
+            "dead_lettered_by_reason": {
+                str(reason): counts[f"dead_lettered.{reason}"] for reason in Reason
+            },
+        },
+        "health": {
+            "last_delivered": _iso(last_delivered_ms) if last_delivered_ms else None,
+            "requests": requests,
+            "failed_request_share": (
+                round(1 - requests["2xx"] / attempts, 4) if attempts else None
+            ),
+            "lag_out_p95_s_since_start": percentile_s(lag, metrics.LAG_BOUNDS_S, 0.95),
+        },
+        "recent_failures": [
+            {**entry, "at": _iso(entry["at_ms"])} for entry in reversed(recent_failures)
+        ],
+    }
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
