@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import orjson
 import pytest
 
 from devstack.destination import TestDestination
@@ -87,6 +88,10 @@ async def test_odd_records_never_stop_a_partition(
     )
     processes.append(process)
     assert await wait_exit(process, 180) == 0, (tmp_path / "connector.log").read_text()[-3000:]
+    log_lines = [orjson.loads(line) for line in (tmp_path / "connector.log").read_text().splitlines()]
+    assert log_lines
+    assert all(line.get("dest") == unique for line in log_lines)  # every line says whose work
+    assert any(line["event"] == "malformed_dead_lettered" for line in log_lines)
 
     bodies = b"\x00".join(r.body for r in destination.requests if r.status < 300)
     dead = await kafka.read_topic(kafka_settings, dest.dlq_topic, timeout_s=60)
