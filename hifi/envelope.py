@@ -278,13 +278,14 @@ def parse_event_time(raw: Any) -> int | None:
 
 
 def header_int(raw: bytes | None) -> int | None:
-    """An integer header value; None when absent or not a number."""
+    """A count or a time in a hifi header; None when absent, not a number, or negative."""
     if raw is None:
         return None
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         return None
+    return value if value >= 0 else None
 
 
 def append_history(history: bytes | None, entry: dict[str, Any]) -> bytes:

@@ -44,7 +44,10 @@ class Outgoing:
     why: str = ""  # for an expired event: which limit it reached
 
     def as_record(self) -> tuple[str, bytes | None, bytes | None, Headers]:
-        return (self.topic, self.key, self.value, self.headers)
+        # A keyless tombstone (only a foreign producer writes one here) cannot be written by a
+        # Kafka client as it is: it travels with an empty value instead.
+        value = self.value if self.value is not None or self.key is not None else b""
+        return (self.topic, self.key, value, self.headers)
 
     def count(self, dest_name: str, acked_ms: int) -> None:
         """Record the outcome in the metrics, once the broker acknowledged it at `acked_ms`."""
