@@ -94,3 +94,14 @@ def test_progress_line_says_what_the_minute_did() -> None:
         (1, 0, 0),
     ]
     assert lines[0]["lag_p95_s"] == 0.1
+
+
+async def test_a_source_topic_that_does_not_exist_is_a_warning_at_start(
+    kafka_settings: KafkaSettings, catalog_dir: Path, unique: str
+) -> None:
+    """A connector whose source topic is missing says so at start instead of idling silently."""
+    dest = make_destination(catalog_dir, unique, "http://127.0.0.1:9/", f"{unique}.absent")
+    with capture_logs() as logs:
+        await asyncio.wait_for(Connector(dest, kafka_settings, until_idle_s=1.0).run(), 60)
+    (warning,) = [entry for entry in logs if entry["event"] == "source_topic_missing"]
+    assert (warning["topic"], warning["log_level"]) == (f"{unique}.absent", "warning")
