@@ -24,8 +24,12 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# KEEP=1: leave the broker, destination, connector and retrier running after the summary and
+# print what to try (URLs, commands); Ctrl-C stops everything.
+KEEP ?=
+
 demo: $(STAMP)
-	$(BIN)/python -m devstack.demo
+	$(BIN)/python -m devstack.demo $(if $(filter-out 0,$(KEEP)),--keep,)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -3,17 +3,22 @@
 Starts a local broker and a flaky destination, produces sample events (some poison, some
 malformed), runs the connector and the retrier as real processes, prints progress every second
 and ends with a summary that accounts for every produced event.
+
+`--keep` (`make demo KEEP=1`) leaves everything running after the summary and prints what to
+try next; Ctrl-C then stops the daemons (they drain and commit), the destination and the
+broker, in that order. `--produce N` adds N sample events to the topic of a running demo.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import re
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +31,7 @@ from devstack.destination import Reply, TestDestination
 from devstack.ports import free_port
 from devstack.processes import start_daemon
 from hifi import kafka
+from hifi.errors import HifiError
 from hifi.kafka_settings import KafkaSettings
 
 DEST = "demo"
@@ -36,6 +42,7 @@ POISON_EVERY = 997  # events the destination always answers 400
 MALFORMED = 5  # records that are not JSON objects
 DEADLINE_S = 180.0
 WORK_DIR = Path(".demo")
+_LOGS = ("connector.log", "retrier.log", "tansu.log")
 _METRIC_RE = re.compile(r"^(hifi_[a-z_]+_total)\{([^}]*)\} ([0-9.e+]+)$", re.M)
 
 
@@ -64,9 +71,9 @@ internal_topic_partitions = 4
 """
 
 
-def sample_event(seq: int) -> dict[str, object]:
+def sample_event(seq: int, prefix: str = "evt") -> dict[str, object]:
     return {
-        "id": f"evt-{seq:06d}",
+        "id": f"{prefix}-{seq:06d}",
         "event_time": int(time.time() * 1000),
         "kind": "video.heartbeat",
         "session": f"s-{seq % 97}",
@@ -114,25 +121,48 @@ def p95_lag_ms(destination: TestDestination) -> float:
     return float(lags[int(len(lags) * 0.95)]) if lags else 0.0
 
 
+@contextlib.contextmanager
+def shielded_from_ctrl_c(shield: bool) -> Iterator[None]:
+    """Children started inside (with `shield`) never receive SIGINT; SIGTERM still stops them.
+
+    Ctrl-C sends SIGINT to the terminal's whole foreground process group: the demo, make and
+    every child. Tansu exits at once on SIGINT, so the daemons could no longer commit while
+    they drain. A signal mask is inherited through fork and exec, so children started while
+    this thread blocks SIGINT keep it blocked (their own SIGINT handlers never run), and the
+    demo stops them itself in order. The demo's own SIGINT stays pending here, then arrives.
+    """
+    if not shield:
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 @contextlib.asynccontextmanager
-async def daemons(catalog: Path, bootstrap: str, ports: tuple[int, int]) -> AsyncIterator[None]:
+async def daemons(
+    catalog: Path, bootstrap: str, ports: tuple[int, int], *, keep: bool = False
+) -> AsyncIterator[None]:
     """The connector and the retrier as real processes; SIGTERM and wait on exit."""
     common = ["--catalog", str(catalog)]
     names = ["connector", "retrier"]
-    processes = [
-        start_daemon(
-            "connector",
-            ["--dest", DEST, *common, "--metrics-port", str(ports[0])],
-            bootstrap=bootstrap,
-            log_path=WORK_DIR / "connector.log",
-        ),
-        start_daemon(
-            "retrier",
-            ["--dest", DEST, *common, "--metrics-port", str(ports[1])],
-            bootstrap=bootstrap,
-            log_path=WORK_DIR / "retrier.log",
-        ),
-    ]
+    with shielded_from_ctrl_c(keep):
+        processes = [
+            start_daemon(
+                "connector",
+                ["--dest", DEST, *common, "--metrics-port", str(ports[0])],
+                bootstrap=bootstrap,
+                log_path=WORK_DIR / "connector.log",
+            ),
+            start_daemon(
+                "retrier",
+                ["--dest", DEST, *common, "--metrics-port", str(ports[1])],
+                bootstrap=bootstrap,
+                log_path=WORK_DIR / "retrier.log",
+            ),
+        ]
     try:
         yield
     finally:
@@ -157,7 +187,101 @@ async def wait_ready(client: httpx.AsyncClient, ports: tuple[int, int]) -> None:
     print(f"connector and retrier ready after {time.monotonic() - started:.1f}s; producing")
 
 
-async def run(bootstrap: str) -> int:
+async def follow(
+    tally: Tally,
+    destination: TestDestination,
+    client: httpx.AsyncClient,
+    connector_port: int,
+    producing: asyncio.Task[None],
+) -> None:
+    """Print progress every second until every good event is delivered (or the deadline)."""
+    started = time.monotonic()
+    while time.monotonic() - started < DEADLINE_S:
+        await asyncio.sleep(1.0)
+        delivered = set(destination.delivered_ids())
+        metrics = await scrape(client, connector_port)
+        dlq = metrics.get("hifi_connector_dead_letters_total", 0)
+        print(
+            f"[{time.monotonic() - started:5.1f}s] produced={len(tally.produced):6d} "
+            f"delivered={len(delivered):6d} "
+            f"local_retries={metrics.get('hifi_connector_local_retries_total', 0):5.0f} "
+            f"to_retrier={metrics.get('hifi_connector_handoffs_total', 0):4.0f} "
+            f"dlq={dlq:3.0f} lag_p95_ms={p95_lag_ms(destination):6.0f}",
+            flush=True,
+        )
+        expected = len(tally.produced) - len(tally.poison)
+        if producing.done() and len(delivered & tally.produced) >= expected:
+            break
+    await producing
+
+
+@dataclass(frozen=True)
+class Running:
+    """Where the parts of a kept demo can be reached."""
+
+    bootstrap: str
+    destination_url: str
+    connector_port: int
+    retrier_port: int
+    work_dir: Path
+    bin_dir: Path
+
+
+def shown(path: Path) -> str:
+    """`path` relative to the current directory when it is inside it, else absolute."""
+    absolute = path.absolute()
+    with contextlib.suppress(ValueError):
+        return str(absolute.relative_to(Path.cwd()))
+    return str(absolute)
+
+
+def keep_hints(running: Running) -> str:
+    """What to try on a demo left running, with its real addresses; the commands can be pasted
+    into a shell in the current directory."""
+    connector = f"http://127.0.0.1:{running.connector_port}"
+    retrier = f"http://127.0.0.1:{running.retrier_port}"
+    env = f"HIFI_KAFKA_BOOTSTRAP={running.bootstrap}"
+    catalog_env = f"{env} HIFI_CATALOG_DIR={shown(running.work_dir / 'catalog')}"
+    retrier_bin = shown(running.bin_dir / "retrier")
+    python = shown(running.bin_dir / "python")
+    logs = " ".join(shown(running.work_dir / name) for name in _LOGS)
+    return "\n".join(
+        [
+            "",
+            "still running (KEEP=1): broker, destination, connector and retrier.",
+            f"Try, from {Path.cwd()}:",
+            f"  connector     curl -s {connector}/metrics | grep ^hifi_connector_records_total",
+            f"                curl -s {connector}/readyz   (and /healthz; it has no /status)",
+            f"  retrier       curl -s {retrier}/status",
+            f"                curl -s {retrier}/readyz",
+            f"                curl -s {retrier}/metrics | grep ^hifi_retrier_",
+            f"  dead letters  {catalog_env} {retrier_bin} dlq list --dest {DEST}",
+            f"  replay        {catalog_env} {retrier_bin} dlq replay --dest {DEST} --dry-run",
+            f"  more events   {env} {python} -m devstack.demo --produce 1000",
+            f"                (to {TOPIC}; every {POISON_EVERY}th event is poison)",
+            f"  destination   {running.destination_url} (8% faults, 400 for poison events)",
+            f"  logs          tail -f {logs}",
+            "  stop          Ctrl-C: the connector and retrier drain and commit, then the",
+            "                destination and the broker stop (the broker keeps nothing)",
+        ]
+    )
+
+
+async def until_stopped() -> None:
+    """Wait for Ctrl-C (SIGINT) or SIGTERM."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    print("\nstopping: connector and retrier drain and commit, then the destination and broker")
+
+
+async def run(bootstrap: str, *, keep: bool = False) -> int:
     settings = KafkaSettings(bootstrap=bootstrap)
     tally = Tally()
     WORK_DIR.mkdir(exist_ok=True)
@@ -178,27 +302,21 @@ async def run(bootstrap: str) -> int:
             f"connector metrics http://127.0.0.1:{ports[0]}/metrics, retrier "
             f"http://127.0.0.1:{ports[1]}/status; logs in {WORK_DIR}/"
         )
-        async with daemons(catalog, bootstrap, ports), httpx.AsyncClient(timeout=2) as client:
+        async with (
+            daemons(catalog, bootstrap, ports, keep=keep),
+            httpx.AsyncClient(timeout=2) as client,
+        ):
             await wait_ready(client, ports)
             producing = asyncio.create_task(produce(settings, tally))
-            started = time.monotonic()
-            while time.monotonic() - started < DEADLINE_S:
-                await asyncio.sleep(1.0)
-                delivered = set(destination.delivered_ids())
-                metrics = await scrape(client, ports[0])
-                dlq = metrics.get("hifi_connector_dead_letters_total", 0)
-                print(
-                    f"[{time.monotonic() - started:5.1f}s] produced={len(tally.produced):6d} "
-                    f"delivered={len(delivered):6d} "
-                    f"local_retries={metrics.get('hifi_connector_local_retries_total', 0):5.0f} "
-                    f"to_retrier={metrics.get('hifi_connector_handoffs_total', 0):4.0f} "
-                    f"dlq={dlq:3.0f} lag_p95_ms={p95_lag_ms(destination):6.0f}",
-                    flush=True,
+            await follow(tally, destination, client, ports[0], producing)
+            if keep:
+                code = await summarize(settings, tally, destination)
+                running = Running(
+                    bootstrap, destination.url, *ports, WORK_DIR, Path(sys.executable).parent
                 )
-                expected = len(tally.produced) - len(tally.poison)
-                if producing.done() and len(delivered & tally.produced) >= expected:
-                    break
-            await producing
+                print(keep_hints(running), flush=True)
+                await until_stopped()
+                return code
         return await summarize(settings, tally, destination)
 
 
@@ -235,10 +353,59 @@ async def summarize(settings: KafkaSettings, tally: Tally, destination: TestDest
     return 0 if ok else 1
 
 
-def main() -> None:
+async def produce_more(settings: KafkaSettings, count: int) -> int:
+    """Produce `count` more sample events (ids `moreHHMMSS-NNNNNN`) to the demo's topic."""
+    prefix = "more" + time.strftime("%H%M%S")
+    batch = [sample_event(seq, prefix) for seq in range(1, count + 1)]
+    async with kafka.producer(settings) as producer:
+        for start in range(0, count, 1000):
+            await producer.send_all(
+                [
+                    (TOPIC, str(e["id"]).encode(), orjson.dumps(e), [])
+                    for e in batch[start : start + 1000]
+                ]
+            )
+    poison = sum(1 for e in batch if e["poison"])
+    print(f"produced {count} events to {TOPIC} on {settings.bootstrap} ({poison} poison)")
+    return 0
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m devstack.demo", description=__doc__)
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave everything running after the summary and print what to try; Ctrl-C stops it",
+    )
+    parser.add_argument(
+        "--produce",
+        type=int,
+        metavar="N",
+        help="only produce N more sample events to a running demo ($HIFI_KAFKA_BOOTSTRAP)",
+    )
+    options = parser.parse_args(argv)
+    if options.produce is not None and (options.produce < 1 or options.keep):
+        parser.error("--produce takes a positive count and no --keep")
+    return options
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    options = parse_args(argv)
+    if options.produce is not None:
+        try:
+            sys.exit(asyncio.run(produce_more(KafkaSettings.from_env(), options.produce)))
+        except HifiError as exc:
+            sys.exit(f"demo: {exc}")
     WORK_DIR.mkdir(exist_ok=True)
-    with LocalBroker(log_path=WORK_DIR / "tansu.log") as broker:
-        sys.exit(asyncio.run(run(broker.bootstrap)))
+    with shielded_from_ctrl_c(options.keep):
+        broker = LocalBroker(log_path=WORK_DIR / "tansu.log").start()
+    try:
+        code = asyncio.run(run(broker.bootstrap, keep=options.keep))
+    finally:
+        broker.stop()
+    if options.keep:
+        print("  destination and broker stopped")
+    sys.exit(code)
 
 
 if __name__ == "__main__":
