@@ -251,7 +251,7 @@ def keep_hints(running: Running) -> str:
             "still running (KEEP=1): broker, destination, connector and retrier.",
             f"Try, from {Path.cwd()}:",
             f"  connector     curl -s {connector}/metrics | grep ^hifi_connector_records_total",
-            f"                curl -s {connector}/readyz   (and /healthz; it has no /status)",
+            f"                curl -s {connector}/status",
             f"  retrier       curl -s {retrier}/status",
             f"                curl -s {retrier}/readyz",
             f"                curl -s {retrier}/metrics | grep ^hifi_retrier_",

@@ -58,6 +58,11 @@ def kafka_errors(settings: KafkaSettings, doing: str) -> Iterator[None]:
     where = f"kafka {settings.bootstrap}: {doing}"
     try:
         yield
+    except aiokafka_errors.UnsupportedCodecError as exc:
+        raise BrokerRefused(
+            f"{where}: {exc}; hifi reads snappy, lz4 and zstd through aiokafka's codec extras"
+            " (pip install 'aiokafka[snappy,lz4,zstd]')"
+        ) from exc
     except aiokafka_errors.UnknownTopicOrPartitionError as exc:
         raise UnknownTopic(f"{where}: unknown topic or partition") from exc
     except _AUTH_ERRORS as exc:

@@ -73,7 +73,7 @@ def test_hints_carry_the_real_addresses(tmp_path: Path) -> None:
     hints = demo.keep_hints(running)
     for url in (
         "http://127.0.0.1:19400/metrics",
-        "http://127.0.0.1:19400/readyz",
+        "http://127.0.0.1:19400/status",
         "http://127.0.0.1:19401/status",
         "http://127.0.0.1:19401/metrics",
         "http://127.0.0.1:19401/readyz",
