@@ -5,8 +5,9 @@ messages) passes it through `mask()`, `shorten()` or `short_error()`. Secrets ar
 once, where they are read: the catalog registers every value it substitutes from the environment
 and every word of 8 characters or more of a header value; the Kafka settings register the password.
 
-What masking guarantees: no text it returns holds 8 consecutive characters of a registered
-secret (nor a whole secret of 4 to 7 characters), whether written plainly or escaped as a
+What masking guarantees: no text it returns holds a whole registered secret (of 4 characters or
+more), nor 8 consecutive characters of one of its words (runs of characters other than white
+space: the token of "Bearer TOKEN", not "Bearer T"), whether written plainly or escaped as a
 destination may echo it: percent-encoded (`%2F`, any case), JSON-escaped (`\\/`, `\\"`,
 `\\u002f`), HTML character references (`&#47;`, `&amp;`), or escapes of those escapes
 (`%252F`, `\\\\\\/`). Each such run is replaced by one `***`. A destination that echoes a
@@ -27,7 +28,7 @@ from typing import Any
 MASK = "***"
 MIN_SECRET_CHARS = 4  # shorter values are not secrets, and masking them would garble text
 MIN_HEADER_WORD_CHARS = 8  # a header value's words this long are masked (the token of "Bearer t")
-MIN_FRAGMENT_CHARS = 8  # this many consecutive characters of a secret are masked wherever they are
+MIN_FRAGMENT_CHARS = 8  # this many characters in a row of a secret's word are masked anywhere
 ERROR_MAX_CHARS = 200
 
 # One escaped character as destinations write them: percent-encoding, JSON/JS string escapes,
@@ -54,7 +55,7 @@ class _Registry:
     """What masking looks for, replaced as a whole on each registration (readers never lock)."""
 
     whole: re.Pattern[str]  # every secret, longest first
-    fragments: frozenset[str]  # every MIN_FRAGMENT_CHARS-long piece of every secret
+    fragments: frozenset[str]  # every MIN_FRAGMENT_CHARS-long piece of a word of a secret
     reach: int  # how far an escaped secret can extend: the bound `excerpt` keeps beyond its cut
 
 
@@ -81,7 +82,12 @@ def register(values: Iterable[str]) -> None:
     n = MIN_FRAGMENT_CHARS
     _registry = _Registry(
         whole=re.compile("|".join(map(re.escape, ordered))),
-        fragments=frozenset(s[i : i + n] for s in _secrets for i in range(len(s) - n + 1)),
+        fragments=frozenset(
+            word[i : i + n]
+            for secret in _secrets
+            for word in secret.split()
+            for i in range(len(word) - n + 1)
+        ),
         reach=len(ordered[0]) * _MAX_ESCAPE_CHARS**_DECODE_ROUNDS,
     )
 
@@ -92,7 +98,7 @@ def header_secrets(value: str) -> list[str]:
 
 
 def mask(text: str) -> str:
-    """`text` with every registered secret, and every piece of 8+ characters of one, replaced by `***`.
+    """`text` with every registered secret, and every piece of 8+ characters of its words, as `***`.
 
     Secrets are found in `text` as written and in `text` with escapes decoded; what is replaced
     is the written form (e.g. all of `abc%2Fdef`), and everything else is left as it was.
@@ -105,8 +111,7 @@ def mask(text: str) -> str:
         return text
     pieces: list[str] = []
     position = 0  # the end of the last span masked
-    for span_start, span_end in sorted(spans):
-        start, end = _trimmed(text, span_start, span_end)
+    for start, end in sorted(spans):
         if start > position or not pieces:
             pieces.append(text[position:start])
             pieces.append(MASK)
@@ -171,17 +176,6 @@ def _mask_nested(value: Any) -> Any:
     if isinstance(value, dict):
         return {_mask_nested(key): _mask_nested(item) for key, item in value.items()}
     return mask(repr(value))
-
-
-def _trimmed(text: str, span_start: int, span_end: int) -> tuple[int, int]:
-    """The span without white space at its edges (a piece of "Bearer TOKEN" keeps its space),
-    unless that leaves it shorter than `***`: masking never lengthens a text."""
-    start, end = span_start, span_end
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return (start, end) if end - start >= len(MASK) else (span_start, span_end)
 
 
 def _secret_spans(text: str, registry: _Registry) -> list[tuple[int, int]]:
