@@ -8,14 +8,15 @@ import ssl
 import time
 import zlib
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from urllib.parse import quote
 
 import h11
 import orjson
 
 from devstack.destination_script import Decision, Delivery, ReceivedRequest, Reply, Script
 
-__all__ = ["Delivery", "DeliveryHook", "ReceivedRequest", "Reply", "TestDestination"]
+__all__ = ["Delivery", "DeliveryHook", "Echo", "ReceivedRequest", "Reply", "TestDestination"]
 
 DeliveryHook = Callable[[Sequence[Delivery]], None]
 """Called synchronously with the deliveries of each request right after its 2xx answer is sent."""
@@ -25,6 +26,31 @@ _STREAM_LIMIT = 1024 * 1024
 _MAX_HEADER_BYTES = 64 * 1024
 _BACKLOG = 1024
 _NDJSON = "application/x-ndjson"
+
+
+@dataclass(frozen=True)
+class Echo:
+    """How error replies (3xx to 5xx) echo the request's credentials, as careless servers do.
+
+    The echoed text is `text` when set, else the request's `Authorization` value, or with
+    `token_only` its last word alone (the bare token of "Bearer TOKEN"). It is sent:
+    - in the body: `{"error": "STATUS: REASON", "echo": TEXT}` with `/` written `\\/` (as PHP's
+      json_encode does), or with `raw_body` the text alone, as text/plain;
+    - in a `WWW-Authenticate` header (`Bearer error="invalid_token", error_description="TEXT"`);
+    - percent-encoded in the `Location` of a 3xx: `/login?token=TEXT`.
+    """
+
+    text: str | None = None
+    token_only: bool = False
+    raw_body: bool = False
+
+    def of(self, headers: dict[str, str]) -> str:
+        """The text to echo for a request with these (lower-cased) headers."""
+        if self.text is not None:
+            return self.text
+        authorization = headers.get("authorization", "")
+        words = authorization.split()
+        return words[-1] if self.token_only and words else authorization
 
 
 class _IdWaiter:
@@ -44,6 +70,7 @@ class TestDestination:
 
     Per request the reply is chosen by, in order: down (connection refused), `reject_ids` /
     `reject_poison`, the `script` queue, random `set_faults`, else 200 `{"accepted": N}`.
+    Error replies echo the request's credentials after `echo(Echo(...))`.
 
     What it records:
     - `requests`: every request read, in order of arrival, with the status it was answered
@@ -78,6 +105,7 @@ class TestDestination:
         self._keep_history = keep_history
         self._on_delivery = on_delivery
         self._script = Script()
+        self._echo: Echo | None = None
         self._server: asyncio.Server | None = None
         self._serving = False
         self._connections: dict[asyncio.Task[object], asyncio.StreamWriter] = {}
@@ -148,6 +176,10 @@ class TestDestination:
     def set_faults(self, ratio: float, replies: Sequence[Reply], *, seed: int = 0) -> None:
         """Answer a seeded-random fraction `ratio` of requests with one of `replies`."""
         self._script.set_faults(ratio, replies, seed=seed)
+
+    def echo(self, echo: Echo | None) -> None:
+        """From now on error replies (3xx to 5xx) echo credentials as `echo` says; None stops."""
+        self._echo = echo
 
     def reset_script(self) -> None:
         """Forget queued replies, rejections and random faults: answer 200 from now on."""
@@ -287,7 +319,11 @@ class TestDestination:
             raise
         if reply.drop:
             return False
-        writer.write(_response(conn, decision, len(events), no_body=request.method == b"HEAD"))
+        echoed = self._echo.of(headers) if self._echo and reply.status >= 300 else None
+        no_body = request.method == b"HEAD"
+        writer.write(
+            _response(conn, decision, len(events), no_body=no_body, echo=self._echo, echoed=echoed)
+        )
         if 200 <= reply.status < 300:
             self._record_deliveries(events, received_ms)
         await writer.drain()
@@ -349,15 +385,39 @@ async def _read_request(
             return None  # ConnectionClosed
 
 
-def _response(conn: h11.Connection, decision: Decision, accepted: int, *, no_body: bool) -> bytes:
-    """Serialise the reply: {"accepted": N} for 2xx, {"error": reason} otherwise."""
+def _response(
+    conn: h11.Connection,
+    decision: Decision,
+    accepted: int,
+    *,
+    no_body: bool,
+    echo: Echo | None = None,
+    echoed: str | None = None,
+) -> bytes:
+    """Serialise the reply: {"accepted": N} for 2xx, {"error": reason} otherwise (see `Echo`)."""
     status = decision.reply.status
+    content_type = "application/json"
+    extra: list[tuple[str, str]] = []
     if 200 <= status < 300:
         content = orjson.dumps({"accepted": accepted})
+    elif echo is not None and echoed is not None:
+        if echo.raw_body:
+            content, content_type = echoed.encode(), "text/plain; charset=utf-8"
+        else:
+            error = {"error": f"{status}: {decision.reason}", "echo": echoed}
+            content = orjson.dumps(error).replace(b"/", b"\\/")
+        extra.append(
+            (
+                "www-authenticate",
+                f'Bearer error="invalid_token", error_description="{echoed}"',
+            )
+        )
+        if 300 <= status < 400:
+            extra.append(("location", f"/login?token={quote(echoed, safe='')}"))
     else:
         content = orjson.dumps({"error": f"{status}: {decision.reason}"})
     no_body = no_body or status in (204, 304)
-    headers = [("content-type", "application/json")]
+    headers = [("content-type", content_type), *extra]
     if not no_body:
         headers.append(("content-length", str(len(content))))
     if decision.reply.retry_after is not None:

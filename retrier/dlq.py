@@ -15,7 +15,7 @@ from hifi.envelope import HDR_ERROR, HDR_ORIGIN, HDR_REASON, HDR_STATUS, header_
 from hifi.errors import ConfigError
 from hifi.kafka import Headers
 from hifi.kafka_settings import KafkaSettings
-from hifi.redaction import mask
+from hifi.redaction import mask, short_error, shorten
 from retrier import headers
 
 _REPLAY_CHUNK = 500
@@ -54,15 +54,16 @@ class DeadLetter:
         )
 
     def describe(self, now_ms: int) -> str:
-        """reason, status, error, origin, age and the start of the body, on one line."""
-        body = (self.value or b"").decode("utf-8", errors="replace")
-        body = " ".join(body.split())
-        if len(body) > _BODY_EXCERPT_CHARS:
-            body = body[: _BODY_EXCERPT_CHARS - 3] + "..."
-        error = self.error.replace('"', "'")
+        """reason, status, error, origin, age and the start of the body, on one line, masked.
+
+        Each part is masked before it is cut or its quotes replaced, which could otherwise
+        leave a piece of a secret that no longer matches it.
+        """
+        body = shorten((self.value or b"").decode("utf-8", errors="replace"), _BODY_EXCERPT_CHARS)
+        error = short_error(self.error).replace('"', "'")
         return mask(
-            f'{self.reason} status={self.status} error="{error}" origin={self.origin} '
-            f"age={format_age(now_ms - self.dead_ms)} body={body}"
+            f'{mask(self.reason)} status={mask(self.status)} error="{error}" '
+            f"origin={mask(self.origin)} age={format_age(now_ms - self.dead_ms)} body={body}"
         )
 
 

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -17,6 +17,7 @@ from hifi import kafka
 from hifi.envelope import HDR_ERROR, HDR_STATUS
 from hifi.errors import HifiError
 from hifi.kafka_settings import KafkaSettings
+from hifi.redaction import mask, short_error
 from retrier import metrics
 from retrier.holds import Head
 from retrier.tiers import RetryState, Source
@@ -126,7 +127,11 @@ async def _refresh(probe: kafka.Consumer, topics: Mapping[str, Measured], backlo
 
 
 class RecentFailures:
-    """The last few failures handed to the retrier, per destination, for the status page."""
+    """The last few failures handed to the retrier, per destination, for the status page.
+
+    Texts are masked as they are stored: a `hifi-error` written by a connector that knew fewer
+    secrets, or none, still shows `***` where a secret of this catalog was.
+    """
 
     def __init__(self, size: int = RECENT_FAILURES) -> None:
         self._size = size
@@ -138,14 +143,19 @@ class RecentFailures:
             {
                 "at": _iso(state.handoff_ms),
                 "attempt": state.attempt,
-                "status": _text(headers.get(HDR_STATUS)),
-                "error": _text(headers.get(HDR_ERROR)),
+                "status": self._masked(headers.get(HDR_STATUS), mask),
+                "error": self._masked(headers.get(HDR_ERROR), short_error),
             }
         )
 
     def of(self, dest: str) -> list[dict[str, Any]]:
         """Newest first."""
         return list(reversed(self._by_dest.get(dest, ())))
+
+    @staticmethod
+    def _masked(raw: bytes | None, masked: Callable[[str], str]) -> str | None:
+        text = _text(raw)
+        return masked(text) if text is not None else None
 
 
 def oldest_age_s(heads: Iterable[Head], now_ms: int) -> float | None:
