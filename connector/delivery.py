@@ -33,7 +33,7 @@ from connector import metrics
 from connector.divert import Diverter
 from connector.rebatch import Batch, encode_body
 from hifi.errors import DestinationRejected, DestinationUnavailable
-from hifi.redaction import short_error
+from hifi.redaction import excerpt, short_error
 from hifi.vocabulary import Outcome, Reason
 
 log = structlog.get_logger(__name__)
@@ -66,7 +66,7 @@ def classify(response: httpx.Response) -> None:
     if 200 <= status < 300:
         return
     detail = short_error(
-        f"HTTP {status} {response.reason_phrase}: {response.text[:_ERROR_BODY_CHARS]}"
+        f"HTTP {status} {response.reason_phrase}: {excerpt(response.text, _ERROR_BODY_CHARS)}"
     )
     if status == 429 or status >= 500 or status < 200:
         retry_after = (
