@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
+from prometheus_client import REGISTRY
 
 from connector import Connector
-from devstack.destination import Reply, TestDestination
+from devstack.destination import Delivery, Reply, TestDestination
 from devstack.kafka_tools import committed_offsets, produce, produce_events, read_topic
 from hifi import kafka
 from hifi.envelope import header_map
@@ -137,3 +139,53 @@ async def test_malformed_and_oversize_records_do_not_block(
     reasons = sorted(header_map(r.headers)["hifi-reason"].decode() for r in dead)
     assert reasons == ["malformed", "malformed", "too_large"]
     assert sorted(r.value[:6] for r in dead) == sorted([b"not js", b"[1, 2]", b'{"id":'])
+
+
+class _Concurrency:
+    """Watches a destination at each 2xx answer it sends: requests open at the destination then,
+    and the connector's in-flight and paused gauges."""
+
+    def __init__(self, dest_name: str) -> None:
+        self.labels = {"dest": dest_name}
+        self.destination: TestDestination | None = None
+        self.answered = 0
+        self.open_at_answers: list[int] = []
+        self.in_flight_gauge: list[float] = []
+        self.paused_gauge: list[float] = []
+
+    def on_delivery(self, deliveries: Sequence[Delivery]) -> None:
+        assert self.destination is not None
+        # Every request is answered 2xx once, so the requests read minus those answered before
+        # this one are the requests open at the destination just before this answer.
+        self.open_at_answers.append(self.destination.request_count - self.answered)
+        self.answered += 1
+        self.in_flight_gauge.append(self._gauge("hifi_connector_in_flight_requests"))
+        self.paused_gauge.append(self._gauge("hifi_connector_intake_paused"))
+
+    def _gauge(self, name: str) -> float:
+        value = REGISTRY.get_sample_value(name, self.labels)
+        return -1.0 if value is None else value
+
+
+async def test_slow_destination_pauses_intake_and_bounds_requests_in_flight(
+    kafka_settings: KafkaSettings, catalog_dir: Path, unique: str
+) -> None:
+    """A slow destination pauses intake and never has more than max_in_flight requests open."""
+    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    sent = events(160)
+    await produce_events(kafka_settings, unique, sent)
+    watch = _Concurrency(unique)
+    async with TestDestination(on_delivery=watch.on_delivery) as slow:
+        watch.destination = slow
+        slow.set_faults(1.0, [Reply(200, delay_s=0.2)])
+        dest = make_destination(
+            catalog_dir, unique, slow.url, unique, max_batch_records=10, max_in_flight=2
+        )
+        await _run(Connector(dest, kafka_settings, until_idle_s=1.5))
+        assert sorted(slow.delivered_ids()) == sorted(e["id"] for e in sent)
+    assert watch.answered == 16
+    assert max(watch.open_at_answers) == 2  # the bound is reached, never passed
+    assert 0 < max(watch.in_flight_gauge) <= 2
+    # The intake limit is 2 x max_in_flight batches (40 events) and 160 wait: intake pauses.
+    assert 1.0 in watch.paused_gauge
+    assert REGISTRY.get_sample_value("hifi_connector_intake_paused", watch.labels) == 0.0
