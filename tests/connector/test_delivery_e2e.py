@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import collections
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import orjson
@@ -15,11 +16,48 @@ from devstack.kafka_tools import committed_offsets, produce, produce_events, rea
 from hifi import kafka
 from hifi.envelope import header_map
 from hifi.kafka_settings import KafkaSettings
+from hifi.vocabulary import Outcome, Reason
 from tests.helpers import events, make_destination
 
 
 async def _run(connector: Connector, timeout_s: float = 60.0) -> None:
     await asyncio.wait_for(connector.run(), timeout_s)
+
+
+def _metric(name: str, dest: str, **labels: str) -> float:
+    """A sample of this process's registry for destination `dest` (0 when never observed)."""
+    return REGISTRY.get_sample_value(name, {"dest": dest, **labels}) or 0.0
+
+
+def _outcomes(dest: str) -> dict[str, float]:
+    """What the connector counted: events by outcome, hand-offs, dead letters by reason, and
+    the lag-out histogram's count."""
+    counted: dict[str, float] = {
+        outcome: _metric("hifi_connector_records_total", dest, outcome=outcome)
+        for outcome in (Outcome.DELIVERED, Outcome.HANDED_OFF, Outcome.DEAD_LETTERED)
+    }
+    counted["handoffs"] = _metric("hifi_connector_handoffs_total", dest)
+    for reason in Reason:
+        counted[f"dlq:{reason}"] = _metric("hifi_connector_dead_letters_total", dest, reason=reason)
+    counted["lag_out_count"] = _metric("hifi_connector_lag_out_seconds_count", dest)
+    return counted
+
+
+def _expected(
+    *, delivered: int = 0, handed_off: int = 0, dead_letters: Mapping[str, int] | None = None
+) -> dict[str, float]:
+    """`_outcomes` for these events: one lag-out observation per delivered event, one hand-off
+    per event handed off, and dead letters counted per reason."""
+    dead_letters = dead_letters or {}
+    counted: dict[str, float] = {
+        Outcome.DELIVERED: delivered,
+        Outcome.HANDED_OFF: handed_off,
+        Outcome.DEAD_LETTERED: sum(dead_letters.values()),
+        "handoffs": handed_off,
+        "lag_out_count": delivered,
+    }
+    counted.update({f"dlq:{reason}": dead_letters.get(reason, 0) for reason in Reason})
+    return counted
 
 
 async def test_delivers_every_event_once_without_faults(
@@ -40,6 +78,11 @@ async def test_delivers_every_event_once_without_faults(
     first = destination.requests[0]
     assert first.headers["content-type"] == "application/json"
     assert first.headers["idempotency-key"]
+    assert _outcomes(unique) == _expected(delivered=len(delivered))
+    # Events were stamped when produced, seconds ago: the lag is in seconds, not ms or hours.
+    mean_lag_s = _metric("hifi_connector_lag_out_seconds_sum", unique) / 600
+    assert 0 < mean_lag_s < 60
+    assert _metric("hifi_connector_lag_out_seconds_bucket", unique, le="60.0") == 600
 
 
 async def test_recovers_locally_from_5xx(
@@ -57,6 +100,7 @@ async def test_recovers_locally_from_5xx(
     keys = {r.headers["idempotency-key"] for r in destination.requests[:3]}
     assert len(keys) == 1
     assert await read_topic(kafka_settings, dest.retry_in_topic) == []
+    assert _outcomes(unique) == _expected(delivered=len(sent))
 
 
 async def test_429_retry_after_is_honoured(
@@ -98,6 +142,7 @@ async def test_persistent_5xx_hands_every_event_to_the_retrier(
     assert len(destination.requests) == 2 * 3  # three batches of at most 7, two attempts each
     committed = await committed_offsets(kafka_settings, dest.connector_group, unique)
     assert sum(offset or 0 for offset in committed.values()) == len(sent)
+    assert _outcomes(unique) == _expected(handed_off=len(handed))
 
 
 async def test_poison_event_alone_goes_to_the_dlq(
@@ -118,6 +163,9 @@ async def test_poison_event_alone_goes_to_the_dlq(
     assert headers["hifi-status"] == b"400"
     assert dead[0].key == b"e-17"
     assert len(destination.requests) <= 1 + 2 * 6  # bisection: two requests per level
+    assert _outcomes(unique) == _expected(
+        delivered=len(destination.delivered_ids()), dead_letters={"http_4xx": len(dead)}
+    )
 
 
 async def test_malformed_and_oversize_records_do_not_block(
@@ -139,6 +187,9 @@ async def test_malformed_and_oversize_records_do_not_block(
     reasons = sorted(header_map(r.headers)["hifi-reason"].decode() for r in dead)
     assert reasons == ["malformed", "malformed", "too_large"]
     assert sorted(r.value[:6] for r in dead) == sorted([b"not js", b"[1, 2]", b'{"id":'])
+    assert _outcomes(unique) == _expected(
+        delivered=len(sent), dead_letters=collections.Counter(reasons)
+    )
 
 
 class _Concurrency:
