@@ -88,17 +88,25 @@ async def test_delivers_every_event_once_without_faults(
 async def test_recovers_locally_from_5xx(
     kafka_settings: KafkaSettings, destination: TestDestination, catalog_dir: Path, unique: str
 ) -> None:
-    """A 503 then a 500 are retried locally with the same Idempotency-Key, and nothing reaches the retrier."""
-    sent = events(5)
+    """A 503 then a 500 are retried locally with the request's one Idempotency-Key, other
+    requests carry other keys, and nothing reaches the retrier."""
+    sent = events(30)
     await produce_events(kafka_settings, unique, sent)
     destination.script(Reply(503), Reply(500))
-    dest = make_destination(catalog_dir, unique, destination.url, unique)
+    dest = make_destination(
+        catalog_dir, unique, destination.url, unique, max_batch_records=10, max_in_flight=1
+    )
     await _run(Connector(dest, kafka_settings, until_idle_s=1.5))
     assert sorted(destination.delivered_ids()) == sorted(e["id"] for e in sent)
-    statuses = [r.status for r in destination.requests]
-    assert statuses[:3] == [503, 500, 200]
-    keys = {r.headers["idempotency-key"] for r in destination.requests[:3]}
-    assert len(keys) == 1
+    requests = destination.requests
+    assert [r.status for r in requests[:3]] == [503, 500, 200]
+    assert requests[0].ids == requests[1].ids == requests[2].ids  # three attempts at one batch
+    keys_of: dict[tuple[str, ...], set[str]] = {}
+    for request in requests:
+        keys_of.setdefault(request.ids, set()).add(request.headers["idempotency-key"])
+    assert len(keys_of) >= 3  # 30 events in batches of at most 10
+    assert all(len(keys) == 1 for keys in keys_of.values())  # one key for every attempt
+    assert len(set.union(*keys_of.values())) == len(keys_of)  # another key for other events
     assert await read_topic(kafka_settings, dest.retry_in_topic) == []
     assert _outcomes(unique) == _expected(delivered=len(sent))
 

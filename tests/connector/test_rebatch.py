@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 
 import orjson
+from aiokafka import TopicPartition
 
 from connector.rebatch import Batch, encode_body, take_batch
 from hifi.envelope import Event
@@ -53,6 +55,36 @@ def test_ndjson_body_has_one_event_per_line() -> None:
     assert content_type == "application/x-ndjson"
     lines = body.decode().splitlines()
     assert [orjson.loads(line)["id"] for line in lines] == ["e1", "e3"]
+
+
+def test_idempotency_key_is_one_per_set_of_events() -> None:
+    """Every attempt at the same events has the same key, even re-read elsewhere; any other set
+    of events (fewer, more, other, reordered) has another key."""
+    events = [_event(i) for i in range(6)]
+    key = Batch(events[:3]).idempotency_key()
+    assert Batch(list(events[:3])).idempotency_key() == key  # a later attempt
+    back_from_retrier = [
+        dataclasses.replace(e, tp=TopicPartition("t.retry_out", 1), offset=900 + i)
+        for i, e in enumerate(events[:3])
+    ]
+    assert Batch(back_from_retrier).idempotency_key() == key
+    others = [
+        [],
+        events[:1],
+        events[:2],
+        events[1:3],
+        events[:4],
+        events[3:6],
+        [events[0], events[2], events[1]],
+        [events[0], events[1], events[3]],
+        [*events[:3], events[0]],
+    ]
+    keys = [Batch(other).idempotency_key() for other in others]
+    assert key not in keys
+    assert len(set(keys)) == len(keys)
+    many = {Batch([_event(i), _event(j)]).idempotency_key() for i in range(60) for j in range(60)}
+    assert len(many) == 60 * 60  # no collisions among 3,600 pairs of ids
+    assert all(len(k) == 40 and int(k, 16) >= 0 for k in many)  # a hex digest, header-safe
 
 
 def test_idempotency_key_depends_only_on_event_ids() -> None:
