@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -248,3 +249,35 @@ async def test_slow_destination_pauses_intake_and_bounds_requests_in_flight(
     # The intake limit is 2 x max_in_flight batches (40 events) and 160 wait: intake pauses.
     assert 1.0 in watch.paused_gauge
     assert REGISTRY.get_sample_value("hifi_connector_intake_paused", watch.labels) == 0.0
+
+
+async def test_backlog_goes_out_in_full_batches(
+    kafka_settings: KafkaSettings, destination: TestDestination, catalog_dir: Path, unique: str
+) -> None:
+    """From a backlog every request but the last holds max_batch_records events or is within
+    one event of max_batch_bytes."""
+    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    sent = events(80)
+    for event in sent:  # 10 small ones fit in a request, only 3 or 4 large ones
+        event["payload"] = "s" * 20 if event["seq"] < 40 else "L" * 250
+    await produce_events(kafka_settings, unique, sent)
+    size_of = {e["id"]: len(orjson.dumps(e)) for e in sent}
+    position = {e["id"]: i for i, e in enumerate(sent)}
+    limit = 1024
+    dest = make_destination(
+        catalog_dir, unique, destination.url, unique, max_batch_records=10, max_batch_bytes=limit
+    )
+    await _run(Connector(dest, kafka_settings, until_idle_s=1.5))
+    requests = sorted(destination.requests, key=lambda r: position[r.ids[0]])
+    assert [i for r in requests for i in r.ids] == [e["id"] for e in sent]  # in order, once
+    cut_by_count = cut_by_bytes = 0
+    for request, following in itertools.pairwise(requests):
+        assert len(request.ids) <= 10
+        assert len(request.body) <= limit
+        if len(request.ids) == 10:
+            cut_by_count += 1
+        else:  # the next event (and its comma) would not have fitted
+            assert len(request.body) + 1 + size_of[following.ids[0]] >= limit, request.ids
+            cut_by_bytes += 1
+    assert cut_by_count >= 3
+    assert cut_by_bytes >= 3

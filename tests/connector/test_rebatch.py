@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import random
 from collections import deque
 
 import orjson
 from aiokafka import TopicPartition
 
-from connector.rebatch import Batch, encode_body, take_batch
+from connector.rebatch import Batch, PendingEvents, encode_body, take_batch
 from hifi.envelope import Event
 from tests.helpers import make_event
 
@@ -36,6 +38,50 @@ def test_batches_are_cut_by_body_bytes() -> None:
         body, _ = encode_body(batch.events, "json_array")
         assert len(body) <= limit
         assert len(batch) >= 1
+
+
+def _drain(pending: PendingEvents) -> list[Batch]:
+    batches = []
+    while pending:
+        batches.append(pending.next_batch())
+    return batches
+
+
+def test_backlog_batches_are_full_by_record_count() -> None:
+    """With a backlog taken in over polls of any size, every batch but the last holds exactly
+    max_records events, in intake order."""
+    pending = PendingEvents(max_records=7, max_bytes=1_000_000)
+    sent, start = [], 0
+    for poll in (3, 11, 1, 20, 15):
+        sent += [_event(i) for i in range(start, start + poll)]
+        pending.extend(sent[start:])
+        start += poll
+    assert pending.fills_a_batch()
+    batches = _drain(pending)
+    assert [len(batch) for batch in batches] == [7] * 7 + [1]
+    assert [e for batch in batches for e in batch.events] == sent
+    assert (len(pending), pending.size_bytes) == (0, 0)
+
+
+def test_backlog_batches_are_full_by_body_bytes() -> None:
+    """With a backlog of events of varied sizes, every batch but the last is within one event of
+    max_bytes: the next event would not fit in its body."""
+    rng = random.Random(5)
+    sent = [_event(i, size=rng.randint(5, 400)) for i in range(300)]
+    limit = 1500
+    pending = PendingEvents(max_records=10_000, max_bytes=limit)
+    pending.extend(sent[:120])
+    pending.extend(sent[120:])
+    assert pending.size_bytes == sum(len(e.value) for e in sent)
+    batches = _drain(pending)
+    assert [e for batch in batches for e in batch.events] == sent
+    for batch, following in itertools.pairwise(batches):
+        body, _ = encode_body(batch.events, "json_array")
+        assert len(body) <= limit
+        # One more event adds itself and a comma; take_batch keeps one byte spare (it counts a
+        # separator for every event), so a body never reaches max_bytes exactly.
+        assert len(body) + 1 + len(following.events[0].value) >= limit
+    assert len(batches) < len(sent) / 2
 
 
 def test_json_array_body_forwards_original_bytes() -> None:
