@@ -243,7 +243,8 @@ async def test_slow_destination_pauses_intake_and_bounds_requests_in_flight(
         )
         await _run(Connector(dest, kafka_settings, until_idle_s=1.5))
         assert sorted(slow.delivered_ids()) == sorted(e["id"] for e in sent)
-    assert watch.answered == 16
+        requests = slow.requests
+    assert watch.answered == len(requests) >= 16  # each request answered 2xx, once
     assert max(watch.open_at_answers) == 2  # the bound is reached, never passed
     assert 0 < max(watch.in_flight_gauge) <= 2
     # The intake limit is 2 x max_in_flight batches (40 events) and 160 wait: intake pauses.

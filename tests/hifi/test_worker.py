@@ -469,6 +469,10 @@ async def test_no_room_pauses_intake_until_room_returns(
     async with running(worker, handler, [unique]):
         await handler.changes.until(lambda: len(handler.units) == 3, "the first records")
         handler.room_left = 0
+        seen = handler.room_calls
+        # The next room() call returns 0, and the worker pauses the partition in that call, so
+        # a fetch still open cannot return what is produced from here on.
+        await handler.changes.until(lambda: handler.room_calls > seen, "the worker to see it")
         await produce(kafka_settings, unique, {0: 3})
         polls = handler.room_calls
         await handler.changes.until(
