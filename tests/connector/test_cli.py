@@ -7,9 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import write_destination
 
-CONNECTOR = [sys.executable, "-c", "from connector.cli import main; main()"]
+CONNECTOR = [sys.executable, "-m", "connector"]
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -59,11 +61,26 @@ def test_catalog_from_environment(catalog_dir: Path) -> None:
     assert str(catalog_dir) in result.stderr
 
 
-def test_bad_flag_values_exit_2() -> None:
-    """Out-of-range flags are refused by the parser with exit code 2."""
-    assert _run("--dest", "x", "--metrics-port", "70000").returncode == 2
-    assert _run("--dest", "x", "--until-idle", "-1").returncode == 2
-    assert _run("--dest", "x", "--log-format", "xml").returncode == 2
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--dest", "x", "--metrics-port", "70000"), "Invalid value for '--metrics-port'"),
+        (("--dest", "x", "--until-idle", "-1"), "Invalid value for '--until-idle'"),
+        (("--dest", "x", "--until-idle", "soon"), "Invalid value for '--until-idle'"),
+        (("--dest", "x", "--log-format", "xml"), "Invalid value for '--log-format'"),
+        (("--dest", "x", "--bogus"), "No such option '--bogus'"),
+        ((), "Missing option '--dest'"),
+        (("--dest",), "Option '--dest' requires an argument"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(args: tuple[str, ...], says: str) -> None:
+    """A bad flag is one line on stderr, `connector: ...` naming the flag, and exit code 2."""
+    result = _run(*args)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"connector: {says}"), result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
 
 
 def test_bad_kafka_environment_exits_2(catalog_dir: Path) -> None:

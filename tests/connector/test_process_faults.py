@@ -126,34 +126,50 @@ async def test_members_joining_and_leaving_lose_nothing(
     tmp_path: Path,
     processes: list[subprocess.Popen[bytes]],
 ) -> None:
-    """A second connector joins mid-run and the first leaves; every event is still delivered."""
+    """A second connector joins mid-run and the first leaves: every event is delivered, and
+    what was in flight at each rebalance is not delivered again.
+
+    The destination answers in 1 s until both membership changes are over, so each of the two
+    rebalances finds 4 requests of 50 events in flight. Duplicates measured: 0, 0, 0 in three
+    runs; with the drain and commit on revocation removed (`_Membership.revoke` without
+    `wait_idle` and `commit`), 400, 400, 400 (the 200 in flight at each rebalance, delivered
+    again by the new owner). The bound sits between, with room either way.
+    """
     await kafka.ensure_topics(kafka_settings, [unique], partitions=4)
-    sent = events(3000)
-    destination.set_faults(1.0, [Reply(200, delay_s=0.03)])
+    sent = events(6000)
+    destination.set_faults(1.0, [Reply(200, delay_s=1.0)])
     make_destination(
-        catalog_dir, unique, destination.url, unique, max_batch_records=25, max_in_flight=2
+        catalog_dir, unique, destination.url, unique, max_batch_records=50, max_in_flight=4
     )
     await produce_events(kafka_settings, unique, sent)
     args = ["--dest", unique, "--catalog", str(catalog_dir), "--metrics-port", "0"]
+    second_log = tmp_path / "second.log"
     first = start_daemon(
         "connector", args, bootstrap=kafka_settings.bootstrap, log_path=tmp_path / "first.log"
     )
     processes.append(first)
-    assert await destination.wait_for_ids(["e-0", "e-1", "e-2"], 60)
+    assert await destination.wait_for_requests(1, 60)
     second = start_daemon(
-        "connector", args, bootstrap=kafka_settings.bootstrap, log_path=tmp_path / "second.log"
+        "connector", args, bootstrap=kafka_settings.bootstrap, log_path=second_log
     )
     processes.append(second)
-    joined = await until(lambda: "partitions_assigned" in _read(tmp_path / "second.log"), 90)
+    joined = await until(lambda: _read(second_log).count("partitions_assigned") >= 1, 90)
     assert joined, "the second connector never got partitions"
     first.send_signal(signal.SIGTERM)
     assert await wait_exit(first, 60) == 0
+    took_over = await until(lambda: _read(second_log).count("partitions_assigned") >= 2, 90)
+    assert took_over, "the second connector never took the first one's partitions"
+    # Work was still in flight at both rebalances (4 x 50 events a second): not all delivered.
+    assert len(set(destination.delivered_ids())) < len(sent) - 1000
+    destination.reset_script()  # fast from here on
     assert await destination.wait_for_ids([e["id"] for e in sent], 120)
     second.send_signal(signal.SIGTERM)
     assert await wait_exit(second, 60) == 0
     delivered = destination.delivered_ids()
     assert {e["id"] for e in sent} - set(delivered) == set()
-    print(f"rebalance: duplicates={len(delivered) - len(set(delivered))}")
+    duplicates = len(delivered) - len(set(delivered))
+    print(f"rebalance: duplicates={duplicates}")
+    assert duplicates <= 100
 
 
 def _read(path: Path) -> str:
