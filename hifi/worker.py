@@ -16,7 +16,9 @@ commit. The `PartitionWorker` does the rest, the same way for every daemon:
 - revocation: stop starting work for the revoked partitions, wait for theirs within
   `shutdown_timeout_s`, commit, forget them;
 - `request_stop()` (SIGTERM): stop polling, let running work finish within the deadline,
-  cancel what is left, commit, return.
+  cancel what is left, commit, return. A stop during a group join or rebalance returns once
+  that rebalance ends (aiokafka leaves the group only then); the other members' drains bound
+  it by their `shutdown_timeout_s`.
 
 How a new daemon uses it (the auditor next):
 
@@ -178,6 +180,7 @@ class _Membership:
         self.failure: BaseException | None = None
         self.epoch = 0  # advanced by every rebalance callback
         self.assigned_once = False
+        self.last_busy_s = 0.0  # loop time of the last work, or of the last assignment
         self.poll_open = False
         self.log = log.bind(**self.options.log_context)
 
@@ -186,7 +189,7 @@ class _Membership:
     async def poll_until_stopped(self) -> None:
         loop = asyncio.get_running_loop()
         options, stop, progress = self.options, self.stop, self.progress
-        last_busy = loop.time()
+        self.last_busy_s = loop.time()
         next_commit = loop.time() + options.commit_interval_s
         commit_every = options.commit_every_records or float("inf")
         while not stop.is_set() and self.failure is None:
@@ -197,16 +200,19 @@ class _Membership:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(progress.wait(), _PAUSED_WAIT_S)
             else:
-                fetched = await self.consumer.getmany(timeout_ms=_POLL_TIMEOUT_MS, max_records=room)
+                fetched = await self.consumer.getmany(
+                    timeout_ms=_POLL_TIMEOUT_MS, max_records=room
+                )
                 await self.take_in(fetched)
             self.dispatch()
             now = loop.time()
             if fetched or self.tasks or self.handler.busy or not self.assigned_once:
-                last_busy = now
+                self.last_busy_s = now
             if now >= next_commit or self.tracker.finished_since_commit >= commit_every:
                 await self.commit()
                 next_commit = now + options.commit_interval_s
-            if options.until_idle_s is not None and now - last_busy >= options.until_idle_s:
+            idle_s = now - self.last_busy_s
+            if options.until_idle_s is not None and idle_s >= options.until_idle_s:
                 self.log.info("idle_exit", idle_s=options.until_idle_s)
                 return
 
@@ -325,6 +331,7 @@ class _Membership:
         """Rebalance: `partitions` (possibly none) are ours; the daemon is ready from here on."""
         self.epoch += 1
         self.assigned_once = True
+        self.last_busy_s = asyncio.get_running_loop().time()  # the join was not idle time
         if self.ops is not None:
             self.ops.ready = True
         self.log.info(

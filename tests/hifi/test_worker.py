@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
 from aiokafka import TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 
@@ -344,7 +343,7 @@ class Assignments(OpsServer):
     def __init__(self, changes: Changes) -> None:
         self.count = 0
         self._changes = changes
-        super().__init__(port=0, host="127.0.0.1")
+        super().__init__(port=0, host="127.0.0.1", component="test")
 
     @property
     def ready(self) -> bool:
@@ -356,12 +355,6 @@ class Assignments(OpsServer):
         self._changes.notify()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hifi.worker: the idle clock starts when run() starts, not at the first assignment: "
-    "the poll that blocks through the group join counts as idle, so a worker whose join took "
-    "longer than until_idle_s exits at the first empty poll after its assignment",
-)
 async def test_idle_clock_starts_at_the_first_assignment(
     kafka_settings: KafkaSettings, unique: str
 ) -> None:
