@@ -6,7 +6,7 @@ import asyncio
 
 from aiokafka import TopicPartition
 
-from bench.phases import bench_destination
+from bench.catalog import bench_destination
 from connector.intake import consumer_options, intake_limit
 from hifi import kafka
 from hifi.kafka_settings import KafkaSettings

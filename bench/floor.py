@@ -18,7 +18,7 @@ import click
 import orjson
 from aiokafka import TopicPartition
 
-from bench.phases import bench_destination
+from bench.catalog import bench_destination
 from connector.intake import consumer_options, intake_limit, parse
 from hifi import kafka
 from hifi.kafka_settings import KafkaSettings

@@ -8,29 +8,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import load, processes
+from bench.catalog import DEST, write_catalog
 from bench.measure import LagSummary, Probe, delivery_rate, summarize_lag
 from bench.receipts import DeliveriesTail
-from config.catalog import Destination
 from devstack.broker import LocalBroker
 from hifi import kafka
 from hifi.kafka_settings import KafkaSettings
 
-DEST = "bench"
 _DRAIN_POLL_S = 0.25
 _CONNECTOR_IDLE_S = 3.0  # the throughput run ends itself this long after the topic is drained
 _LIVE_IDLE_S = 60.0  # live sessions are stopped with SIGTERM; this is only a safety net
-
-
-def bench_destination(topic: str, url: str = "http://127.0.0.1/") -> Destination:
-    """The bench's destination as the connector loads it: every setting at its catalog default."""
-    return Destination(name=DEST, url=url, source_topics=[topic])
-
-
-def write_catalog(directory: Path, *, url: str, topics: list[str]) -> None:
-    """`bench.toml`: the destination with every setting at its catalog default."""
-    directory.mkdir(parents=True, exist_ok=True)
-    listed = ", ".join(f'"{topic}"' for topic in topics)
-    (directory / f"{DEST}.toml").write_text(f'url = "{url}"\nsource_topics = [{listed}]\n')
 
 
 @dataclass(frozen=True)
