@@ -12,7 +12,7 @@ from bench.catalog import DEST, write_catalog
 from bench.measure import LagSummary, Probe, delivery_rate, summarize_lag
 from bench.receipts import DeliveriesTail
 from devstack.broker import LocalBroker
-from hifi import kafka
+from hifi import kafka_admin
 from hifi.kafka_settings import KafkaSettings
 
 _DRAIN_POLL_S = 0.25
@@ -138,7 +138,7 @@ class LiveSession:
         write_catalog(catalog, url=self._url, topics=[topic])
         with LocalBroker(log_path=self._work / f"broker-{topic}.log") as broker:
             settings = KafkaSettings(bootstrap=broker.bootstrap)
-            await kafka.ensure_topics(settings, [topic], partitions=self._partitions)
+            await kafka_admin.ensure_topics(settings, [topic], partitions=self._partitions)
             reader = self._reader(catalog, topic, broker.bootstrap, floor=floor)
             reader.start()
             try:

@@ -30,7 +30,7 @@ from bench import ceiling, load, machine, phases
 from bench.measure import Probe, next_probe_rate, scale_rating
 from bench.report import Row, render_table
 from devstack.broker import LocalBroker
-from hifi import kafka
+from hifi import kafka_admin
 from hifi.kafka_settings import KafkaSettings
 from hifi.logging import configure_logging
 
@@ -76,7 +76,7 @@ async def _attempt(plan: Plan, work: Path, index: int) -> Attempt:
 
 async def _attempt_on(plan: Plan, work: Path, settings: KafkaSettings, index: int) -> Attempt:
     topic, prefix = f"bench.events{index}", f"fill{index}"
-    await kafka.ensure_topics(settings, [topic], partitions=plan.partitions)
+    await kafka_admin.ensure_topics(settings, [topic], partitions=plan.partitions)
     _say(f"pre-filling {topic}: {plan.events} events of {load.EVENT_BYTES} B")
     await load.prefill(
         settings, topic, partitions=plan.partitions, events=plan.events, prefix=prefix

@@ -14,7 +14,7 @@ import orjson
 from chaos.accounting import Account, settle
 from chaos.harness import Daemon, Stage, now_ms
 from devstack.destination import Reply
-from hifi import kafka
+from hifi import kafka, kafka_admin
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,7 @@ async def _produce_paced(run: Run, topic: str, poison_every: int) -> tuple[set[s
 async def run_scenario(stage: Stage, scenario: Scenario, size: Size, seed: int = 1) -> Result:
     """Start the daemons, produce under the fault, wait for the drain, stop, and settle by id."""
     name, topic = scenario.name, f"{scenario.name}.events"
-    await kafka.ensure_topics(stage.settings, [topic], partitions=4)
+    await kafka_admin.ensure_topics(stage.settings, [topic], partitions=4)
     stage.write_destination(name, topic, **scenario.destination_keys)
     rate = size.rate_per_s * scenario.rate_factor
     run = Run(

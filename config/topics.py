@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from config.catalog import Destination
-from hifi import kafka
+from hifi import kafka_admin
 from hifi.kafka_settings import KafkaSettings
 
 
@@ -34,7 +34,7 @@ async def ensure_destination_topics(
     for topic, retention_ms in retention_wanted(dest, tier_topics).items():
         by_retention.setdefault(retention_ms, []).append(topic)
     for retention_ms, topics in by_retention.items():
-        existing = await kafka.ensure_topics(
+        existing = await kafka_admin.ensure_topics(
             settings,
             topics,
             partitions=dest.internal_topic_partitions,

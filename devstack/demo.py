@@ -30,7 +30,7 @@ from devstack.broker import LocalBroker
 from devstack.destination import Reply, TestDestination
 from devstack.ports import free_port
 from devstack.processes import start_daemon
-from hifi import kafka
+from hifi import kafka, kafka_admin
 from hifi.errors import HifiError
 from hifi.kafka_settings import KafkaSettings
 
@@ -295,7 +295,7 @@ async def run(bootstrap: str, *, keep: bool = False) -> int:
             seed=42,
         )
         (catalog / f"{DEST}.toml").write_text(catalog_text(destination.url))
-        await kafka.ensure_topics(settings, [TOPIC], partitions=4)
+        await kafka_admin.ensure_topics(settings, [TOPIC], partitions=4)
         ports = (free_port(), free_port())
         print(f"broker {bootstrap}; destination {destination.url} (8% faults: 5xx, 429, slow);")
         print(

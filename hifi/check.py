@@ -14,7 +14,7 @@ from typing import NoReturn
 
 import click
 
-from hifi import kafka
+from hifi import kafka_admin
 from hifi.cli import EXIT_FAILURE, EXIT_USAGE
 from hifi.errors import ConfigError, HifiError
 from hifi.kafka_settings import KafkaSettings
@@ -68,7 +68,7 @@ async def probe_kafka(
 ) -> None:
     """Reach Kafka, list its topics, and read the retention of the hifi topics that exist."""
     try:
-        existing = await kafka.list_topics(settings)
+        existing = await kafka_admin.list_topics(settings)
     except ConfigError as exc:  # credentials, TLS or ACLs refused
         report.fail(str(exc), refused=True)
         return
@@ -83,7 +83,7 @@ async def probe_kafka(
             report.warn(f"source topic {topic}: does not exist; nothing is read from it until it does")
     present = sorted(topic for topic in retention_wanted if topic in existing)
     try:
-        found = await kafka.retention_ms(settings, present)
+        found = await kafka_admin.retention_ms(settings, present)
     except HifiError as exc:
         report.warn(f"cannot read the retention of hifi's topics: {exc}")
         return

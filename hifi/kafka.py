@@ -1,10 +1,11 @@
 """Kafka clients configured from `KafkaSettings`, and the one place aiokafka errors are translated.
 
 Every call into aiokafka that can fail (start, send, getmany, commit, committed, topics,
-position, admin) runs inside `kafka_errors()`, which raises hifi's own errors with the cause
-named (`raise ... from exc`, like httpx's `map_httpcore_exceptions`). No other module catches
-an aiokafka exception. Daemons, the DLQ tools, devstack, chaos, bench and the tests produce
-with `producer()` and read a topic with `read_topic()`.
+position, and the admin calls of `hifi.kafka_admin`) runs inside `kafka_errors()`, which raises
+hifi's own errors with the cause named (`raise ... from exc`, like httpx's
+`map_httpcore_exceptions`). No other module catches an aiokafka exception. Daemons, the DLQ
+tools, devstack, chaos, bench and the tests produce with `producer()` and read a topic with
+`read_topic()`.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from typing import Any, Protocol
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka import errors as aiokafka_errors
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.structs import RecordMetadata
 
 from hifi import probe
@@ -39,7 +38,6 @@ Record = tuple[str, bytes | None, bytes | None, Headers]  # topic, key, value, h
 _READ_POLL_MS = 300
 START_TIMEOUT_S = 15.0  # a client that cannot start by then fails with the cause
 MAX_REQUEST_BYTES = 16 * 1024 * 1024  # the largest produce request hifi sends
-_TOPIC_ALREADY_EXISTS = 36  # Kafka protocol error code: another client created it first
 _AUTH_ERRORS = (
     aiokafka_errors.AuthenticationFailedError,
     aiokafka_errors.AuthenticationMethodNotSupported,
@@ -289,7 +287,7 @@ async def _started(
 ) -> AsyncIterator[None]:
     """Start an aiokafka client (its failure translated) and stop it when the block exits."""
     try:
-        await _start(client.start, settings, doing)
+        await start_client(client.start, settings, doing)
         yield
     finally:
         await _stop(client)
@@ -307,10 +305,11 @@ async def _stop(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
             raise
 
 
-async def _start(
+async def start_client(
     start: Callable[[], Awaitable[None]], settings: KafkaSettings, doing: str
 ) -> None:
-    """Start a client within `START_TIMEOUT_S`; a failure says what the broker address does."""
+    """Start a client (an aiokafka `start`) within `START_TIMEOUT_S`; a failure says what the
+    broker address does."""
     ssl_context = client_options(settings).get("ssl_context")
     try:
         async with asyncio.timeout(START_TIMEOUT_S):
@@ -328,79 +327,6 @@ async def _start(
 
 
 # --- topics -----------------------------------------------------------------------------
-
-
-async def ensure_topics(
-    settings: KafkaSettings,
-    names: Iterable[str],
-    *,
-    partitions: int,
-    retention_ms: int | None = None,
-) -> set[str]:
-    """Create whichever of `names` do not exist yet; returns every topic of the cluster.
-
-    `retention_ms` is set on the topics it creates (-1 keeps records forever; None leaves the
-    broker's default); existing topics are left as they are (`--check --probe` reports them).
-    """
-    configs = {"retention.ms": str(retention_ms)} if retention_ms is not None else {}
-    async with _admin(settings) as admin:
-        with kafka_errors(settings, "create topics"):
-            existing = set(await admin.list_topics())
-            missing = [name for name in names if name not in existing]
-            if not missing:
-                return existing
-            response = await admin.create_topics(
-                [
-                    NewTopic(name, partitions, settings.replication_factor, topic_configs=configs)
-                    for name in missing
-                ]
-            )
-        failed = [
-            f"{error[0]}: error {error[1]}"
-            for error in response.topic_errors
-            if error[1] not in (0, _TOPIC_ALREADY_EXISTS)
-        ]
-        if failed:
-            raise BrokerRefused(
-                f"kafka {settings.bootstrap}: cannot create topics: {', '.join(failed)}"
-            )
-        log.info("topics_created", topics=missing, partitions=partitions, **configs)
-        return existing | set(missing)
-
-
-async def list_topics(settings: KafkaSettings) -> set[str]:
-    """Every topic of the cluster."""
-    async with _admin(settings) as admin:
-        with kafka_errors(settings, "list topics"):
-            return set(await admin.list_topics())
-
-
-@contextlib.asynccontextmanager
-async def _admin(settings: KafkaSettings) -> AsyncIterator[AIOKafkaAdminClient]:
-    admin = AIOKafkaAdminClient(**client_options(settings))
-    try:
-        await _start(admin.start, settings, "connect admin client")
-        yield admin
-    finally:
-        await admin.close()
-
-
-async def retention_ms(settings: KafkaSettings, names: Sequence[str]) -> dict[str, int | None]:
-    """Each topic's `retention.ms` as the broker reports it (None where it reports none)."""
-    if not names:
-        return {}
-    async with _admin(settings) as admin:
-        with kafka_errors(settings, "describe topic configs"):
-            responses = await admin.describe_configs(
-                [ConfigResource(ConfigResourceType.TOPIC, name) for name in names]
-            )
-    found: dict[str, int | None] = dict.fromkeys(names)
-    for response in responses:
-        for _error, _message, _type, name, entries in response.resources:
-            for entry in entries:
-                if entry[0] == "retention.ms" and entry[1] is not None:
-                    found[name] = int(entry[1])
-    return found
 
 
 async def read_topic(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from config.topics import ensure_destination_topics, retention_wanted
-from hifi import kafka
+from hifi import kafka_admin
 from hifi.check import too_short
 from hifi.kafka_settings import KafkaSettings
 from tests.helpers import make_destination
@@ -27,7 +27,7 @@ async def test_created_topics_carry_their_retention(
     )
     tiers = [f"{unique}.retry_tier0"]
     await ensure_destination_topics(kafka_settings, dest, tiers)
-    found = await kafka.retention_ms(kafka_settings, sorted(retention_wanted(dest, tiers)))
+    found = await kafka_admin.retention_ms(kafka_settings, sorted(retention_wanted(dest, tiers)))
     assert found == {
         dest.retry_in_topic: 7_200_000 + DAY_MS,
         dest.retry_out_topic: 7_200_000 + DAY_MS,
@@ -44,7 +44,7 @@ async def test_dlq_retention_zero_keeps_dead_letters_forever(
         catalog_dir, unique, "http://127.0.0.1:1/", unique, dlq_retention_days=0
     )
     await ensure_destination_topics(kafka_settings, dest)
-    assert await kafka.retention_ms(kafka_settings, [dest.dlq_topic]) == {dest.dlq_topic: -1}
+    assert await kafka_admin.retention_ms(kafka_settings, [dest.dlq_topic]) == {dest.dlq_topic: -1}
 
 
 def test_too_short_compares_with_what_is_wanted() -> None:

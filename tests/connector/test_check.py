@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from devstack.destination import TestDestination
-from hifi import kafka
+from hifi import kafka_admin
 from hifi.kafka_settings import KafkaSettings
 from tests.helpers import write_destination
 
@@ -71,7 +71,7 @@ async def test_probe_reaches_kafka_and_the_destination_with_a_head_only(
     """`--probe` reaches Kafka and the destination (a HEAD, never a POST), warns about the source
     topic that does not exist and about a DLQ that keeps records shorter than wanted; exit 0."""
     _write(catalog_dir, unique, destination.url, unique, dlq_retention_days=30)
-    await kafka.ensure_topics(
+    await kafka_admin.ensure_topics(
         kafka_settings, [f"{unique}.dlq"], partitions=1, retention_ms=DAY_MS
     )
     code, out, err = await _run(

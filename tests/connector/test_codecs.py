@@ -31,7 +31,7 @@ from config.catalog import Catalog
 from connector import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import committed_offsets
-from hifi import kafka
+from hifi import kafka, kafka_admin
 from hifi.errors import BrokerRefused
 from hifi.kafka_settings import KafkaSettings
 from tests.helpers import events, make_destination, start_daemon, wait_exit, write_destination
@@ -95,7 +95,7 @@ async def test_connector_delivers_librdkafka_batches_of_every_codec_once(
     join, which takes Tansu about 5 s) covers every codec.
     """
     topics = {codec: f"{unique}.{codec}" for codec in CODECS}
-    await kafka.ensure_topics(kafka_settings, topics.values(), partitions=3)
+    await kafka_admin.ensure_topics(kafka_settings, topics.values(), partitions=3)
     sent = {codec: events(1000, prefix=codec) for codec in CODECS}
     for codec, topic in topics.items():
         await asyncio.to_thread(
@@ -131,7 +131,7 @@ async def test_librdkafka_batches_stay_compressed_on_tansu(
     Reading them with aiokafka's check for that codec switched off must fail naming it, so
     the delivery test above really reads compressed batches.
     """
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
     sent = events(200, prefix=codec)
     await asyncio.to_thread(_produce_with_librdkafka, kafka_settings.bootstrap, unique, sent, codec)
     monkeypatch.setattr(aiokafka.codec, f"has_{codec}", lambda: False)
@@ -159,7 +159,7 @@ async def test_missing_codec_library_is_one_line_and_exit_1(
     monkeypatch.setenv(
         "PYTHONPATH", os.pathsep.join([str(blocker), *([inherited] if inherited else [])])
     )
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
     sent = events(50, prefix=codec)
     await asyncio.to_thread(_produce_with_librdkafka, kafka_settings.bootstrap, unique, sent, codec)
     make_destination(catalog_dir, unique, destination.url, unique)

@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from connector import Connector
 from devstack.destination import Delivery, Reply, TestDestination
 from devstack.kafka_tools import committed_offsets, produce, produce_events, read_topic
-from hifi import kafka
+from hifi import kafka_admin
 from hifi.envelope import header_map
 from hifi.kafka_settings import KafkaSettings
 from hifi.vocabulary import Outcome, Reason
@@ -65,7 +65,7 @@ async def test_delivers_every_event_once_without_faults(
     kafka_settings: KafkaSettings, destination: TestDestination, catalog_dir: Path, unique: str
 ) -> None:
     """With a healthy destination every produced event arrives exactly once and offsets are committed."""
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=3)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=3)
     sent = events(600)
     await produce_events(kafka_settings, unique, sent)
     dest = make_destination(catalog_dir, unique, destination.url, unique, max_batch_records=50)
@@ -158,7 +158,7 @@ async def test_poison_event_alone_goes_to_the_dlq(
     kafka_settings: KafkaSettings, destination: TestDestination, catalog_dir: Path, unique: str
 ) -> None:
     """A 400 caused by one event in a batch dead-letters exactly that event and delivers the rest."""
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
     sent = events(64)
     await produce_events(kafka_settings, unique, sent)
     destination.reject_ids({"e-17"})
@@ -181,7 +181,7 @@ async def test_malformed_and_oversize_records_do_not_block(
     kafka_settings: KafkaSettings, destination: TestDestination, catalog_dir: Path, unique: str
 ) -> None:
     """Records that are not JSON objects or exceed max_batch_bytes go to the DLQ; later ones arrive."""
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
     await produce(
         kafka_settings,
         unique,
@@ -231,7 +231,7 @@ async def test_slow_destination_pauses_intake_and_bounds_requests_in_flight(
     kafka_settings: KafkaSettings, catalog_dir: Path, unique: str
 ) -> None:
     """A slow destination pauses intake and never has more than max_in_flight requests open."""
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
     sent = events(160)
     await produce_events(kafka_settings, unique, sent)
     watch = _Concurrency(unique)
@@ -257,7 +257,7 @@ async def test_backlog_goes_out_in_full_batches(
 ) -> None:
     """From a backlog every request but the last holds max_batch_records events or is within
     one event of max_batch_bytes."""
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
     sent = events(80)
     for event in sent:  # 10 small ones fit in a request, only 3 or 4 large ones
         event["payload"] = "s" * 20 if event["seq"] < 40 else "L" * 250

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from devstack.destination import TestDestination
-from hifi import kafka
+from hifi import kafka, kafka_admin
 from hifi.envelope import header_map
 from hifi.kafka_settings import KafkaSettings
 from tests.helpers import make_destination, start_daemon, wait_exit
@@ -67,7 +67,7 @@ async def test_odd_records_never_stop_a_partition(
 ) -> None:
     """Every odd record ends delivered byte for byte or in the DLQ with a reason; the connector
     exits 0 only when idle, and every partition's committed offset reaches its end."""
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=PARTITIONS)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=PARTITIONS)
     sent: dict[str, tuple[int, bytes | None]] = {}  # origin -> (partition, value)
     async with kafka.producer(kafka_settings, max_request_size=HUGE_BYTES + 1024 * 1024) as out:
         for partition in range(PARTITIONS):

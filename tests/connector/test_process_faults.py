@@ -11,7 +11,7 @@ import pytest
 
 from devstack.destination import Reply, TestDestination
 from devstack.kafka_tools import committed_offsets, produce_events, read_topic
-from hifi import kafka
+from hifi import kafka_admin
 from hifi.kafka_settings import KafkaSettings
 from tests.helpers import events, make_destination, start_daemon, until, wait_exit
 
@@ -35,7 +35,7 @@ async def test_kill_9_then_restart_loses_nothing(
     Every id is delivered, dead-lettered (the poison ones) or handed to the retrier: with 15 %
     of requests answered 503, a request now and then fails all its local attempts.
     """
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=4)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=4)
     sent = events(3000)
     poison = {"e-10", "e-1500", "e-2999"}
     destination.reject_ids(poison)
@@ -85,7 +85,7 @@ async def test_sigterm_drains_in_flight_requests_and_commits(
     processes: list[subprocess.Popen[bytes]],
 ) -> None:
     """SIGTERM lets in-flight requests finish, commits exactly what was delivered and exits 0."""
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
     sent = events(400)
     await produce_events(kafka_settings, unique, sent)
     destination.set_faults(1.0, [Reply(200, delay_s=1.0)])
@@ -135,7 +135,7 @@ async def test_members_joining_and_leaving_lose_nothing(
     `wait_idle` and `commit`), 400, 400, 400 (the 200 in flight at each rebalance, delivered
     again by the new owner). The bound sits between, with room either way.
     """
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=4)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=4)
     sent = events(6000)
     destination.set_faults(1.0, [Reply(200, delay_s=1.0)])
     make_destination(

@@ -27,7 +27,7 @@ import pytest
 
 from devstack.destination import Echo, Reply, TestDestination
 from devstack.kafka_tools import produce_events
-from hifi import kafka
+from hifi import kafka, kafka_admin
 from hifi.envelope import header_map
 from hifi.kafka_settings import KafkaSettings
 from tests.helpers import events, make_destination, wait_exit
@@ -170,7 +170,7 @@ async def test_rejection_echoing_the_bare_token_is_dead_lettered_masked(
     log_level: str,
 ) -> None:
     """400 with the bare token in the body and WWW-Authenticate: dead-lettered, token masked."""
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
     destination.set_faults(1.0, [Reply(400)])
     destination.echo(Echo(token_only=True))
     make_destination(
@@ -218,7 +218,7 @@ async def test_unavailable_echoing_the_header_is_handed_off_masked(
     log_level: str,
 ) -> None:
     """503 echoing `Bearer TOKEN` (with `\\/` in JSON): hand-off, retrier's /status, logs masked."""
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
     destination.set_faults(1.0, [Reply(503)])
     destination.echo(Echo())
     make_destination(
@@ -280,7 +280,7 @@ async def test_redirect_to_a_location_with_the_token_is_dead_lettered_masked(
     token: str,
 ) -> None:
     """302 to /login?token=TOKEN (percent-encoded): the redirect's dead letter shows `***`."""
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
     destination.set_faults(1.0, [Reply(302)])
     destination.echo(Echo(token_only=True))
     make_destination(
@@ -316,7 +316,7 @@ async def test_token_split_across_two_failures_is_masked_in_each(
     own, so that the entries cannot be put back together into the token.
     """
     head, tail = token[:20], token[20:]
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
     destination.script(Reply(503), Reply(400))
     destination.echo(Echo(text=f"credentials rejected near {head}", raw_body=True))
     make_destination(

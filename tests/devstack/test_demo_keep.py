@@ -19,7 +19,7 @@ import pytest
 from devstack import demo
 from devstack.broker import LocalBroker, metadata_answers
 from devstack.destination import TestDestination
-from hifi import kafka
+from hifi import kafka, kafka_admin
 from hifi.kafka_settings import KafkaSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -131,7 +131,7 @@ async def test_pasted_hints_list_dead_letters_and_produce_more(
 
     # As in the demo, the topic exists (and `read_topic` of a missing topic trips an aiokafka
     # race: its consumer's close() re-raises the cancellation of a task that never started).
-    await kafka.ensure_topics(kafka_settings, [demo.TOPIC], partitions=4)
+    await kafka_admin.ensure_topics(kafka_settings, [demo.TOPIC], partitions=4)
     before = len(await kafka.read_topic(kafka_settings, demo.TOPIC))
     produced = _run_pasted([*_command(hints, "more events")[:-1], "30"])
     assert produced.returncode == 0, produced.stderr

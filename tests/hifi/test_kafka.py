@@ -7,14 +7,14 @@ from typing import Any
 import orjson
 from aiokafka import TopicPartition
 
-from hifi import kafka
+from hifi import kafka, kafka_admin
 from hifi.kafka_settings import KafkaSettings
 
 
 async def test_produce_consume_round_trip(kafka_settings: KafkaSettings, unique: str) -> None:
     """Records written with acks=all come back with key, value and headers through a group consumer."""
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=2)
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=2)  # idempotent
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=2)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=2)  # idempotent
     async with kafka.producer(kafka_settings) as producer:
         await producer.send_all(
             [(unique, f"k{i}".encode(), orjson.dumps({"id": i}), [("h", b"v")]) for i in range(50)]

@@ -17,7 +17,7 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 
-from hifi import kafka
+from hifi import kafka, kafka_admin
 from hifi.kafka_settings import KafkaSettings
 from hifi.ops_http import OpsServer
 from hifi.worker import PartitionHandler, PartitionWorker, Work, WorkerOptions
@@ -229,7 +229,7 @@ async def test_revocation_drains_and_commits_before_the_new_owner_reads(
 ) -> None:
     """A revoked member drops work not started, waits for and commits its running work, so no
     record finished before the rebalance is read again by the partitions' new owners."""
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=2)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=2)
     await produce(kafka_settings, unique, {0: 6, 1: 6}, width=2)
     changes = Changes()
     first = Units(start=False, changes=changes)
@@ -288,7 +288,7 @@ async def test_stop_lets_work_finish_within_the_deadline_and_cancels_the_rest(
 ) -> None:
     """`request_stop()` drops work not started, lets running work finish until the deadline,
     cancels what still runs then, commits only what finished and returns."""
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
     await produce(kafka_settings, unique, {0: 5})
     handler = Units(start=False)
     worker = PartitionWorker(
@@ -322,7 +322,7 @@ async def test_idle_exit_after_the_topic_is_drained_but_not_while_work_runs(
 ) -> None:
     """With `until_idle_s`, `run()` returns once the topic is drained and nothing runs, and not
     while a unit still runs."""
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
     await produce(kafka_settings, unique, {0: 2})
     handler = Units()
     worker = PartitionWorker(kafka_settings, options(unique, until_idle_s=0.5))
@@ -360,7 +360,7 @@ async def test_idle_clock_starts_at_the_first_assignment(
 ) -> None:
     """`until_idle_s` counts from the first assignment: a member that joined for longer than
     that neither exits while joining nor before records produced just after it got partitions."""
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=2)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=2)
     await produce(kafka_settings, unique, {0: 1}, width=2)
     changes = Changes()
     blocker, idle = Units(changes=changes), Units(auto_release=True, changes=changes)
@@ -397,7 +397,7 @@ async def test_commit_watermark_stops_at_first_unfinished_record(
     kafka_settings: KafkaSettings, unique: str
 ) -> None:
     """Records finished out of order are committed only up to the first unfinished one."""
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
     await produce(kafka_settings, unique, {0: 5})
     handler = Units()
     worker = PartitionWorker(
@@ -431,7 +431,7 @@ async def test_failing_unit_stops_the_worker_after_the_others_drain(
     kafka_settings: KafkaSettings, unique: str
 ) -> None:
     """A unit that raises makes `run()` raise that error once the other running units finished."""
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
     await produce(kafka_settings, unique, {0: 3})
     handler = Units()
     worker = PartitionWorker(kafka_settings, options(unique, max_in_flight=3))
@@ -458,7 +458,7 @@ async def test_no_room_pauses_intake_until_room_returns(
     kafka_settings: KafkaSettings, unique: str
 ) -> None:
     """While the handler has no room nothing more is taken in; intake resumes when room returns."""
-    await kafka.ensure_topics(kafka_settings, [unique], partitions=1)
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
     await produce(kafka_settings, unique, {0: 3})
     handler = Units(auto_release=True)
     worker = PartitionWorker(kafka_settings, options(unique))

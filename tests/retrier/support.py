@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from config.catalog import Destination
-from hifi import kafka
+from hifi import kafka, kafka_admin
 from hifi.envelope import header_map
 from hifi.kafka_settings import KafkaSettings
 
@@ -46,7 +46,7 @@ def handoff(
 async def create_topics(settings: KafkaSettings, *dests: Destination) -> None:
     """The topics the connector and retrier would create, so tests can read them from the start."""
     for dest in dests:
-        await kafka.ensure_topics(
+        await kafka_admin.ensure_topics(
             settings,
             [dest.retry_in_topic, dest.retry_out_topic, dest.dlq_topic],
             partitions=dest.internal_topic_partitions,

@@ -1,0 +1,91 @@
+"""Kafka topics: create them with their retention, list them, read the retention they have."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Sequence
+
+import structlog
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from hifi import kafka
+from hifi.errors import BrokerRefused
+from hifi.kafka_settings import KafkaSettings
+
+log = structlog.get_logger(__name__)
+
+_TOPIC_ALREADY_EXISTS = 36  # Kafka protocol error code: another client created it first
+
+
+async def ensure_topics(
+    settings: KafkaSettings,
+    names: Iterable[str],
+    *,
+    partitions: int,
+    retention_ms: int | None = None,
+) -> set[str]:
+    """Create whichever of `names` do not exist yet; returns every topic of the cluster.
+
+    `retention_ms` is set on the topics it creates (-1 keeps records forever; None leaves the
+    broker's default); existing topics are left as they are (`--check --probe` reports them).
+    """
+    configs = {"retention.ms": str(retention_ms)} if retention_ms is not None else {}
+    async with _admin(settings) as admin:
+        with kafka.kafka_errors(settings, "create topics"):
+            existing = set(await admin.list_topics())
+            missing = [name for name in names if name not in existing]
+            if not missing:
+                return existing
+            response = await admin.create_topics(
+                [
+                    NewTopic(name, partitions, settings.replication_factor, topic_configs=configs)
+                    for name in missing
+                ]
+            )
+        failed = [
+            f"{error[0]}: error {error[1]}"
+            for error in response.topic_errors
+            if error[1] not in (0, _TOPIC_ALREADY_EXISTS)
+        ]
+        if failed:
+            raise BrokerRefused(
+                f"kafka {settings.bootstrap}: cannot create topics: {', '.join(failed)}"
+            )
+        log.info("topics_created", topics=missing, partitions=partitions, **configs)
+        return existing | set(missing)
+
+
+async def list_topics(settings: KafkaSettings) -> set[str]:
+    """Every topic of the cluster."""
+    async with _admin(settings) as admin:
+        with kafka.kafka_errors(settings, "list topics"):
+            return set(await admin.list_topics())
+
+
+@contextlib.asynccontextmanager
+async def _admin(settings: KafkaSettings) -> AsyncIterator[AIOKafkaAdminClient]:
+    admin = AIOKafkaAdminClient(**kafka.client_options(settings))
+    try:
+        await kafka.start_client(admin.start, settings, "connect admin client")
+        yield admin
+    finally:
+        await admin.close()
+
+
+async def retention_ms(settings: KafkaSettings, names: Sequence[str]) -> dict[str, int | None]:
+    """Each topic's `retention.ms` as the broker reports it (None where it reports none)."""
+    if not names:
+        return {}
+    async with _admin(settings) as admin:
+        with kafka.kafka_errors(settings, "describe topic configs"):
+            responses = await admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, name) for name in names]
+            )
+    found: dict[str, int | None] = dict.fromkeys(names)
+    for response in responses:
+        for _error, _message, _type, name, entries in response.resources:
+            for entry in entries:
+                if entry[0] == "retention.ms" and entry[1] is not None:
+                    found[name] = int(entry[1])
+    return found
