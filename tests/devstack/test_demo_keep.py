@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -149,7 +148,10 @@ def test_ctrl_c_does_not_reach_children_started_shielded() -> None:
         for broker in (shielded, exposed):
             assert broker._process is not None
             os.kill(broker._process.pid, signal.SIGINT)
-        time.sleep(1.0)
+        assert exposed._process is not None
+        exposed._process.wait(timeout=30)  # the exposed one dies of the signal ...
+        assert shielded._process is not None
+        assert shielded._process.poll() is None  # ... the shielded one is still there
         assert metadata_answers(shielded.host, shielded.port)
         assert not metadata_answers(exposed.host, exposed.port)
     finally:
