@@ -11,9 +11,8 @@ import ssl
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self, get_args, get_origin
+from typing import Annotated, Any, Literal, Self
 
-import annotated_types
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -24,19 +23,15 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import ErrorDetails
 
+from config.env_refs import HEADER_VALUE_RULE, header_value_problem, resolve_env
+from config.problems import describe
+from config.tls_files import EncryptedKeyError, client_cert_problem, ssl_cause, tls_context
 from hifi import redaction
 from hifi.errors import ConfigError
 
 CATALOG_ENV_VAR = "HIFI_CATALOG_DIR"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
-_VAR_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_REFERENCE_SYNTAX = (
-    "write ${NAME} for an environment variable (NAME: letters, digits and '_', not starting"
-    " with a digit); a literal $ is written $$"
-)
-_HEADER_VALUE_RULE = "a header value must be printable ASCII on one line"
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 # every event must fit in one record of NAME.retry_in and NAME.dlq, whose producer limit is 16 MiB
@@ -133,9 +128,9 @@ class Destination(BaseModel):
             if not re.match(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", key):
                 raise ValueError(f"header name {key!r} is not a valid HTTP token")
             text = secret.get_secret_value()
-            problem = _header_value_problem(text) or ("is empty" if not text.strip(" ") else None)
+            problem = header_value_problem(text) or ("is empty" if not text.strip(" ") else None)
             if problem:
-                raise ValueError(f"header {key!r}: the value {problem}; {_HEADER_VALUE_RULE}")
+                raise ValueError(f"header {key!r}: the value {problem}; {HEADER_VALUE_RULE}")
         return value
 
     @field_validator("tls_ca_file", "tls_client_cert", "tls_client_key", mode="before")
@@ -171,7 +166,7 @@ class Destination(BaseModel):
                 ssl.create_default_context(cafile=value)
             except (ssl.SSLError, OSError) as exc:
                 raise ValueError(
-                    f"{value} is not a PEM CA bundle Python's ssl can load: {_ssl_cause(exc)}"
+                    f"{value} is not a PEM CA bundle Python's ssl can load: {ssl_cause(exc)}"
                 ) from None
         return value
 
@@ -184,7 +179,7 @@ class Destination(BaseModel):
                 " tls_client_cert alone when its file holds the key too"
             )
         if self.tls_client_cert is not None:
-            problem = _client_cert_problem(self.tls_client_cert, self.tls_client_key)
+            problem = client_cert_problem(self.tls_client_cert, self.tls_client_key)
             if problem:
                 raise ValueError(problem)
         tls_keys = [
@@ -204,21 +199,11 @@ class Destination(BaseModel):
         if self.tls_ca_file is None and self.tls_client_cert is None:
             return None
         try:
-            if self.tls_ca_file is not None:
-                context = ssl.create_default_context(cafile=self.tls_ca_file)
-            else:  # a client certificate alone: trust what the client trusts by default
-                import httpx
-
-                context = httpx.create_ssl_context()
-            if self.tls_client_cert is not None:
-                context.load_cert_chain(
-                    self.tls_client_cert, self.tls_client_key, password=_refuse_password
-                )
-        except (ssl.SSLError, OSError, _EncryptedKeyError) as exc:
+            return tls_context(self.tls_ca_file, self.tls_client_cert, self.tls_client_key)
+        except (ssl.SSLError, OSError, EncryptedKeyError) as exc:
             raise ConfigError(
-                f"destination {self.name!r}: cannot load its TLS files: {_ssl_cause(exc)}"
+                f"destination {self.name!r}: cannot load its TLS files: {ssl_cause(exc)}"
             ) from None
-        return context
 
     @property
     def retry_in_topic(self) -> str:
@@ -251,55 +236,6 @@ class Destination(BaseModel):
     def header_values(self) -> dict[str, str]:
         """The configured HTTP headers with secrets revealed, for the wire only."""
         return {key: secret.get_secret_value() for key, secret in self.headers.items()}
-
-
-class _EncryptedKeyError(Exception):
-    """The private key asks for a passphrase (hifi never prompts for one)."""
-
-
-def _refuse_password() -> str:
-    raise _EncryptedKeyError("the private key is encrypted")
-
-
-def _ssl_cause(exc: BaseException) -> str:
-    """An ssl or OS error as short text, without the `(_ssl.c:NNNN)` source position."""
-    if isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError) and exc.strerror:
-        return exc.strerror
-    return re.sub(r"\s*\(_ssl\.c:\d+\)", "", str(exc)) or type(exc).__name__
-
-
-def _client_cert_problem(cert: Path, key: Path | None) -> str | None:
-    """Why the client certificate and key cannot be used, naming the key to fix; None if they can."""
-    key_key, key_file = ("tls_client_key", key) if key else ("tls_client_cert", cert)
-    try:
-        cert_pem, key_pem = cert.read_bytes(), key_file.read_bytes()
-    except OSError as exc:
-        return f"key 'tls_client_cert': cannot read {cert} or {key_file}: {exc.strerror}"
-    if b"-----BEGIN CERTIFICATE-----" not in cert_pem:
-        return f"key 'tls_client_cert': {cert} holds no PEM certificate"
-    if b"PRIVATE KEY-----" not in key_pem:
-        if key is None:
-            return (
-                f"key 'tls_client_cert': {cert} holds no private key; set tls_client_key to the"
-                " file of the certificate's key"
-            )
-        return f"key 'tls_client_key': {key} holds no PEM private key"
-    try:
-        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(
-            cert, key, password=_refuse_password
-        )
-    except _EncryptedKeyError:
-        return (
-            f"key '{key_key}': {key_file} is encrypted; hifi needs the key unencrypted"
-            " (protect the file by its permissions)"
-        )
-    except ssl.SSLError as exc:
-        if exc.reason == "KEY_VALUES_MISMATCH":
-            return f"key '{key_key}': {key_file} does not match the certificate in {cert}"
-        return f"key 'tls_client_cert': Python's ssl cannot load {cert} with its key: {_ssl_cause(exc)}"
-    except OSError as exc:
-        return f"key 'tls_client_cert': cannot load {cert}: {_ssl_cause(exc)}"
-    return None
 
 
 def default_catalog_dir() -> Path:
@@ -373,13 +309,13 @@ def load_destination_file(
         _without_delivery_secrets(raw, path, environ)
     elif isinstance(headers, dict):
         raw["headers"] = {
-            key: _resolve_env(value, path, key, environ) if isinstance(value, str) else value
+            key: resolve_env(value, path, key, environ) if isinstance(value, str) else value
             for key, value in headers.items()
         }
     try:
         destination = Destination.model_validate(raw, context={"base_dir": path.parent})
     except ValidationError as exc:
-        raise ConfigError(_describe(path, exc)) from None
+        raise ConfigError(describe(path, exc, Destination)) from None
     for value in destination.header_values().values():
         redaction.register(redaction.header_secrets(value))
     return destination
@@ -395,7 +331,7 @@ def _without_delivery_secrets(raw: dict[str, Any], path: Path, environ: Mapping[
     for key, value in headers.items():
         if isinstance(value, str):
             with contextlib.suppress(ConfigError):
-                redaction.register(redaction.header_secrets(_resolve_env(value, path, key, environ)))
+                redaction.register(redaction.header_secrets(resolve_env(value, path, key, environ)))
 
 
 def _read_text(path: Path) -> str:
@@ -414,147 +350,3 @@ def _read_text(path: Path) -> str:
         raise ConfigError(f"{path}: not UTF-8 text (invalid byte at offset {exc.start})") from None
 
 
-def _resolve_env(value: str, path: Path, key: str, environ: Mapping[str, str]) -> str:
-    """`value` with `${VAR}` replaced by the variable and `$$` by `$`; checked to be a valid header value.
-
-    Errors name the file and the header, never the value nor any part of it (it may be a secret).
-    A variable's value is taken literally: a `$` inside it is not read again.
-    """
-    where = f"{path}: key 'headers.{key}'"
-    parts = _substitute(value, where, environ)
-    for text, var in parts:
-        if problem := _header_value_problem(text):
-            origin = f" (from ${{{var}}})" if var else ""
-            raise ConfigError(
-                f"{where}: the value (after ${{VAR}} substitution) {problem}{origin}; "
-                f"{_HEADER_VALUE_RULE}"
-            )
-    resolved = "".join(text for text, _ in parts)
-    if not resolved.strip(" "):
-        raise ConfigError(
-            f"{where}: the value (after ${{VAR}} substitution) is empty; {_HEADER_VALUE_RULE},"
-            " not empty (remove the header if it is not needed)"
-        )
-    return resolved
-
-
-def _substitute(value: str, where: str, environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
-    """`value` cut into literal text and variables' values: (text, the variable or None)."""
-    parts: list[tuple[str, str | None]] = []
-    position = 0
-    while (dollar := value.find("$", position)) >= 0:
-        parts.append((value[position:dollar], None))
-        following = value[dollar + 1 : dollar + 2]
-        if following == "$":
-            parts.append(("$", None))
-            position = dollar + 2
-            continue
-        if following != "{":
-            what = (
-                "a bare $NAME is not substituted"
-                if _VAR_NAME_RE.match(value, dollar + 1)
-                else "a '$' starts no ${NAME}"
-            )
-            raise ConfigError(f"{where}: {what}; {_REFERENCE_SYNTAX}")
-        close = value.find("}", dollar)
-        if close < 0:
-            raise ConfigError(f"{where}: '${{' has no closing '}}'; {_REFERENCE_SYNTAX}")
-        var = value[dollar + 2 : close]
-        if not _VAR_NAME_RE.fullmatch(var):
-            raise ConfigError(
-                f"{where}: what is inside '${{...}}' is not a variable name; {_REFERENCE_SYNTAX}"
-            )
-        if var not in environ:
-            raise ConfigError(f"{where}: refers to ${{{var}}}, which is not set in the environment")
-        redaction.register([environ[var]])
-        parts.append((environ[var], var))
-        position = close + 1
-    parts.append((value[position:], None))
-    return parts
-
-
-def _header_value_problem(text: str) -> str | None:
-    """What makes `text` unfit for an HTTP header value, without quoting any of it; None if fit."""
-    if "\r" in text or "\n" in text:
-        return "contains a line break"
-    if not text.isascii():
-        return "contains a non-ASCII character"
-    if not text.isprintable():
-        return "contains a non-printable character"
-    return None
-
-
-def _describe(path: Path, exc: ValidationError) -> str:
-    """One line per problem, never echoing a header value (it may hold a secret)."""
-    return "; ".join(f"{path}: {_problem(error)}" for error in exc.errors(include_url=False))
-
-
-def _problem(error: ErrorDetails) -> str:
-    """One validation error: the key, what is wrong and allowed, and the value given (not for headers)."""
-    key = ".".join(str(part) for part in error["loc"])
-    if error["type"] == "extra_forbidden":
-        return f"unknown key {key!r}; allowed keys: {', '.join(sorted(Destination.model_fields))}"
-    if error["type"] == "missing":
-        return f"required key {key!r} is missing"
-    message = error["msg"]
-    if error["type"] == "value_error":  # our own validators: their text without "Value error, "
-        message = str(error.get("ctx", {}).get("error", message))
-    if not error["loc"]:  # a check across keys: its message names the key
-        return message
-    accepted = _allowed(error["loc"])
-    hint = f"; allowed: {accepted}" if accepted else ""
-    field = Destination.model_fields.get(key)
-    if field is not None and field.description:
-        hint += f" ({field.description})"
-    given = error.get("input")
-    if key.startswith("headers") or (key.startswith("tls_") and isinstance(given, str)):
-        shown = ""  # a header value may be a secret; a TLS error names the resolved path itself
-    else:
-        shown = f" (got {_short(given)})"
-    return f"key {key!r}: {message}{hint}{shown}"
-
-
-def _allowed(loc: tuple[int | str, ...]) -> str | None:
-    """What a number or boolean key (or an element of a list of numbers) accepts, from its bounds."""
-    field = Destination.model_fields.get(str(loc[0]))
-    if field is None:
-        return None
-    annotation, metadata = field.annotation, list(field.metadata)
-    if len(loc) == 2 and get_origin(annotation) is list:
-        (element,) = get_args(annotation)
-        annotation, *extras = get_args(element) or (element,)
-        metadata = [m for extra in extras for m in getattr(extra, "metadata", [])]
-    elif len(loc) != 1:
-        return None
-    if annotation is bool:
-        return "true or false"
-    if annotation is int:
-        return "an integer" + _bounds(metadata)
-    if annotation is float:
-        return "a number" + _bounds(metadata) + ", not nan or inf"
-    return None
-
-
-def _bounds(metadata: list[Any]) -> str:
-    """' from 1 to 1024', ' greater than 0 and at most 600', or '' without bounds."""
-    ge = gt = le = None
-    for item in metadata:
-        if isinstance(item, annotated_types.Ge):
-            ge = item.ge
-        elif isinstance(item, annotated_types.Gt):
-            gt = item.gt
-        elif isinstance(item, annotated_types.Le):
-            le = item.le
-    if ge is not None and le is not None:
-        return f" from {ge} to {le}"
-    parts = [
-        f"{words} {value}"
-        for words, value in (("at least", ge), ("greater than", gt), ("at most", le))
-        if value is not None
-    ]
-    return " " + " and ".join(parts) if parts else ""
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
