@@ -6,6 +6,8 @@ import re
 import ssl
 from pathlib import Path
 
+import httpx
+
 
 class EncryptedKeyError(Exception):
     """The private key asks for a passphrase (hifi never prompts for one)."""
@@ -58,12 +60,12 @@ def client_cert_problem(cert: Path, key: Path | None) -> str | None:
 
 def tls_context(ca_file: Path | None, cert: Path | None, key: Path | None) -> ssl.SSLContext:
     """A client context trusting `ca_file` (else the default trust), presenting `cert`/`key`."""
-    if ca_file is not None:
-        context = ssl.create_default_context(cafile=ca_file)
-    else:  # a client certificate alone: trust what the HTTP client trusts by default
-        import httpx
-
-        context = httpx.create_ssl_context()
+    # a client certificate alone: trust what the HTTP client trusts by default
+    context = (
+        ssl.create_default_context(cafile=ca_file)
+        if ca_file is not None
+        else httpx.create_ssl_context()
+    )
     if cert is not None:
         context.load_cert_chain(cert, key, password=refuse_password)
     return context
