@@ -74,11 +74,7 @@ class Connector:
         self.dest = dest
         self._settings = settings
         self._transport = transport
-        self.ops = (
-            OpsServer(port=metrics_port, host=metrics_host, component="connector")
-            if metrics_port is not None
-            else None
-        )
+        self.ops = OpsServer.on_port(metrics_port, host=metrics_host, component="connector")
         metrics.create_series(dest.name)
         options = worker_options(dest, until_idle_s=until_idle_s)
         self._worker = PartitionWorker(settings, options, ops=self.ops)

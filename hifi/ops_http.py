@@ -59,6 +59,11 @@ class OpsServer:
         ]
         self._app = Starlette(routes=routes)
 
+    @classmethod
+    def on_port(cls, port: int | None, *, host: str, component: str) -> OpsServer | None:
+        """The ops server of a daemon, or None when it serves none (`port` None: in tests)."""
+        return None if port is None else cls(port=port, host=host, component=component)
+
     def serve_json(self, path: str, provider: JsonProvider) -> None:
         """Answer GET `path` with the JSON `provider` returns; may be called while serving."""
         self._app.router.routes.append(Route(path, _json_endpoint(provider)))

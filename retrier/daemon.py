@@ -69,11 +69,7 @@ class Retrier:
         self.group_id = group_id
         self._settings = settings
         self._max_in_flight_records = max_in_flight_records
-        self.ops = (
-            OpsServer(port=metrics_port, host=metrics_host, component="retrier")
-            if metrics_port is not None
-            else None
-        )
+        self.ops = OpsServer.on_port(metrics_port, host=metrics_host, component="retrier")
         for dest in dests:
             metrics.create_series(dest.name, len(dest.retry_tiers_s))
         options = WorkerOptions(
