@@ -140,7 +140,6 @@ class _Delivery(PartitionHandler):
             metrics.MISSING_FIELDS.labels(dest.name, "event_time").inc(parsed.missing_time)
         self._lag_in.observe_ages(time.time() * 1000, map(_event_time_of, parsed.events))
         self._pending.extend(parsed.events)
-        return
 
     def next_work(self, *, poll_open: bool) -> Work | None:
         """Dead letters for unreadable records first, then the next batch: a full one while the
