@@ -28,20 +28,23 @@ _STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx", "timeout", "connection")
 
 def totals(dest: str) -> dict[str, int]:
     """Records by outcome, dead letters by reason and requests by result, since the start."""
-    sample = prometheus_client.REGISTRY.get_sample_value
-    found = {
-        str(outcome): int(sample("hifi_connector_records_total", {"dest": dest, "outcome": outcome}) or 0)
-        for outcome in _OUTCOMES
-    }
-    for reason in Reason:
-        labels = {"dest": dest, "reason": reason}
-        found[f"dead_lettered.{reason}"] = int(
-            sample("hifi_connector_dead_letters_total", labels) or 0
-        )
-    for status_class in _STATUS_CLASSES:
-        labels = {"dest": dest, "status_class": status_class}
-        found[f"requests.{status_class}"] = int(sample("hifi_connector_requests_total", labels) or 0)
+    records = _counts(metrics.RECORDS, dest, "outcome")
+    dead = _counts(metrics.DEAD_LETTERS, dest, "reason")
+    requests = _counts(metrics.REQUESTS, dest, "status_class")
+    found = {str(outcome): records.get(outcome, 0) for outcome in _OUTCOMES}
+    found.update({f"dead_lettered.{reason}": dead.get(reason, 0) for reason in Reason})
+    found.update({f"requests.{name}": requests.get(name, 0) for name in _STATUS_CLASSES})
     return found
+
+
+def _counts(counter: prometheus_client.Counter, dest: str, label: str) -> dict[str, int]:
+    """One counter's totals for `dest`, by `label`: that counter collected once."""
+    (family,) = counter.collect()
+    return {
+        sample.labels[label]: int(sample.value)
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels.get("dest") == dest
+    }
 
 
 def percentile_s(counts: Sequence[int], bounds: Sequence[float], fraction: float) -> float | None:
