@@ -42,6 +42,31 @@ _DAY_S = 86_400
 PositiveSeconds = Annotated[float, Field(gt=0, le=7 * 86400)]
 
 
+class Accounting(BaseModel):
+    """The `[accounting]` table: the audit trail and the rules of the auditor's tables."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    audit: bool = True  # the connector and the retrier write audit facts
+    settle_s: float = Field(
+        default=300.0, gt=0, le=7 * _DAY_S
+    )  # a minute is final this long after it ends
+    retention_min: int = Field(default=360, ge=1, le=7 * 24 * 60)  # minutes kept in memory
+    loss_alarm_ratio: float = Field(default=0.0, ge=0, le=1)  # missing/entered above this alarms
+    lag_sla_s: float = Field(
+        default=1.0, gt=0, le=_DAY_S
+    )  # a minute's p95 lag at most this is on time
+
+    @model_validator(mode="after")
+    def _check_window(self) -> Self:
+        if self.retention_min * 60 < self.settle_s + 60:
+            raise ValueError(
+                f"key 'retention_min': {self.retention_min} min keeps a minute for less than"
+                f" settle_s ({self.settle_s:g} s) after it ends; raise retention_min"
+            )
+        return self
+
+
 class Destination(BaseModel):
     """Everything hifi needs to deliver to one HTTP destination; immutable once loaded."""
 
@@ -82,6 +107,7 @@ class Destination(BaseModel):
     shutdown_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     internal_topic_partitions: int = Field(default=4, ge=1, le=1000)
     headers: dict[str, SecretStr] = Field(default_factory=dict)
+    accounting: Accounting = Field(default_factory=Accounting)
     # PEM files; a relative path is read from the catalog file's directory
     tls_ca_file: Path | None = None  # CA bundle to trust instead of the default one
     tls_client_cert: Path | None = None  # client certificate (and its key, unless tls_client_key)
@@ -348,5 +374,3 @@ def _read_text(path: Path) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (invalid byte at offset {exc.start})") from None
-
-

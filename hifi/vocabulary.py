@@ -22,6 +22,8 @@ class Outcome(StrEnum):
     RE_OFFERED = "re_offered"
     #: written to NAME.dlq, with a `Reason`
     DEAD_LETTERED = "dead_lettered"
+    #: dropped on purpose by an explicit rule of the destination; never sent
+    FILTERED = "filtered"
 
 
 class Reason(StrEnum):

@@ -1,0 +1,251 @@
+"""The audit trail: one Kafka record (an audit fact) per outcome of a request or hand-off.
+
+A fact says what became of a group of events at one node of the chain: the destination, the
+node, the outcome (`hifi.vocabulary.Outcome`, with a `Reason` for a dead letter), when, and,
+per event, its origin (`topic/partition/offset` where it first entered hifi), its id, its event
+time and when the node took it in. The auditor (`auditor/`) reads the facts of `hifi.audit`
+beside the source topics it observes itself, and accounts for every event by origin.
+
+Encoding: MessagePack, the events of a fact grouped by origin partition in columns
+(`Slice`). The format version travels in the header `hifi-audit-format` ("MAJOR.MINOR") and
+in the value. A reader takes any minor version of its major one (a newer minor only appends
+fields, which an older reader ignores) and refuses a newer major with `FactRefused`, counted
+by reason: a rolling upgrade writes facts an older auditor skips visibly, never misreads.
+
+A fact is written with acks=all and awaited before the offsets of its events are committed:
+a crash can repeat a fact, never lose one. Each fact has a random `fact_id`; the auditor
+counts a repeated fact once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+import msgspec
+
+from hifi.errors import HifiError
+from hifi.kafka import Record, RecordWriter
+from hifi.vocabulary import Outcome, Reason
+
+AUDIT_TOPIC_ENV_VAR = "HIFI_AUDIT_TOPIC"
+DEFAULT_AUDIT_TOPIC = "hifi.audit"
+AUDIT_RETENTION_MS = 7 * 86_400_000  # the audit topic's retention when hifi creates it
+HDR_FORMAT = "hifi-audit-format"
+FORMAT_MAJOR = 1
+FORMAT_MINOR = 0
+_FORMAT = f"{FORMAT_MAJOR}.{FORMAT_MINOR}".encode()
+# Events per fact at most: a batch of 100,000 events with 250-byte ids is ~30 MB; the producer
+# takes 16 MiB per request, so a large outcome is written as several facts.
+MAX_EVENTS_PER_FACT = 20_000
+
+
+def audit_topic(environ: dict[str, str] | None = None) -> str:
+    """`HIFI_AUDIT_TOPIC`, or `hifi.audit`."""
+    env = os.environ if environ is None else environ
+    return env.get(AUDIT_TOPIC_ENV_VAR) or DEFAULT_AUDIT_TOPIC
+
+
+def node_name(component: str) -> str:
+    """Which process wrote a fact: `connector@host:pid`."""
+    return f"{component}@{socket.gethostname()}:{os.getpid()}"
+
+
+class Slice(msgspec.Struct, array_like=True, gc=False):
+    """The events of one fact that entered hifi on one partition, as columns of equal length."""
+
+    topic: str
+    partition: int
+    offsets: list[int]
+    ids: list[str | None]  # None: the record had no readable id
+    event_times_ms: list[int]
+    taken_ms: list[int]  # when the node took each event in; 0 when it does not know
+
+
+class Fact(msgspec.Struct, array_like=True, gc=False):
+    """One outcome of one request or hand-off, for the events it names."""
+
+    major: int
+    minor: int
+    fact_id: str
+    dest: str
+    node: str
+    outcome: str  # an `Outcome` value
+    reason: str | None  # a `Reason` value for a dead letter, else None
+    status: int | None  # the destination's HTTP status, when one answered
+    outcome_ms: int
+    slices: list[Slice]
+
+    def events(self) -> int:
+        return sum(len(s.offsets) for s in self.slices)
+
+
+class Refusal(StrEnum):
+    """Why the auditor could not use an audit record (a metric label)."""
+
+    #: the value is not a fact of a format this reader knows
+    UNDECODABLE = "undecodable"
+    #: written by a newer major version of hifi
+    NEWER_MAJOR = "newer_major"
+    #: an outcome or reason outside hifi's vocabulary
+    UNKNOWN_OUTCOME = "unknown_outcome"
+    #: the columns of a slice differ in length
+    INCONSISTENT = "inconsistent"
+
+
+class FactRefused(HifiError):
+    """An audit record the auditor cannot use; `reason` is a `Refusal`."""
+
+    def __init__(self, message: str, *, reason: Refusal) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Fact)
+_OUTCOMES = frozenset(Outcome)
+_REASONS = frozenset(Reason)
+
+
+def decode_fact(value: bytes | None, headers: Any) -> Fact:
+    """The fact of one audit record; `FactRefused` says why it cannot be used."""
+    declared = next((v for n, v in (headers or ()) if n == HDR_FORMAT and v is not None), None)
+    if declared is not None:
+        major = declared.split(b".", 1)[0]
+        if major.isdigit() and int(major) > FORMAT_MAJOR:
+            raise FactRefused(
+                f"audit format {declared.decode(errors='replace')} is newer than"
+                f" {FORMAT_MAJOR}.x; upgrade the auditor",
+                reason=Refusal.NEWER_MAJOR,
+            )
+    if not value:
+        raise FactRefused("audit record has no value", reason=Refusal.UNDECODABLE)
+    try:
+        fact = _decoder.decode(value)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise FactRefused(
+            f"audit record is not a fact: {exc}", reason=Refusal.UNDECODABLE
+        ) from None
+    if fact.major > FORMAT_MAJOR:
+        raise FactRefused(
+            f"audit format {fact.major}.{fact.minor} is newer than {FORMAT_MAJOR}.x",
+            reason=Refusal.NEWER_MAJOR,
+        )
+    if fact.outcome not in _OUTCOMES or (fact.reason is not None and fact.reason not in _REASONS):
+        raise FactRefused(
+            f"audit fact has outcome {fact.outcome!r}, reason {fact.reason!r}",
+            reason=Refusal.UNKNOWN_OUTCOME,
+        )
+    for part in fact.slices:
+        n = len(part.offsets)
+        if not (len(part.ids) == len(part.event_times_ms) == len(part.taken_ms) == n):
+            raise FactRefused(
+                f"audit fact {fact.fact_id}: columns of {part.topic}/{part.partition} differ"
+                " in length",
+                reason=Refusal.INCONSISTENT,
+            )
+    return fact
+
+
+def encode_fact(fact: Fact) -> bytes:
+    return _encoder.encode(fact)
+
+
+class Observed(Protocol):
+    """What a node knows of one event for its fact (a connector `Event` is one)."""
+
+    @property
+    def origin_parts(self) -> tuple[str, int, int]: ...
+
+    @property
+    def audit_id(self) -> str | None: ...
+
+    @property
+    def event_time_ms(self) -> int: ...
+
+    @property
+    def taken_ms(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """An `Observed` made of plain values (the retrier, tests)."""
+
+    origin_parts: tuple[str, int, int]
+    audit_id: str | None
+    event_time_ms: int
+    taken_ms: int = 0
+
+
+def slices_of(events: Iterable[Observed]) -> list[Slice]:
+    by_partition: dict[tuple[str, int], Slice] = {}
+    for event in events:
+        topic, partition, offset = event.origin_parts
+        part = by_partition.get((topic, partition))
+        if part is None:
+            part = by_partition[topic, partition] = Slice(topic, partition, [], [], [], [])
+        part.offsets.append(offset)
+        part.ids.append(event.audit_id)
+        part.event_times_ms.append(event.event_time_ms)
+        part.taken_ms.append(event.taken_ms)
+    return list(by_partition.values())
+
+
+class AuditTrail:
+    """Writes the facts of one destination at one node; `record()` returns once acknowledged."""
+
+    def __init__(self, producer: RecordWriter, *, topic: str, dest: str, node: str) -> None:
+        self._producer = producer
+        self.topic = topic
+        self._dest = dest
+        self._node = node
+
+    def facts(
+        self,
+        outcome: Outcome,
+        events: Sequence[Observed],
+        *,
+        reason: Reason | None = None,
+        status: int | None = None,
+        outcome_ms: int | None = None,
+    ) -> list[Fact]:
+        at_ms = int(time.time() * 1000) if outcome_ms is None else outcome_ms
+        return [
+            Fact(
+                FORMAT_MAJOR,
+                FORMAT_MINOR,
+                uuid.uuid4().hex,
+                self._dest,
+                self._node,
+                str(outcome),
+                None if reason is None else str(reason),
+                status,
+                at_ms,
+                slices_of(events[start : start + MAX_EVENTS_PER_FACT]),
+            )
+            for start in range(0, len(events), MAX_EVENTS_PER_FACT)
+        ]
+
+    async def record(
+        self,
+        outcome: Outcome,
+        events: Sequence[Observed],
+        *,
+        reason: Reason | None = None,
+        status: int | None = None,
+    ) -> None:
+        """Write the facts of one outcome and wait for the broker's acknowledgement (acks=all)."""
+        if not events:
+            return
+        facts = self.facts(outcome, events, reason=reason, status=status)
+        key = self._dest.encode()
+        records: list[Record] = [
+            (self.topic, key, encode_fact(fact), [(HDR_FORMAT, _FORMAT)]) for fact in facts
+        ]
+        await self._producer.send_all(records)
