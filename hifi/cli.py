@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
+import re
 import signal
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -22,6 +24,10 @@ from hifi.redaction import mask
 from hifi.version import VERSION
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+_DURATION_RE = re.compile(r"(?:(\d+)([smhd]))+")
+_DURATION_PART_RE = re.compile(r"(\d+)([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -205,3 +211,21 @@ def daemon_options(
         return decorated
 
     return decorate
+
+
+def parse_time(text: str, *, now_ms: int, flag: str = "--since") -> int:
+    """Epoch ms from an ISO 8601 timestamp (UTC unless it says otherwise) or a duration ago."""
+    text = text.strip()
+    if _DURATION_RE.fullmatch(text):
+        seconds = sum(int(n) * _UNIT_S[unit] for n, unit in _DURATION_PART_RE.findall(text))
+        return now_ms - seconds * 1000
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(
+            f"{flag} {text!r}: use an ISO timestamp (2026-01-31T08:00:00Z) "
+            "or a duration ago (30m, 2h, 1d, 1h30m)"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)

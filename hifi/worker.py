@@ -128,11 +128,17 @@ class PartitionWorker:
         self._ops = ops
         self._stop = asyncio.Event()
         self._progress = asyncio.Event()
+        self._member: _Membership | None = None
 
     def request_stop(self) -> None:
         """Stop polling and begin draining; safe to call from a signal handler."""
         self._stop.set()
         self._progress.set()
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        """The broker's high watermark of an owned partition, as of its last fetch; None if unknown."""
+        member = self._member
+        return None if member is None else member.consumer.highwater(tp)
 
     def wake(self) -> None:
         """Re-read the handler's limits and holds soon (e.g. a held record became due)."""
@@ -148,10 +154,12 @@ class PartitionWorker:
                 options, consumer, handler, stop=self._stop, progress=self._progress, ops=self._ops
             )
             consumer.subscribe(topics, on_assigned=member.assigned, on_revoked=member.revoke)
+            self._member = member
             try:
                 await member.poll_until_stopped()
             finally:
                 await member.drain()
+                self._member = None
         if member.failure is not None:
             raise member.failure
 

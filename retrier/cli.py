@@ -19,6 +19,7 @@ from hifi.cli import (
     catalog_option,
     daemon_options,
     fail,
+    parse_time,
     run_command,
     run_daemon,
     version_option,
@@ -27,7 +28,7 @@ from hifi.errors import ConfigError, HifiError
 from hifi.kafka_settings import KafkaSettings
 from hifi.vocabulary import Reason
 from retrier.daemon import Retrier
-from retrier.dlq import parse_since, read_dead_letters, replay
+from retrier.dlq import read_dead_letters, replay
 from retrier.tiers import tier_topic
 
 PROG = "retrier"
@@ -179,7 +180,7 @@ def dlq_replay(
     """
     destination, settings = _configured(catalog or group_catalog, dest)
     try:
-        since_ms = parse_since(since, now_ms=int(time.time() * 1000)) if since else None
+        since_ms = parse_time(since, now_ms=int(time.time() * 1000)) if since else None
     except ConfigError as exc:
         fail(f"{PROG} dlq replay", str(exc))
     letters = _run(read_dead_letters(settings, destination, reason=reason, since_ms=since_ms))

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from config.catalog import Destination
 from config.topics import ensure_destination_topics
 from hifi import kafka
 from hifi.envelope import HDR_ERROR, HDR_ORIGIN, HDR_REASON, HDR_STATUS, header_map
-from hifi.errors import ConfigError
 from hifi.kafka import Headers
 from hifi.kafka_settings import KafkaSettings
 from hifi.redaction import mask, short_error, shorten
@@ -20,9 +17,6 @@ from retrier import headers
 
 _REPLAY_CHUNK = 500
 _BODY_EXCERPT_CHARS = 80
-_DURATION_RE = re.compile(r"(?:(\d+)([smhd]))+")
-_DURATION_PART_RE = re.compile(r"(\d+)([smhd])")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,24 +89,6 @@ async def replay(settings: KafkaSettings, dest: Destination, letters: Sequence[D
                 [(dest.retry_out_topic, d.key, d.value, headers.replayed(d.headers)) for d in chunk]
             )
     return len(letters)
-
-
-def parse_since(text: str, *, now_ms: int) -> int:
-    """Epoch ms from an ISO 8601 timestamp (UTC unless it says otherwise) or a duration ago."""
-    text = text.strip()
-    if _DURATION_RE.fullmatch(text):
-        seconds = sum(int(n) * _UNIT_S[unit] for n, unit in _DURATION_PART_RE.findall(text))
-        return now_ms - seconds * 1000
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise ConfigError(
-            f"--since {text!r}: use an ISO timestamp (2026-01-31T08:00:00Z) "
-            "or a duration ago (30m, 2h, 1d, 1h30m)"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return int(when.timestamp() * 1000)
 
 
 def format_age(ms: int) -> str:

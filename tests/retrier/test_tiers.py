@@ -6,9 +6,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from hifi.cli import parse_time as parse_since
 from hifi.errors import ConfigError
 from retrier import headers
-from retrier.dlq import format_age, parse_since
+from retrier.dlq import format_age
 from retrier.tiers import (
     Expire,
     ReOffer,

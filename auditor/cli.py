@@ -1,0 +1,269 @@
+"""`auditor [--dest NAME ...]` runs the auditor; `auditor report` prints its per-minute tables and availability."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+import httpx
+import orjson
+from rich.console import Console
+
+from auditor.archive import read_minutes, read_settings
+from auditor.daemon import DEFAULT_ROLL_S, Auditor
+from auditor.ledger import MINUTE_MS
+from auditor.tables import day_availability, day_range_ms, render, render_availability, report_row
+from config.catalog import Catalog, Destination, default_catalog_dir
+from hifi.cli import (
+    EXIT_FAILURE,
+    FINITE_POSITIVE_SECONDS,
+    DaemonFlags,
+    daemon_options,
+    fail,
+    parse_time,
+    run_command,
+    run_daemon,
+    version_option,
+)
+from hifi.errors import ConfigError, HifiError
+from hifi.kafka_settings import KafkaSettings
+from hifi.redaction import short_error
+
+PROG = "auditor"
+ARCHIVE_ENV_VAR = "HIFI_ARCHIVE_DIR"
+DEFAULT_ARCHIVE = "hifi-archive"
+_HTTP_TIMEOUT_S = 10.0
+
+
+def _archive_default() -> Path:
+    return Path(os.environ.get(ARCHIVE_ENV_VAR) or DEFAULT_ARCHIVE)
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@version_option(PROG)
+@click.option(
+    "--dest",
+    "dests",
+    multiple=True,
+    metavar="NAME",
+    help="Audit this destination (repeatable; default: every destination in the catalog).",
+)
+@click.option(
+    "--archive",
+    "archive_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help=f"Archive directory (default: ${ARCHIVE_ENV_VAR}, else ./{DEFAULT_ARCHIVE}).",
+)
+@click.option(
+    "--archive-roll-s",
+    "roll_s",
+    type=FINITE_POSITIVE_SECONDS,
+    default=DEFAULT_ROLL_S,
+    show_default=True,
+    help="Close the archive files (and commit offsets) at least this often.",
+)
+@daemon_options(
+    metrics_port=9402,
+    metrics_help="Port for /metrics, /healthz, /readyz, /status and /tables (0 picks a free one).",
+    idle_help="Exit cleanly once nothing arrived or waits to be written for this long.",
+)
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    dests: tuple[str, ...],
+    archive_dir: Path | None,
+    roll_s: float,
+    flags: DaemonFlags,
+) -> None:
+    """Account for every event of some destinations: per-minute loss tables, lag, availability.
+
+    Reads each destination's source_topics in its own consumer group (hifi.auditor) and the
+    audit facts the connector and the retrier write to hifi.audit ($HIFI_AUDIT_TOPIC). Per
+    destination and event-time minute (UTC) it counts what entered, was delivered,
+    dead-lettered, filtered, is in retry or is missing, with the end-to-end lag percentiles;
+    a minute is final settle_s after it ends ([accounting] in the catalog file). Rows and
+    facts go to Parquet files in the archive; offsets are committed only once they are in
+    closed files. SIGTERM finishes the roll in progress, commits and exits 0.
+    """
+    ctx.obj = flags.catalog
+    if ctx.invoked_subcommand is not None:
+        return
+    try:
+        destinations = _audited(flags.catalog, dests)
+        settings = KafkaSettings.from_env()
+        if flags.check:
+            _check(destinations, settings)
+        auditor = Auditor(
+            destinations,
+            settings,
+            archive_dir=archive_dir or _archive_default(),
+            roll_s=roll_s,
+            metrics_port=flags.metrics_port,
+            metrics_host=flags.metrics_host,
+            until_idle_s=flags.until_idle_s,
+        )
+    except ConfigError as exc:
+        fail(PROG, str(exc))
+    run_daemon(PROG, auditor.run, auditor.request_stop)
+
+
+def _check(destinations: list[Destination], settings: KafkaSettings) -> None:
+    for dest in destinations:
+        acc = dest.accounting
+        click.echo(
+            f"{PROG}: ok: destination {dest.name}: audit {'on' if acc.audit else 'off'},"
+            f" settle {acc.settle_s:g}s, lag SLA {acc.lag_sla_s:g}s,"
+            f" loss alarm above {acc.loss_alarm_ratio:g}"
+        )
+    click.echo(f"{PROG}: ok: kafka settings: bootstrap {settings.bootstrap}")
+    sys.exit(0)
+
+
+def _audited(catalog_dir: Path | None, names: tuple[str, ...]) -> list[Destination]:
+    catalog = Catalog(catalog_dir or default_catalog_dir(), for_delivery=False)
+    if not names:
+        found = catalog.load_all()
+        if not found:
+            raise ConfigError(f"catalog {catalog.directory} has no destinations; add NAME.toml")
+        return found
+    return [catalog.load(name) for name in dict.fromkeys(names)]
+
+
+@cli.command()
+@click.option("--dest", required=True, metavar="NAME", help="Destination whose table to print.")
+@click.option("--from", "from_text", metavar="T", help="From T: ISO 8601, or a duration ago (2h).")
+@click.option("--to", "to_text", metavar="T", help="Until T (exclusive): ISO 8601, or a duration ago.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+)
+@click.option("--url", metavar="URL", help="A running auditor's ops address (http://127.0.0.1:9402).")
+@click.option(
+    "--archive",
+    "archive_dir",
+    type=click.Path(path_type=Path),
+    help="Read the archive directory instead of a running auditor.",
+)
+@click.option("--availability", is_flag=True, help="The day's availability instead of the table.")
+@click.option("--day", "day_text", metavar="DATE", help="With --availability: the UTC day (default today).")
+def report(
+    dest: str,
+    from_text: str | None,
+    to_text: str | None,
+    fmt: str,
+    url: str | None,
+    archive_dir: Path | None,
+    availability: bool,
+    day_text: str | None,
+) -> None:
+    """Print the per-minute loss table of a destination, or a day's availability.
+
+    From a running auditor (--url) or from the archive (--archive); exactly one of the two.
+    """
+    where = f"{PROG} report"
+    if (url is None) == (archive_dir is None):
+        fail(where, "give exactly one of --url (a running auditor) and --archive (a directory)")
+    now_ms = int(time.time() * 1000)
+    try:
+        if availability:
+            day = _day(day_text, now_ms)
+            from_ms, to_ms = day_range_ms(day)
+        else:
+            from_ms = parse_time(from_text, now_ms=now_ms, flag="--from") if from_text else None
+            to_ms = parse_time(to_text, now_ms=now_ms, flag="--to") if to_text else None
+        if url is not None:
+            rows, final_before_ms = _from_auditor(url, dest, from_ms, to_ms)
+        else:
+            assert archive_dir is not None
+            rows, final_before_ms = _from_archive(archive_dir, dest, from_ms, to_ms, now_ms)
+    except ConfigError as exc:
+        fail(where, str(exc))
+    except HifiError as exc:
+        fail(where, str(exc), EXIT_FAILURE)
+    console = Console(width=max(120, Console().width))
+    if availability:
+        result = day_availability(rows, day, final_before_ms=final_before_ms)
+        result["dest"] = dest
+        if fmt == "json":
+            click.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
+        else:
+            console.print(render_availability(result, dest=dest))
+        return
+    if fmt == "json":
+        click.echo(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
+        return
+    console.print(render(rows, title=f"{dest}: per-minute accounts (UTC)"))
+    if not rows:
+        click.echo(f"no minutes with events for {dest} in this range", err=True)
+
+
+def _day(text: str | None, now_ms: int) -> date:
+    if text is None:
+        return datetime.fromtimestamp(now_ms / 1000, UTC).date()
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(f"--day {text!r}: use a date, YYYY-MM-DD") from None
+
+
+def _from_auditor(
+    url: str, dest: str, from_ms: int | None, to_ms: int | None
+) -> tuple[list[dict[str, Any]], int | None]:
+    base = url.rstrip("/")
+    if not base.startswith(("http://", "https://")):
+        raise ConfigError(f"--url {url!r}: use the auditor's ops address, http://HOST:PORT")
+    params = {"dest": dest}
+    if from_ms is not None:
+        params["from"] = str(from_ms)
+    if to_ms is not None:
+        params["to"] = str(to_ms)
+    try:
+        with httpx.Client(timeout=_HTTP_TIMEOUT_S) as client:
+            tables = client.get(f"{base}/tables", params=params)
+            status = client.get(f"{base}/status")
+    except httpx.HTTPError as exc:
+        raise HifiError(f"--url {base}: {short_error(f'{type(exc).__name__}: {exc}')}") from None
+    for response in (tables, status):
+        if response.status_code != 200:
+            raise HifiError(
+                f"--url {base}: {response.request.url.path} answered HTTP {response.status_code};"
+                " is this an auditor's ops address?"
+            )
+    try:
+        found: Mapping[str, Any] = tables.json()
+        state = status.json()["dests"]
+    except (ValueError, KeyError, TypeError):
+        raise HifiError(f"--url {base}: the answer is not an auditor's tables") from None
+    if dest not in found:
+        raise ConfigError(f"--dest {dest}: the auditor at {base} does not audit it")
+    final_before = state.get(dest, {}).get("final_before_ms")
+    return list(found[dest]), final_before
+
+
+def _from_archive(
+    root: Path, dest: str, from_ms: int | None, to_ms: int | None, now_ms: int
+) -> tuple[list[dict[str, Any]], int | None]:
+    if not root.is_dir():
+        raise ConfigError(f"--archive {root}: not a directory")
+    rows = [report_row(row) for row in read_minutes(root, dest, from_ms=from_ms, to_ms=to_ms)]
+    versions = read_settings(root, dest)
+    if not versions and not rows:
+        raise ConfigError(f"--archive {root}: nothing archived for destination {dest!r}")
+    settle_s = float(versions[-1]["settings"]["settle_s"]) if versions else 300.0
+    final_before_ms = now_ms - round(settle_s * 1000) - MINUTE_MS
+    return rows, final_before_ms
+
+
+def main() -> None:
+    """The `auditor` command."""
+    run_command(cli, PROG)

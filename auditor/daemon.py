@@ -1,0 +1,490 @@
+"""The auditor daemon: observes what enters each destination's source topics, reads the audit facts, keeps the accounts.
+
+It is the third `PartitionWorker` daemon (group `hifi.auditor`). Its unit of work is a roll:
+the archive rows and the accounts' snapshot taken at one instant, written to closed files in a
+thread; only then are the offsets of the records behind them done and committed. A kill -9
+repeats rows in the archive, never drops one, and a restart carries on from the snapshot and
+the committed offsets with the same tables (bitmaps and fact ids make a replay idempotent).
+
+The auditor never touches the delivery path: being down, slow or killed delays only its own
+tables, which catch up from Kafka when it comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import structlog
+from aiokafka import TopicPartition
+from starlette.requests import Request
+
+from auditor import metrics
+from auditor.archive import Archive, PendingFiles, find_ids, write_settings, write_snapshot
+from auditor.ledger import MINUTE_MS, Ledger, Problem, Settled, minute_of
+from auditor.progress import ProgressClock
+from auditor.tables import archive_row, iso_minute, live_rows
+from config.catalog import Destination
+from hifi import kafka_admin
+from hifi.audit import AUDIT_RETENTION_MS, FactRefused, audit_topic, decode_fact
+from hifi.envelope import parse_records
+from hifi.errors import ConfigError, HifiError
+from hifi.kafka_settings import KafkaSettings
+from hifi.ops_http import DEFAULT_HOST, OpsServer
+from hifi.worker import PartitionHandler, PartitionWorker, Work, WorkerOptions
+
+log = structlog.get_logger(__name__)
+
+GROUP_ID = "hifi.auditor"
+DEFAULT_ROLL_S = 60.0
+ROLL_ROWS = 400_000  # roll sooner once this many rows wait: bounds the offsets tracked per roll
+MAX_BUFFERED_ROWS = 800_000  # intake pauses while this many rows wait for a roll
+MAX_MISSING_IDS = 1000  # ids resolved per final minute with missing events
+SNAPSHOT_FORMAT = 1
+_AUDIT_PARTITIONS = 4
+_CONSUMER_OPTIONS: dict[str, Any] = {
+    "max_partition_fetch_bytes": 4 * 1024 * 1024,
+    "fetch_max_wait_ms": 250,
+}
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Auditor:
+    """Accounts for the events of some destinations; `run()` returns after a stop request or idle timeout."""
+
+    def __init__(
+        self,
+        dests: Sequence[Destination],
+        settings: KafkaSettings,
+        *,
+        archive_dir: Path,
+        roll_s: float = DEFAULT_ROLL_S,
+        metrics_port: int | None = None,
+        metrics_host: str = DEFAULT_HOST,
+        until_idle_s: float | None = None,
+        group_id: str = GROUP_ID,
+        topic: str | None = None,
+    ) -> None:
+        if not dests:
+            raise ConfigError("auditor: no destination to audit; add NAME.toml to the catalog")
+        self.dests = {dest.name: dest for dest in dests}
+        self.group_id = group_id
+        self.audit_topic = topic or audit_topic()
+        self.archive_dir = archive_dir
+        self._settings = settings
+        self._roll_s = roll_s
+        self.ops = OpsServer.on_port(metrics_port, host=metrics_host, component="auditor")
+        for dest in dests:
+            metrics.create_series(dest.name)
+        options = WorkerOptions(
+            group_id=group_id,
+            max_in_flight=1,  # one roll at a time, in order
+            commit_interval_s=1.0,
+            shutdown_timeout_s=60.0,
+            until_idle_s=until_idle_s,
+            consumer_options=_CONSUMER_OPTIONS,
+            log_context={"component": "auditor"},
+        )
+        self._worker = PartitionWorker(settings, options, ops=self.ops)
+        self.accounts: _Accounting | None = None
+
+    def request_stop(self) -> None:
+        """Stop intake and begin draining; safe to call from a signal handler."""
+        self._worker.request_stop()
+
+    async def run(self) -> None:
+        """Run until stopped; raises `HifiError` if Kafka fails for longer than its clients retry."""
+        archive = Archive(self.archive_dir)
+        async with contextlib.AsyncExitStack() as stack:
+            if self.ops is not None:
+                await stack.enter_async_context(self.ops.running())
+            log.info("kafka_connecting", **self._settings.describe())
+            existing = await kafka_admin.ensure_topics(
+                self._settings,
+                [self.audit_topic],
+                partitions=_AUDIT_PARTITIONS,
+                retention_ms=AUDIT_RETENTION_MS,
+            )
+            sources = self._source_topics(existing)
+            now_ms = _now_ms()
+            for dest in self.dests.values():
+                settings = dest.accounting.model_dump()
+                await asyncio.to_thread(
+                    write_settings, self.archive_dir, dest.name, settings, now_ms=now_ms
+                )
+            accounts = _Accounting(
+                self.dests,
+                archive,
+                audit_topic=self.audit_topic,
+                clock=ProgressClock(self._worker.highwater, _now_ms),
+                roll_s=self._roll_s,
+                snapshot_name=f"auditor-{self.group_id}",
+            )
+            await accounts.restore()
+            self.accounts = accounts
+            if self.ops is not None:
+                self.ops.serve_json("/tables", accounts.tables_page)
+                self.ops.serve_json("/status", accounts.status_page)
+            topics = sorted({*sources, self.audit_topic})
+            log.info("auditor_started", dests=sorted(self.dests), topics=topics)
+            await self._worker.run(accounts, topics=topics)
+
+    def _source_topics(self, existing: set[str]) -> set[str]:
+        topics: set[str] = set()
+        for dest in self.dests.values():
+            missing = sorted(set(dest.source_topics) - existing)
+            metrics.MISSING_TOPICS.labels(dest.name).set(len(missing))
+            for topic in missing:
+                log.warning(
+                    "source_topic_missing",
+                    dest=dest.name,
+                    topic=topic,
+                    hint="nothing can enter from it; the auditor reads it once it exists",
+                )
+            topics.update(dest.source_topics)
+        return topics
+
+
+class _Accounting(PartitionHandler):
+    """What the auditor does with its records: note entries, apply facts, roll, settle minutes."""
+
+    def __init__(
+        self,
+        dests: Mapping[str, Destination],
+        archive: Archive,
+        *,
+        audit_topic: str,
+        clock: ProgressClock,
+        roll_s: float,
+        snapshot_name: str,
+        now_ms: Callable[[], int] = _now_ms,
+    ) -> None:
+        self._dests = dests
+        self._archive = archive
+        self._audit_topic = audit_topic
+        self._clock = clock
+        self._roll_s = roll_s
+        self._snapshot_name = snapshot_name
+        self._now_ms = now_ms
+        self.ledgers = {name: Ledger(name, dest.accounting) for name, dest in dests.items()}
+        self._readers: dict[str, list[Destination]] = defaultdict(list)
+        for dest in dests.values():
+            for topic in dest.source_topics:
+                self._readers[topic].append(dest)
+        self._offsets: dict[TopicPartition, list[int]] = defaultdict(list)
+        self._last_roll = time.monotonic()
+        self._to_resolve: list[tuple[str, int, dict[tuple[str, int], list[int]]]] = []
+        self.refused: dict[str, int] = defaultdict(int)
+        self._refusal_logged: set[str] = set()
+
+    async def restore(self) -> None:
+        """Carry on from the last snapshot in the archive, if there is one."""
+        from auditor.archive import read_snapshot
+
+        data = await asyncio.to_thread(read_snapshot, self._archive.root, self._snapshot_name)
+        if data is None:
+            log.info("no_snapshot", archive=str(self._archive.root))
+            return
+        try:
+            state = msgspec.msgpack.decode(data)
+            if state.get("format") != SNAPSHOT_FORMAT:
+                raise ValueError(f"format {state.get('format')!r}, not {SNAPSHOT_FORMAT}")
+            for name, ledger_state in state["ledgers"].items():
+                if name in self.ledgers:
+                    self.ledgers[name].restore(ledger_state)
+            self._clock.restore(state["progress"])
+        except (msgspec.DecodeError, ValueError, KeyError, TypeError) as exc:
+            raise HifiError(
+                f"archive {self._archive.root}: snapshot {self._snapshot_name} cannot be read:"
+                f" {exc}; move it away to start the tables afresh from the committed offsets"
+            ) from None
+        log.info(
+            "snapshot_restored",
+            minutes={n: len(ledger.buckets) for n, ledger in self.ledgers.items()},
+        )
+
+    # --- taking records in ------------------------------------------------------------
+
+    def take(self, tp: TopicPartition, records: list[Any]) -> None:
+        if not records:
+            return
+        self._offsets[tp].extend(record.offset for record in records)
+        last = records[-1]
+        self._clock.read(tp, last.offset + 1, max(r.timestamp for r in records))
+        if tp.topic == self._audit_topic:
+            self._take_facts(records)
+        for dest in self._readers.get(tp.topic, ()):
+            self._take_entries(dest, tp, records)
+
+    def _take_entries(self, dest: Destination, tp: TopicPartition, records: list[Any]) -> None:
+        ledger, archive, name = self.ledgers[dest.name], self._archive, dest.name
+        observed_ms = self._now_ms()
+        parsed = parse_records(
+            tp,
+            records,
+            id_field=dest.id_field,
+            event_time_field=dest.event_time_field,
+            max_bytes=dest.max_batch_bytes,
+        )
+        origin = (tp.topic, tp.partition)
+        by_minute: dict[int, list[int]] = defaultdict(list)
+        problems: dict[tuple[int, Problem], int] = defaultdict(int)
+        for event in parsed.events:
+            kafka_ms = event.record.timestamp
+            minute, problem = ledger.bucket_for_entry(event.event_time_ms, kafka_ms)
+            event_id = event.audit_id
+            if event_id is None and problem is None:
+                problem = Problem.NO_ID
+            if problem is not None:
+                problems[minute, problem] += 1
+            by_minute[minute].append(event.offset)
+            archive.entered(
+                name,
+                minute,
+                tp.topic,
+                tp.partition,
+                event.offset,
+                event_id,
+                event.event_time_ms,
+                kafka_ms,
+                observed_ms,
+                problem,
+            )
+        for record, exc in parsed.malformed:
+            kafka_ms = record.timestamp
+            minute = max(minute_of(kafka_ms), ledger.closed_before_ms)
+            problem = Problem(str(exc.reason))
+            problems[minute, problem] += 1
+            by_minute[minute].append(record.offset)
+            archive.entered(
+                name, minute, tp.topic, tp.partition, record.offset, None, kafka_ms, kafka_ms,
+                observed_ms, problem,
+            )  # fmt: skip
+        for minute, offsets in by_minute.items():
+            ledger.enter(minute, origin, offsets)
+        for (minute, problem), count in problems.items():
+            ledger.note_problem(minute, problem, count)
+            metrics.PROBLEMS.labels(name, problem).inc(count)
+
+    def _take_facts(self, records: list[Any]) -> None:
+        archive = self._archive
+        for record in records:
+            try:
+                fact = decode_fact(record.value, record.headers)
+            except FactRefused as exc:
+                self._refuse(record, exc)
+                continue
+            ledger = self.ledgers.get(fact.dest)
+            if ledger is None:
+                continue  # a destination this auditor does not serve
+            repeated = ledger.repeated_facts
+            changes = ledger.apply(fact)
+            if ledger.repeated_facts != repeated:
+                metrics.REPEATED.labels(fact.dest).inc()
+                continue
+            for part in fact.slices:
+                archive.outcomes(
+                    fact.dest, [t - t % MINUTE_MS for t in part.event_times_ms], fact, part
+                )
+            for change in changes:
+                events = metrics.EVENTS
+                if change.delivered:
+                    events.labels(fact.dest, "delivered").inc(change.delivered)
+                if change.dead_lettered:
+                    events.labels(fact.dest, "dead_lettered").inc(change.dead_lettered)
+                if change.filtered:
+                    events.labels(fact.dest, "filtered").inc(change.filtered)
+
+    def _refuse(self, record: Any, exc: FactRefused) -> None:
+        metrics.REFUSED.labels(exc.reason).inc()
+        self.refused[exc.reason] += 1
+        if exc.reason not in self._refusal_logged:  # the first of each reason; the rest counted
+            self._refusal_logged.add(exc.reason)
+            log.warning(
+                "audit_record_refused",
+                reason=exc.reason,
+                error=str(exc),
+                origin=f"{record.topic}/{record.partition}/{record.offset}",
+            )
+
+    # --- rolls --------------------------------------------------------------------------
+
+    def next_work(self, *, poll_open: bool) -> Work | None:
+        """A roll, once `roll_s` passed (or many rows wait) and a whole poll is taken in."""
+        archive = self._archive
+        if poll_open or not (self._offsets or archive.buffered_rows):
+            return None
+        waited_s = time.monotonic() - self._last_roll
+        if waited_s < self._roll_s and archive.buffered_rows < ROLL_ROWS:
+            return None
+        self._last_roll = time.monotonic()
+        pending = archive.take()
+        state = self._snapshot()
+        offsets, self._offsets = dict(self._offsets), defaultdict(list)
+        resolve, self._to_resolve = self._to_resolve, []
+        return Work(self._roll(pending, state, resolve), offsets)
+
+    def room(self) -> int:
+        return max(0, MAX_BUFFERED_ROWS - self._archive.buffered_rows)
+
+    def held(self, owned: set[TopicPartition]) -> set[TopicPartition]:
+        self._clock.owned(owned)
+        return set()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._offsets) or self._archive.buffered_rows > 0
+
+    def drop(self, partitions: set[TopicPartition]) -> None:
+        for tp in partitions:
+            self._offsets.pop(tp, None)
+
+    def _snapshot(self) -> bytes:
+        state = {
+            "format": SNAPSHOT_FORMAT,
+            "written_ms": self._now_ms(),
+            "ledgers": {name: ledger.snapshot() for name, ledger in self.ledgers.items()},
+            "progress": self._clock.state(),
+        }
+        return msgspec.msgpack.encode(state)
+
+    async def _roll(
+        self,
+        pending: PendingFiles,
+        state: bytes,
+        resolve: list[tuple[str, int, dict[tuple[str, int], list[int]]]],
+    ) -> None:
+        started = time.perf_counter()
+        await asyncio.to_thread(pending.write)
+        await asyncio.to_thread(write_snapshot, self._archive.root, self._snapshot_name, state)
+        metrics.ARCHIVE_ROWS.inc(pending.rows)
+        metrics.ARCHIVE_WRITE.observe(time.perf_counter() - started)
+        for dest, minute_ms, origins in resolve:
+            await self._resolve_missing(dest, minute_ms, origins)
+
+    async def _resolve_missing(
+        self, dest: str, minute_ms: int, origins: dict[tuple[str, int], list[int]]
+    ) -> None:
+        """Name the missing events of a final minute by id, from the archive's entered rows."""
+        try:
+            found = await asyncio.to_thread(
+                find_ids, self._archive.root, dest, {minute_ms: origins}
+            )
+        except HifiError as exc:
+            log.warning("missing_ids_unresolved", dest=dest, minute=iso_minute(minute_ms), error=str(exc))
+            return
+        ids = sorted(
+            event_id if event_id is not None else f"{topic}/{partition}/{offset}"
+            for (topic, partition, offset), event_id in found.items()
+        )
+        bucket = self.ledgers[dest].buckets.get(minute_ms)
+        if bucket is not None:
+            bucket.missing_ids = ids
+            self._archive.minute(dest, archive_row(self.ledgers[dest], bucket, written_ms=self._now_ms()))
+        log.error(
+            "missing_events",
+            dest=dest,
+            minute=iso_minute(minute_ms),
+            missing=len(ids),
+            first_ids=ids[:10],
+        )
+
+    # --- settling -----------------------------------------------------------------------
+
+    def after_commit(self, lag_records: Mapping[TopicPartition, int]) -> None:
+        for tp, lag in self._clock.lag_records().items():
+            metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)
+        now_ms = self._now_ms()
+        for name, ledger in self.ledgers.items():
+            dest = self._dests[name]
+            progress_ms = self._clock.at([*dest.source_topics, self._audit_topic])
+            for settled in ledger.advance(progress_ms):
+                self._settled(ledger, settled, now_ms)
+            metrics.UNSETTLED.labels(name).set(ledger.unsettled())
+            metrics.WAITING.labels(name).set(ledger.waiting_events())
+            availability = ledger.availability(progress_ms)
+            if availability is not None:
+                metrics.AVAILABILITY.labels(name).set(availability)
+
+    def _settled(self, ledger: Ledger, settled: Settled, now_ms: int) -> None:
+        bucket, name = settled.bucket, ledger.dest
+        counts, lags = ledger.tally(bucket), ledger.lags(bucket)
+        self._archive.minute(name, archive_row(ledger, bucket, written_ms=now_ms))
+        events = metrics.EVENTS
+        events.labels(name, "entered").inc(counts.entered)
+        events.labels(name, "delivered").inc(counts.delivered)
+        events.labels(name, "dead_lettered").inc(counts.dead_lettered)
+        events.labels(name, "filtered").inc(counts.filtered)
+        events.labels(name, "missing").inc(counts.missing)
+        metrics.LOSS_RATIO.labels(name).set(settled.loss_ratio)
+        if lags.p95_ms is not None:
+            metrics.LAG_P95.labels(name).set(lags.p95_ms / 1000)
+        metrics.LOSS_ALARM.labels(name).set(int(settled.alarm))
+        if settled.alarm:
+            metrics.LOSS_ALARMS.labels(name).inc()
+            log.error(
+                "loss_alarm",
+                dest=name,
+                minute=iso_minute(bucket.minute_ms),
+                missing=counts.missing,
+                entered=counts.entered,
+                loss_ratio=round(settled.loss_ratio, 6),
+            )
+        if counts.missing:
+            origins: dict[tuple[str, int], list[int]] = {}
+            left = MAX_MISSING_IDS
+            for tp, waiting in bucket.waiting.items():
+                lost = waiting - bucket.retrying.get(tp, type(waiting)())
+                if lost and left > 0:
+                    offsets = list(lost)[:left]
+                    origins[tp] = offsets
+                    left -= len(offsets)
+            self._to_resolve.append((name, bucket.minute_ms, origins))
+
+    # --- pages ----------------------------------------------------------------------------
+
+    async def tables_page(self, request: Request) -> Any:
+        """`/tables?dest=NAME&from=MS&to=MS`: the per-minute rows (all destinations without dest)."""
+        params = request.query_params
+        now_ms = self._now_ms()
+        from_ms, to_ms = _ms_param(params.get("from")), _ms_param(params.get("to"))
+        wanted = params.get("dest")
+        names = [wanted] if wanted else sorted(self.ledgers)
+        return {
+            name: live_rows(self.ledgers[name], from_ms=from_ms, to_ms=to_ms, now_ms=now_ms)
+            for name in names
+            if name in self.ledgers
+        }
+
+    async def status_page(self, request: Request) -> Any:
+        return {
+            "dests": {
+                name: {
+                    "unsettled_minutes": ledger.unsettled(),
+                    "tracked_events": ledger.waiting_events(),
+                    "final_before_ms": ledger.closed_before_ms or None,
+                    "settings": ledger.settings.model_dump(),
+                }
+                for name, ledger in self.ledgers.items()
+            },
+            "refused_facts": dict(self.refused),
+            "buffered_rows": self._archive.buffered_rows,
+        }
+
+
+def _ms_param(value: str | None) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None

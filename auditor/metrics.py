@@ -1,0 +1,85 @@
+"""Prometheus metrics of the auditor: the loss tables' figures and the auditor's own health."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+EVENTS = Counter(
+    "hifi_auditor_events",
+    "Events of final minutes, by what became of them when the minute settled (kind: entered,"
+    " delivered, dead_lettered, filtered, missing); later outcomes add to delivered and"
+    " dead_lettered.",
+    ["dest", "kind"],
+)
+LOSS_RATIO = Gauge(
+    "hifi_auditor_loss_ratio", "missing / entered of the last final minute.", ["dest"]
+)
+LAG_P95 = Gauge(
+    "hifi_auditor_lag_p95_seconds",
+    "End-to-end lag (2xx time minus event time) p95 of the last final minute with deliveries.",
+    ["dest"],
+)
+AVAILABILITY = Gauge(
+    "hifi_auditor_availability_ratio",
+    "Share of the final minutes of the last 24 h that were up (on time and lossless).",
+    ["dest"],
+)
+LOSS_ALARMS = Counter(
+    "hifi_auditor_loss_alarms",
+    "Final minutes whose missing / entered was above loss_alarm_ratio.",
+    ["dest"],
+)
+LOSS_ALARM = Gauge(
+    "hifi_auditor_loss_alarm", "1 while the last final minute is in loss alarm, else 0.", ["dest"]
+)
+UNSETTLED = Gauge("hifi_auditor_unsettled_minutes", "Minutes not final yet.", ["dest"])
+WAITING = Gauge(
+    "hifi_auditor_tracked_events",
+    "Events held one by one: those of unsettled minutes, and those of final minutes still"
+    " without a final outcome.",
+    ["dest"],
+)
+PROBLEMS = Counter(
+    "hifi_auditor_odd_records",
+    "Entered records that are odd, by problem (malformed, too_large, no_id, time_future,"
+    " time_past); each is still accounted by origin.",
+    ["dest", "problem"],
+)
+REFUSED = Counter(
+    "hifi_auditor_refused_facts",
+    "Audit records the auditor could not use, by reason (undecodable, newer_major,"
+    " unknown_outcome, inconsistent).",
+    ["reason"],
+)
+REPEATED = Counter(
+    "hifi_auditor_repeated_facts", "Audit facts read again (same fact id), counted once.", ["dest"]
+)
+MISSING_TOPICS = Gauge(
+    "hifi_auditor_missing_source_topics",
+    "Source topics of a destination that do not exist (nothing can enter from them).",
+    ["dest"],
+)
+CONSUMER_LAG = Gauge(
+    "hifi_auditor_consumer_lag_records",
+    "High watermark minus the auditor's read position, per partition it owns.",
+    ["topic", "partition"],
+)
+ARCHIVE_ROWS = Counter(
+    "hifi_auditor_archive_rows", "Rows written to closed archive files.", []
+)
+ARCHIVE_WRITE = Histogram(
+    "hifi_auditor_archive_write_seconds",
+    "Time to write one roll of archive files and the state snapshot.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+
+
+def create_series(dest: str) -> None:
+    """Every per-destination series at 0, so dashboards and alerts see it from the start."""
+    for kind in ("entered", "delivered", "dead_lettered", "filtered", "missing"):
+        EVENTS.labels(dest, kind)
+    LOSS_ALARMS.labels(dest)
+    LOSS_ALARM.labels(dest).set(0)
+    UNSETTLED.labels(dest).set(0)
+    WAITING.labels(dest).set(0)
+    REPEATED.labels(dest)

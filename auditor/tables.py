@@ -1,0 +1,209 @@
+"""The per-minute loss table and the daily availability, as JSON rows and as terminal tables.
+
+One row format serves the running auditor's `/tables`, the archive's `minutes` files and
+`auditor report`: `minute` (ISO 8601 UTC), the counts, the lag percentiles, `final` and `up`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from rich.table import Table
+
+from auditor.ledger import MINUTE_MS, Bucket, Ledger
+
+DAY_MINUTES = 1440
+
+
+def iso_minute(minute_ms: int) -> str:
+    return datetime.fromtimestamp(minute_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:00Z")
+
+
+def archive_row(ledger: Ledger, bucket: Bucket, *, written_ms: int) -> dict[str, Any]:
+    """A bucket as a row of the archive's `minutes` files (see docs/accounting.md)."""
+    counts, lags = ledger.tally(bucket), ledger.lags(bucket)
+    return {
+        "minute_ms": bucket.minute_ms,
+        "entered": counts.entered,
+        "delivered": counts.delivered,
+        "dead_lettered": counts.dead_lettered,
+        "dead_lettered_by_reason": dict(counts.dead_lettered_by_reason),
+        "filtered": counts.filtered,
+        "in_retry": counts.in_retry,
+        "missing": counts.missing,
+        "duplicates": bucket.duplicates,
+        "lag_p50_ms": lags.p50_ms,
+        "lag_p95_ms": lags.p95_ms,
+        "lag_p99_ms": lags.p99_ms,
+        "lag_in_p95_ms": lags.lag_in_p95_ms,
+        "process_p95_ms": lags.process_p95_ms,
+        "final": bucket.final,
+        "up": bucket.up,
+        "down_reason": bucket.down_reason,
+        "written_ms": written_ms,
+        "missing_ids": list(bucket.missing_ids or ()),
+    }
+
+
+def report_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """An archive row as `auditor report --format json` and `/tables` give it."""
+    return {
+        "minute": iso_minute(int(row["minute_ms"])),
+        "entered": row["entered"],
+        "delivered": row["delivered"],
+        "dead_lettered": row["dead_lettered"],
+        "dead_lettered_by_reason": dict(row["dead_lettered_by_reason"] or {}),
+        "filtered": row["filtered"],
+        "in_retry": row["in_retry"],
+        "missing": row["missing"],
+        "duplicates": row["duplicates"],
+        "lag_p50_ms": row["lag_p50_ms"],
+        "lag_p95_ms": row["lag_p95_ms"],
+        "lag_p99_ms": row["lag_p99_ms"],
+        "lag_in_p95_ms": row.get("lag_in_p95_ms"),
+        "process_p95_ms": row.get("process_p95_ms"),
+        "final": bool(row["final"]),
+        "up": row["up"],
+        "down_reason": row.get("down_reason"),
+        "missing_ids": list(row.get("missing_ids") or ()),
+    }
+
+
+def live_rows(
+    ledger: Ledger, *, from_ms: int | None, to_ms: int | None, now_ms: int
+) -> list[dict[str, Any]]:
+    return [
+        report_row(archive_row(ledger, bucket, written_ms=now_ms))
+        for bucket in ledger.rows(from_ms=from_ms, to_ms=to_ms)
+    ]
+
+
+def day_availability(
+    rows: Iterable[Mapping[str, Any]], day: date, *, final_before_ms: int | None
+) -> dict[str, Any]:
+    """A UTC day's availability from its rows (report format); minutes without events are up.
+
+    `final_before_ms`: minutes starting before this are final (the auditor's settled horizon);
+    later minutes of the day are pending. None: every minute of the day is final.
+    """
+    start_ms = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000)
+    end_ms = start_ms + DAY_MINUTES * MINUTE_MS
+    final_end = end_ms if final_before_ms is None else max(start_ms, min(end_ms, final_before_ms))
+    final_minutes = (final_end - start_ms) // MINUTE_MS
+    down = {"loss": 0, "lag": 0}
+    for row in rows:
+        minute_ms = _minute_ms(row["minute"])
+        if not start_ms <= minute_ms < final_end or not row["final"]:
+            continue
+        if row["up"] is False:
+            down[row.get("down_reason") or "loss"] += 1
+    down_minutes = sum(down.values())
+    up_minutes = final_minutes - down_minutes
+    ratio = up_minutes / final_minutes if final_minutes else None
+    return {
+        "day": day.isoformat(),
+        "minutes": final_minutes,
+        "pending_minutes": DAY_MINUTES - final_minutes,
+        "up_minutes": up_minutes,
+        "down_minutes": down_minutes,
+        "down_for_loss": down["loss"],
+        "down_for_lag": down["lag"],
+        "availability_pct": None if ratio is None else round(100 * ratio, 4),
+        "nines": nines(ratio),
+        "all_up": ratio == 1,
+    }
+
+
+def nines(ratio: float | None) -> float | None:
+    """Availability in nines, as the talk counts it: 0.999 is 3.0; None when no minute was down."""
+    if ratio is None or ratio >= 1:
+        return None
+    return round(-math.log10(1 - ratio), 2)
+
+
+def _minute_ms(iso: str) -> int:
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def parse_day(text: str) -> date:
+    return date.fromisoformat(text)
+
+
+def day_range_ms(day: date) -> tuple[int, int]:
+    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    return int(start.timestamp() * 1000), int((start + timedelta(days=1)).timestamp() * 1000)
+
+
+def render(rows: Sequence[Mapping[str, Any]], *, title: str) -> Table:
+    """The per-minute table for a terminal."""
+    table = Table(title=title, title_justify="left")
+    for name, justify in [
+        ("minute (UTC)", "left"),
+        ("entered", "right"),
+        ("delivered", "right"),
+        ("dead", "right"),
+        ("filtered", "right"),
+        ("in retry", "right"),
+        ("missing", "right"),
+        ("dups", "right"),
+        ("p50 ms", "right"),
+        ("p95 ms", "right"),
+        ("p99 ms", "right"),
+        ("state", "left"),
+    ]:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for row in rows:
+        dead = row["dead_lettered"]
+        reasons = row["dead_lettered_by_reason"]
+        dead_text = str(dead) + (
+            f" ({', '.join(f'{k} {v}' for k, v in sorted(reasons.items()))})" if dead else ""
+        )
+        state = "provisional"
+        if row["final"]:
+            state = "up" if row["up"] else f"DOWN ({row.get('down_reason') or '?'})"
+        missing = str(row["missing"])
+        table.add_row(
+            row["minute"][:16].replace("T", " "),
+            str(row["entered"]),
+            str(row["delivered"]),
+            dead_text,
+            str(row["filtered"]),
+            str(row["in_retry"]),
+            f"[bold red]{missing}[/]" if row["missing"] and row["final"] else missing,
+            str(row["duplicates"]),
+            _ms(row["lag_p50_ms"]),
+            _ms(row["lag_p95_ms"]),
+            _ms(row["lag_p99_ms"]),
+            state,
+        )
+    return table
+
+
+def render_availability(day: Mapping[str, Any], *, dest: str) -> Table:
+    table = Table(title=f"{dest}: availability on {day['day']} (UTC)", title_justify="left")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    pct = day["availability_pct"]
+    for name, value in [
+        ("final minutes", day["minutes"]),
+        ("pending minutes", day["pending_minutes"]),
+        ("up minutes", day["up_minutes"]),
+        ("down minutes", day["down_minutes"]),
+        ("  for loss", day["down_for_loss"]),
+        ("  for lag", day["down_for_lag"]),
+        ("availability", "-" if pct is None else f"{pct:.4f} %"),
+        ("nines", "all (no down minute)" if day["all_up"] else _nines_text(day["nines"])),
+    ]:
+        table.add_row(name, str(value))
+    return table
+
+
+def _nines_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _ms(value: int | None) -> str:
+    return "-" if value is None else str(value)
