@@ -87,9 +87,11 @@ def test_a_bucket_settles_on_the_progress_clock_and_keeps_only_waiting_events() 
     assert book.advance(T0 + MINUTE_MS + 59_999) == []
     (settled,) = book.advance(T0 + MINUTE_MS + 60_000)
     bucket = settled.bucket
-    assert bucket.final and bucket.entered == {}
+    assert bucket.final
+    assert bucket.entered == {}
     assert book.waiting_events() == 10  # 9 in retry, 1 missing: only these are kept one by one
-    assert settled.alarm and settled.loss_ratio == 0.01
+    assert settled.alarm
+    assert settled.loss_ratio == 0.01
     assert (bucket.up, bucket.down_reason) == (False, "loss")
     # the retrier resolves them later: a final minute's in_retry and delivered still change
     (change,) = book.apply(fact(Outcome.DELIVERED, list(range(90, 99)), at_ms=T0 + 600_000))
@@ -133,7 +135,8 @@ def test_odd_event_times_are_bucketed_by_kafka_time() -> None:
     book.enter(T0, TP, [0])
     book.advance(T0 + 5 * MINUTE_MS)
     minute, problem = book.bucket_for_entry(T0 - 365 * 86_400_000, T0 + 5 * MINUTE_MS)
-    assert problem is Problem.TIME_PAST and minute >= book.closed_before_ms
+    assert problem is Problem.TIME_PAST
+    assert minute >= book.closed_before_ms
 
 
 def test_snapshot_round_trip_gives_the_same_tables() -> None:
