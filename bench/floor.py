@@ -54,7 +54,7 @@ async def consume(bootstrap: str, topic: str, deliveries: Path) -> None:
                 lines: list[bytes] = []
                 for tp, records in fetched.items():
                     await asyncio.sleep(0)  # as the connector does: the next fetch goes out
-                    parsed = parse(dest, tp, records)
+                    parsed = parse(dest, tp, records, taken_ms=received_ms)
                     lines.extend(
                         orjson.dumps(
                             {"id": e.id, "received_ms": received_ms, "event_time": e.event_time_ms}

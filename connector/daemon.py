@@ -17,12 +17,10 @@ from config.catalog import Destination
 from config.topics import ensure_destination_topics
 from connector import metrics, status
 from connector.delivery import Deliverer, http_client
-from connector.divert import Diverter
+from connector.divert import Diverter, Unreadable
 from connector.intake import BUFFER_WINDOWS, consumer_options, intake_limit, parse
 from connector.rebatch import Batch, PendingEvents
-from hifi import kafka
-from hifi.envelope import KafkaRecord
-from hifi.errors import MalformedRecord
+from hifi import audit, kafka, kafka_admin
 from hifi.kafka_settings import KafkaSettings
 from hifi.ops_http import DEFAULT_HOST, OpsServer
 from hifi.redaction import short_error
@@ -70,12 +68,15 @@ class Connector:
         metrics_host: str = DEFAULT_HOST,
         until_idle_s: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        audit_topic: str | None = None,
     ) -> None:
         self.dest = dest
         self._settings = settings
         self._transport = transport
+        #: where the audit facts go (`HIFI_AUDIT_TOPIC` by default); None: no audit trail
+        self.audit_topic = (audit_topic or audit.audit_topic()) if dest.accounting.audit else None
         self.ops = OpsServer.on_port(metrics_port, host=metrics_host, component="connector")
-        metrics.create_series(dest.name)
+        metrics.create_series(dest.name, audit=self.audit_topic is not None)
         options = worker_options(dest, until_idle_s=until_idle_s)
         self._worker = PartitionWorker(settings, options, ops=self.ops)
 
@@ -99,15 +100,35 @@ class Connector:
                     hint="nothing is delivered from it until it exists; check source_topics",
                 )
             producer = await stack.enter_async_context(kafka.producer(self._settings))
+            trail = await self._audit_trail(producer)
             client = await stack.enter_async_context(http_client(dest, self._transport))
-            diverter = Diverter(producer, dest)
-            delivery = _Delivery(dest, Deliverer(client, dest, diverter), diverter)
+            diverter = Diverter(producer, dest, trail=trail)
+            deliverer = Deliverer(client, dest, diverter, trail=trail)
+            delivery = _Delivery(dest, deliverer, diverter)
             if self.ops is not None:
                 self.ops.serve_json("/status", status.page(dest, self.ops, delivery.snapshot))
             _tune_gc()
             topics = [*dest.source_topics, dest.retry_out_topic]
-            log.info("connector_started", dest=dest.name, topics=topics)
+            log.info("connector_started", dest=dest.name, topics=topics, audit=self.audit_topic)
             await self._worker.run(delivery, topics=topics)
+
+    async def _audit_trail(self, producer: kafka.Producer) -> audit.AuditTrail | None:
+        """The destination's audit trail on the connector's producer, its topic created when
+        missing (an existing one keeps its configuration); None with `audit = false`."""
+        if self.audit_topic is None:
+            return None
+        await kafka_admin.ensure_topics(
+            self._settings,
+            [self.audit_topic],
+            partitions=self.dest.internal_topic_partitions,
+            retention_ms=audit.AUDIT_RETENTION_MS,
+        )
+        return audit.AuditTrail(
+            producer,
+            topic=self.audit_topic,
+            dest=self.dest.name,
+            node=audit.node_name("connector"),
+        )
 
 
 class _Delivery(PartitionHandler):
@@ -120,7 +141,7 @@ class _Delivery(PartitionHandler):
         self._pending = PendingEvents(
             max_records=dest.max_batch_records, max_bytes=dest.max_batch_bytes
         )
-        self._malformed: list[tuple[KafkaRecord, MalformedRecord]] = []
+        self._malformed: list[Unreadable] = []
         self._limit_records = intake_limit(dest)
         self._limit_bytes = dest.max_in_flight * dest.max_batch_bytes * BUFFER_WINDOWS
         self._paused = False
@@ -132,13 +153,17 @@ class _Delivery(PartitionHandler):
 
     def take(self, tp: TopicPartition, records: list[Any]) -> None:
         dest = self._dest
-        parsed = parse(dest, tp, records)
-        self._malformed.extend(parsed.malformed)
+        now_ms = time.time() * 1000
+        parsed = parse(dest, tp, records, taken_ms=int(now_ms))
+        self._malformed.extend(
+            Unreadable(record, exc.reason, short_error(str(exc)), int(now_ms))
+            for record, exc in parsed.malformed
+        )
         if parsed.missing_id:
             metrics.MISSING_FIELDS.labels(dest.name, "id").inc(parsed.missing_id)
         if parsed.missing_time:
             metrics.MISSING_FIELDS.labels(dest.name, "event_time").inc(parsed.missing_time)
-        self._lag_in.observe_ages(time.time() * 1000, map(_event_time_of, parsed.events))
+        self._lag_in.observe_ages(now_ms, map(_event_time_of, parsed.events))
         self._pending.extend(parsed.events)
 
     def next_work(self, *, poll_open: bool) -> Work | None:
@@ -148,7 +173,8 @@ class _Delivery(PartitionHandler):
             chunk = self._malformed[:_MALFORMED_PER_WORK]
             del self._malformed[:_MALFORMED_PER_WORK]
             offsets: dict[TopicPartition, list[int]] = {}
-            for record, _ in chunk:
+            for letter in chunk:
+                record = letter.record
                 tp = TopicPartition(record.topic, record.partition)
                 offsets.setdefault(tp, []).append(record.offset)
             return Work(self._dead_letter(chunk), offsets)
@@ -174,9 +200,9 @@ class _Delivery(PartitionHandler):
     def drop(self, partitions: set[TopicPartition]) -> None:
         self._pending.drop(partitions)
         self._malformed = [
-            (r, x)
-            for r, x in self._malformed
-            if TopicPartition(r.topic, r.partition) not in partitions
+            letter
+            for letter in self._malformed
+            if TopicPartition(letter.record.topic, letter.record.partition) not in partitions
         ]
         for tp in partitions:
             self._lag_records.pop(tp, None)
@@ -209,17 +235,15 @@ class _Delivery(PartitionHandler):
             self._in_flight.dec()
             self._in_flight_requests -= 1
 
-    async def _dead_letter(self, chunk: list[tuple[KafkaRecord, MalformedRecord]]) -> None:
-        await self._diverter.records_to_dlq(
-            [(record, exc.reason, short_error(str(exc))) for record, exc in chunk]
-        )
+    async def _dead_letter(self, chunk: list[Unreadable]) -> None:
+        await self._diverter.records_to_dlq(chunk)
         metrics.RECORDS.labels(self._dest.name, Outcome.DEAD_LETTERED).inc(len(chunk))
         log.warning(
             "malformed_dead_lettered",
             dest=self._dest.name,
             records=len(chunk),
-            reason=chunk[0][1].reason,
-            error=short_error(str(chunk[0][1])),
+            reason=chunk[0].reason,
+            error=chunk[0].error,
         )
 
 

@@ -32,6 +32,7 @@ from config.catalog import Destination
 from connector import metrics
 from connector.divert import Diverter
 from connector.rebatch import Batch, encode_body
+from hifi.audit import AuditTrail
 from hifi.errors import DestinationRejected, DestinationUnavailable
 from hifi.redaction import excerpt, short_error
 from hifi.vocabulary import Outcome, Reason
@@ -115,7 +116,11 @@ def http_client(
 
 
 class Deliverer:
-    """Resolves every event of a batch to delivered, handed to the retrier, or dead-lettered."""
+    """Resolves every event of a batch to delivered, handed to the retrier, or dead-lettered.
+
+    With an audit trail, every outcome's fact is acknowledged before `deliver` returns (the
+    diverter writes those of hand-offs and dead letters).
+    """
 
     def __init__(
         self,
@@ -124,11 +129,13 @@ class Deliverer:
         diverter: Diverter,
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        trail: AuditTrail | None = None,
     ) -> None:
         self._client = client
         self._dest = dest
         self._diverter = diverter
         self._sleep = sleep
+        self._trail = trail
         self._headers = dest.header_values()
         self._jitter = wait_random_exponential(
             multiplier=_BACKOFF_BASE_S, max=dest.local_retry_max_backoff_s
@@ -142,18 +149,20 @@ class Deliverer:
         self._lag_out_retried = metrics.LAG_OUT.labels(dest.name, "retried")
 
     async def deliver(self, batch: Batch) -> None:
-        """Return once every event has an outcome; raises only if Kafka cannot take a hand-off."""
+        """Return once every event has an outcome; raises only if Kafka cannot take a hand-off,
+        a dead letter or an audit fact."""
         try:
-            await self.send_with_retries(batch)
+            status = await self.send_with_retries(batch)
         except DestinationUnavailable as exc:
             await self._hand_off(batch, exc)
         except DestinationRejected as exc:
             await self._isolate(batch, exc)
         else:
-            self._delivered(batch)
+            await self._delivered(batch, status)
 
-    async def send_with_retries(self, batch: Batch) -> None:
-        """One request, retried locally on transient failures with backoff and Retry-After."""
+    async def send_with_retries(self, batch: Batch) -> int:
+        """One request, retried locally on transient failures with backoff and Retry-After;
+        the 2xx status that accepted it."""
         body, content_type = encode_body(batch.events, self._dest.format)
         headers = {
             **self._headers,
@@ -171,11 +180,13 @@ class Deliverer:
             before_sleep=self._count_retry,
             reraise=True,
         )
+        status = 0
         async for attempt in retrying:
             with attempt:
-                await self._send_once(body, headers, len(batch))
+                status = await self._send_once(body, headers, len(batch))
+        return status
 
-    async def _send_once(self, body: bytes, headers: dict[str, str], events: int) -> None:
+    async def _send_once(self, body: bytes, headers: dict[str, str], events: int) -> int:
         metrics.EVENTS_PER_REQUEST.labels(self._dest_name).observe(events)
         started = time.perf_counter()
         try:
@@ -194,6 +205,7 @@ class Deliverer:
             metrics.REQUEST_DURATION.labels(self._dest_name).observe(time.perf_counter() - started)
         metrics.REQUESTS.labels(self._dest_name, status_class(response.status_code)).inc()
         classify(response)
+        return response.status_code
 
     def _unavailable(self, exc: httpx.TransportError | TimeoutError) -> DestinationUnavailable:
         """A request that got no reply: counted as a timeout or a connection failure."""
@@ -225,7 +237,7 @@ class Deliverer:
             return gzip.compress(body, compresslevel=5)
         return await asyncio.to_thread(gzip.compress, body, 5)
 
-    def _delivered(self, batch: Batch) -> None:
+    async def _delivered(self, batch: Batch, status: int) -> None:
         if self._failing:
             self._failing = False
             log.info("destination_recovered")
@@ -238,6 +250,8 @@ class Deliverer:
             self._lag_out_retried.observe_ages(now_ms, map(_event_time_of, retried))
         self._lag_out_first.observe_ages(now_ms, map(_event_time_of, events))
         metrics.RECORDS.labels(self._dest_name, Outcome.DELIVERED).inc(len(batch))
+        if self._trail is not None:
+            await self._trail.record(Outcome.DELIVERED, batch.events, status=status)
 
     async def _hand_off(self, batch: Batch, exc: DestinationUnavailable) -> None:
         await self._diverter.to_retrier(batch.events, status=exc.status, error=str(exc))
@@ -303,10 +317,10 @@ class Deliverer:
             for half in part.halves():
                 budget -= 1
                 try:
-                    await self.send_with_retries(half)
+                    status = await self.send_with_retries(half)
                 except DestinationUnavailable as transient:
                     await self._hand_off(half, transient)
                 except DestinationRejected as again:
                     rejected.append((half, again))
                 else:
-                    self._delivered(half)
+                    await self._delivered(half, status)

@@ -1,12 +1,18 @@
-"""Events that leave the HTTP path for the retrier (`NAME.retry_in`) or the DLQ (`NAME.dlq`), once acknowledged."""
+"""Events that leave the HTTP path for the retrier (`NAME.retry_in`) or the DLQ (`NAME.dlq`), once acknowledged.
+
+With an audit trail, each write is followed by its audit fact, awaited too: the caller's
+offsets are committed only once both are acknowledged.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from config.catalog import Destination
 from connector import metrics
+from hifi.audit import AuditTrail, Seen
 from hifi.envelope import (
     HDR_ATTEMPT,
     HDR_DEST,
@@ -18,10 +24,11 @@ from hifi.envelope import (
     KafkaRecord,
     failure_headers,
     origin_of,
+    origin_parts_of,
     passthrough_headers,
 )
 from hifi.kafka import MAX_REQUEST_BYTES, Headers, Record, RecordWriter
-from hifi.vocabulary import Reason
+from hifi.vocabulary import Outcome, Reason
 
 # A dead letter is one Kafka record: the producer takes at most 16 MiB per request. A record that
 # cannot be written whole (its value, key and headers) becomes a letter with the value's first
@@ -31,12 +38,26 @@ LETTER_VALUE_BYTES = 64 * 1024
 LETTER_HEADER_BYTES = 1024
 
 
-class Diverter:
-    """Writes events off the HTTP path; returns only once Kafka acknowledged every record."""
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A record that can never be an event, on its way to the DLQ."""
 
-    def __init__(self, producer: RecordWriter, dest: Destination) -> None:
+    record: KafkaRecord
+    reason: Reason  # malformed or too_large (a letter may still be cut to fit: too_large)
+    error: str
+    taken_ms: int  # when the connector took it in
+
+
+class Diverter:
+    """Writes events off the HTTP path; returns only once Kafka acknowledged every record (and
+    its audit fact, with a `trail`)."""
+
+    def __init__(
+        self, producer: RecordWriter, dest: Destination, *, trail: AuditTrail | None = None
+    ) -> None:
         self._producer = producer
         self._dest = dest
+        self._trail = trail
 
     async def to_retrier(self, events: Sequence[Event], *, status: int | None, error: str) -> None:
         """Hand events to the global retrier with their attempt count and failure history."""
@@ -60,6 +81,8 @@ class Diverter:
         ]
         await self._producer.send_all(records)
         metrics.HANDOFFS.labels(self._dest.name).inc(len(records))
+        if self._trail is not None:
+            await self._trail.record(Outcome.HANDED_OFF, events, status=status)
 
     async def to_dlq(
         self, events: Sequence[Event], *, reason: Reason, status: int | None, error: str
@@ -88,18 +111,22 @@ class Diverter:
         ]
         await self._producer.send_all(records)
         metrics.DEAD_LETTERS.labels(self._dest.name, reason).inc(len(records))
+        if self._trail is not None:
+            await self._trail.record(Outcome.DEAD_LETTERED, events, reason=reason, status=status)
 
-    async def records_to_dlq(self, letters: Sequence[tuple[KafkaRecord, Reason, str]]) -> None:
-        """Dead-letter records that could not even be read as events: (record, reason, error)."""
+    async def records_to_dlq(self, letters: Sequence[Unreadable]) -> None:
+        """Dead-letter records that could not even be read as events; their audit facts name
+        them by origin alone (no id), with the reason each letter was written with."""
         records: list[Record] = []
-        reasons: list[Reason] = []
-        for record, reason, error in letters:
+        by_reason: dict[Reason, list[Seen]] = {}
+        for letter in letters:
+            record, reason = letter.record, letter.reason
             retried = record.topic == self._dest.retry_out_topic
             own = passthrough_headers(record.headers)
             value, key = record.value, record.key
             hifi: Headers = [
                 (HDR_DEST, self._dest.name.encode()),
-                (HDR_ERROR, error.encode()),
+                (HDR_ERROR, letter.error.encode()),
                 (HDR_ORIGIN, origin_of(record, retried=retried).encode()),
                 (HDR_ATTEMPT, b"0"),
             ]
@@ -114,10 +141,16 @@ class Diverter:
             records.append(
                 (self._dest.dlq_topic, key, value, [*own, (HDR_REASON, reason.encode()), *hifi])
             )
-            reasons.append(reason)
+            origin = origin_parts_of(record, retried=retried)
+            by_reason.setdefault(reason, []).append(
+                Seen(origin, None, record.timestamp, letter.taken_ms)
+            )
         await self._producer.send_all(records)
-        for reason in reasons:
-            metrics.DEAD_LETTERS.labels(self._dest.name, reason).inc()
+        for reason, seen in by_reason.items():
+            metrics.DEAD_LETTERS.labels(self._dest.name, reason).inc(len(seen))
+        if self._trail is not None:
+            for reason, seen in by_reason.items():
+                await self._trail.record(Outcome.DEAD_LETTERED, seen, reason=reason)
 
 
 def _size(key: bytes | None, value: bytes | None, headers: Headers) -> int:

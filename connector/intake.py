@@ -33,13 +33,15 @@ def intake_limit(dest: Destination) -> int:
     return dest.max_in_flight * dest.max_batch_records * BUFFER_WINDOWS
 
 
-def parse(dest: Destination, tp: TopicPartition, records: list[Any]) -> Parsed:
-    """The connector's intake of one partition's records (the bench's floor parses with it too)."""
+def parse(dest: Destination, tp: TopicPartition, records: list[Any], *, taken_ms: int) -> Parsed:
+    """The connector's intake of one partition's records, taken in at `taken_ms` (epoch ms; the
+    bench's floor parses with it too)."""
     return parse_records(
         tp,
         records,
         id_field=dest.id_field,
         event_time_field=dest.event_time_field,
         max_bytes=dest.max_batch_bytes,
+        taken_ms=taken_ms,
         retried=tp.topic == dest.retry_out_topic,
     )

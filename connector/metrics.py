@@ -14,6 +14,8 @@ from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from hifi.audit import EVENTS_WRITTEN as AUDIT_EVENTS
+from hifi.audit import FACTS_WRITTEN as AUDIT_FACTS
 from hifi.vocabulary import Outcome, Reason
 
 _INF = float("inf")
@@ -189,10 +191,17 @@ PAUSED = Gauge(
 )
 
 
-def create_series(dest: str) -> None:
-    """Every series of `dest` at 0, so the first scrape shows them (alerts see 0, not nothing)."""
-    for outcome in (Outcome.DELIVERED, Outcome.HANDED_OFF, Outcome.DEAD_LETTERED):
+_OUTCOMES = (Outcome.DELIVERED, Outcome.HANDED_OFF, Outcome.DEAD_LETTERED)
+
+
+def create_series(dest: str, *, audit: bool) -> None:
+    """Every series of `dest` at 0, so the first scrape shows them (alerts see 0, not nothing);
+    the audit trail's (`hifi/audit.py`) when it writes one."""
+    for outcome in _OUTCOMES:
         RECORDS.labels(dest, outcome)
+        if audit:
+            AUDIT_FACTS.labels(dest, outcome)
+            AUDIT_EVENTS.labels(dest, outcome)
     for reason in Reason:
         DEAD_LETTERS.labels(dest, reason)
     for status_class in ("2xx", "3xx", "4xx", "5xx", "timeout", "connection"):

@@ -29,6 +29,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 import msgspec
+from prometheus_client import Counter
 
 from hifi.errors import HifiError
 from hifi.kafka import Record, RecordWriter
@@ -44,6 +45,16 @@ _FORMAT = f"{FORMAT_MAJOR}.{FORMAT_MINOR}".encode()
 # Events per fact at most: a batch of 100,000 events with 250-byte ids is ~30 MB; the producer
 # takes 16 MiB per request, so a large outcome is written as several facts.
 MAX_EVENTS_PER_FACT = 20_000
+
+# Both daemons that write facts (connector, retrier) count them here, once acknowledged.
+FACTS_WRITTEN = Counter(
+    "hifi_audit_facts", "Audit facts acknowledged by the broker, by outcome.", ["dest", "outcome"]
+)
+EVENTS_WRITTEN = Counter(
+    "hifi_audit_events",
+    "Events named in audit facts acknowledged by the broker, by outcome.",
+    ["dest", "outcome"],
+)
 
 
 def audit_topic(environ: dict[str, str] | None = None) -> str:
@@ -240,7 +251,8 @@ class AuditTrail:
         reason: Reason | None = None,
         status: int | None = None,
     ) -> None:
-        """Write the facts of one outcome and wait for the broker's acknowledgement (acks=all)."""
+        """Write the facts of one outcome and wait for the broker's acknowledgement (acks=all);
+        counted in `hifi_audit_facts_total` and `hifi_audit_events_total` once acknowledged."""
         if not events:
             return
         facts = self.facts(outcome, events, reason=reason, status=status)
@@ -249,3 +261,5 @@ class AuditTrail:
             (self.topic, key, encode_fact(fact), [(HDR_FORMAT, _FORMAT)]) for fact in facts
         ]
         await self._producer.send_all(records)
+        FACTS_WRITTEN.labels(self._dest, outcome).inc(len(records))
+        EVENTS_WRITTEN.labels(self._dest, outcome).inc(len(events))

@@ -27,6 +27,8 @@ HDR_REASON = "hifi-reason"
 HDR_HISTORY = "hifi-history"
 HDR_DUE_MS = "hifi-due-ms"  # set by the retrier: when a waiting event is due for re-offer
 HDR_VALUE_BYTES = "hifi-value-bytes"  # a letter cut to fit the DLQ: the size of the whole value
+HDR_EVENT_ID = "hifi-event-id"  # the event's own id, when it has one (for the retrier's facts)
+HDR_EVENT_TIME_MS = "hifi-event-time-ms"  # the event time the connector read (same)
 
 HIFI_HEADERS = frozenset(
     {
@@ -41,6 +43,8 @@ HIFI_HEADERS = frozenset(
         HDR_HISTORY,
         HDR_DUE_MS,
         HDR_VALUE_BYTES,
+        HDR_EVENT_ID,
+        HDR_EVENT_TIME_MS,
     }
 )
 MAX_HISTORY_ENTRIES = 25
@@ -81,6 +85,8 @@ class Event:
     event_time_ms: int
     record: KafkaRecord
     retried: bool  # read from NAME.retry_out: its hifi-* headers are hifi's
+    taken_ms: int  # when the connector took the record in (epoch ms, one value per poll)
+    has_id: bool  # False when `id` fell back to the origin
 
     @property
     def key(self) -> bytes | None:
@@ -90,6 +96,16 @@ class Event:
     def origin(self) -> str:
         """topic/partition/offset where the event first entered hifi (kept across retries)."""
         return origin_of(self.record, retried=self.retried)
+
+    @property
+    def origin_parts(self) -> tuple[str, int, int]:
+        """The origin as (topic, partition, offset), for the audit trail."""
+        return origin_parts_of(self.record, retried=self.retried)
+
+    @property
+    def audit_id(self) -> str | None:
+        """The event's own id; None when it has none (the audit trail counts it by origin)."""
+        return self.id if self.has_id else None
 
     @property
     def attempt(self) -> int:
@@ -130,6 +146,27 @@ def origin_of(record: KafkaRecord, *, retried: bool) -> str:
     return f"{record.topic}/{record.partition}/{record.offset}"
 
 
+def origin_parts_of(record: KafkaRecord, *, retried: bool) -> tuple[str, int, int]:
+    """`origin_of` as (topic, partition, offset); an unreadable `hifi-origin` falls back to
+    the record's own position."""
+    if retried and record.headers:
+        parts = parse_origin(header_map(record.headers).get(HDR_ORIGIN))
+        if parts is not None:
+            return parts
+    return (record.topic, record.partition, record.offset)
+
+
+def parse_origin(raw: bytes | None) -> tuple[str, int, int] | None:
+    """(topic, partition, offset) from a `hifi-origin` value; None when it is not one."""
+    parts = raw.rsplit(b"/", 2) if raw else []
+    if len(parts) != 3 or not parts[0]:
+        return None
+    partition, offset = header_int(parts[1]), header_int(parts[2])
+    if partition is None or offset is None:
+        return None
+    return (parts[0].decode("utf-8", errors="replace"), partition, offset)
+
+
 @dataclass(slots=True)
 class Parsed:
     """What one partition's records became: events, and records that can never be events."""
@@ -147,9 +184,12 @@ def parse_records(
     id_field: str,
     event_time_field: str,
     max_bytes: int,
+    taken_ms: int,
     retried: bool = False,
 ) -> Parsed:
     """Read the records of one partition as events; malformed and oversize ones are set apart.
+
+    `taken_ms` is when the connector took this poll in (epoch ms), stamped on every event.
 
     This is the connector's per-record hot path. Each value is validated as one JSON object of
     UTF-8 text, but only the id and event-time fields are built as Python objects; the value
@@ -181,7 +221,8 @@ def parse_records(
         except Exception as exc:  # every failure to read one record is that record's outcome
             malformed.append((record, _malformed_value(exc)))
             continue
-        if event_id is None:
+        has_id = event_id is not None
+        if not has_id:
             parsed.missing_id += 1
         if event_time_ms is None:
             parsed.missing_time += 1
@@ -190,10 +231,12 @@ def parse_records(
                 tp,
                 record.offset,
                 value,
-                event_id if event_id is not None else origin_of(record, retried=retried),
+                event_id if has_id else origin_of(record, retried=retried),
                 event_time_ms if event_time_ms is not None else record.timestamp,
                 record,
                 retried,
+                taken_ms,
+                has_id,
             )
         )
     return parsed
@@ -306,7 +349,8 @@ def failure_headers(
 ) -> Headers:
     """Headers for a hand-off or a dead letter: where the event came from and what went wrong.
 
-    `hifi-status` is the destination's HTTP status, absent when no reply came.
+    `hifi-status` is the destination's HTTP status, absent when no reply came. The event's id
+    (when it has one) and event time travel too, so the retrier's audit facts can name them.
     """
     first_failure_ms = event.first_failure_ms if event.first_failure_ms is not None else now_ms
     entry: dict[str, Any] = {"at_ms": now_ms, "attempt": attempt, "error": error}
@@ -320,7 +364,10 @@ def failure_headers(
         (HDR_ERROR, error.encode()),
         (HDR_ORIGIN, event.origin.encode()),
         (HDR_HISTORY, append_history(event.history, entry)),
+        (HDR_EVENT_TIME_MS, str(event.event_time_ms).encode()),
     ]
+    if event.has_id:
+        headers.append((HDR_EVENT_ID, event.id.encode()))
     if status is not None:
         headers.append((HDR_STATUS, str(status).encode()))
     return headers

@@ -19,6 +19,7 @@ from hifi.errors import BrokerUnavailable
 from hifi.kafka import Headers
 
 __all__ = [
+    "TAKEN_MS",
     "FakeKafka",
     "Sleeps",
     "events",
@@ -29,6 +30,9 @@ __all__ = [
     "wait_exit",
     "write_destination",
 ]
+
+
+TAKEN_MS = 1_700_000_000_500  # when `make_event`'s events were taken in
 
 
 def write_destination(catalog_dir: Path, name: str, **keys: Any) -> Path:
@@ -108,7 +112,12 @@ def make_event(
         topic, 0, i, 1, 0, f"e{i}".encode(), value, None, 3, len(value), user_headers or ()
     )
     parsed = parse_records(
-        TopicPartition(topic, 0), [record], id_field="id", event_time_field="t", max_bytes=1 << 20
+        TopicPartition(topic, 0),
+        [record],
+        id_field="id",
+        event_time_field="t",
+        max_bytes=1 << 20,
+        taken_ms=TAKEN_MS,
     )
     return parsed.events[0]
 

@@ -9,6 +9,7 @@ from hifi.envelope import Parsed, failure_headers, header_map, parse_records
 
 TP = TopicPartition("src", 3)
 KAFKA_TIMESTAMP_MS = 1_700_000_000_000
+TAKEN_MS = 1_700_000_009_000
 
 
 def _record(
@@ -25,7 +26,13 @@ def _parse(
     *records: ConsumerRecord[bytes, bytes], max_bytes: int = 1 << 20, retried: bool = False
 ) -> Parsed:
     return parse_records(
-        TP, records, id_field="id", event_time_field="ts", max_bytes=max_bytes, retried=retried
+        TP,
+        records,
+        id_field="id",
+        event_time_field="ts",
+        max_bytes=max_bytes,
+        taken_ms=TAKEN_MS,
+        retried=retried,
     )
 
 
@@ -44,6 +51,8 @@ def test_events_keep_their_bytes_id_time_and_position() -> None:
     )
     assert event.user_headers == []
     assert (parsed.malformed, parsed.missing_id, parsed.missing_time) == ([], 0, 0)
+    assert (event.taken_ms, event.has_id, event.audit_id) == (TAKEN_MS, True, "a1")
+    assert event.origin_parts == ("src", 3, 7)
 
 
 def test_ids_and_times_in_other_forms() -> None:
@@ -71,6 +80,9 @@ def test_missing_or_unusable_id_and_time_fall_back_and_are_counted() -> None:
     assert [e.id for e in parsed.events] == ["src/3/0", "src/3/1", "src/3/2", "ok"]
     assert [e.event_time_ms for e in parsed.events] == [5] + [KAFKA_TIMESTAMP_MS] * 3
     assert (parsed.missing_id, parsed.missing_time) == (3, 3)
+    # The audit trail names an id-less event by its origin alone, never by the fallback id.
+    assert [e.audit_id for e in parsed.events] == [None, None, None, "ok"]
+    assert [e.has_id for e in parsed.events] == [False, False, False, True]
 
 
 def test_malformed_records_are_set_apart_with_a_reason_and_the_rest_still_parse() -> None:
@@ -112,6 +124,7 @@ def test_a_retried_record_carries_its_origin_attempts_and_history_from_headers()
     ]
     assert again.user_headers == [("trace", b"t1")]
     assert header_map(headers)["hifi-origin"] == b"src/3/9"
+    assert (again.origin_parts, again.audit_id, again.taken_ms) == (("src", 3, 9), None, TAKEN_MS)
 
 
 def test_hifi_headers_on_a_record_not_from_the_retrier_are_not_believed() -> None:
@@ -136,3 +149,39 @@ def test_values_are_checked_whole_even_where_fields_are_not_read() -> None:
     assert reasons[1].startswith("value is not UTF-8")
     assert all(reasons[n].startswith("value is not JSON") for n in (2, 3, 4))
     assert {exc.reason for _, exc in parsed.malformed} == {"malformed"}
+
+
+def test_failure_headers_carry_the_event_id_and_time_for_the_retrier() -> None:
+    """A hand-off names the event's own id (only when it has one) and its event time."""
+    with_id, without_id = _parse(
+        _record(1, b'{"id":"a/1","ts":1700000000123}'), _record(2, b'{"ts":1700000000456}')
+    ).events
+    found = header_map(
+        failure_headers(with_id, dest="d", status=None, error="x", now_ms=1, attempt=1)
+    )
+    assert (found["hifi-event-id"], found["hifi-event-time-ms"]) == (b"a/1", b"1700000000123")
+    found = header_map(
+        failure_headers(without_id, dest="d", status=None, error="x", now_ms=1, attempt=1)
+    )
+    assert "hifi-event-id" not in found
+    assert found["hifi-event-time-ms"] == b"1700000000456"
+
+
+def test_a_retried_origin_is_read_in_parts_and_an_unreadable_one_falls_back() -> None:
+    """`hifi-origin` splits at its last two slashes; one that is not topic/partition/offset gives
+    the record's own position, and forged audit headers on a source record are not passed on."""
+    cases = {
+        b"a.b/0/12": ("a.b", 0, 12),
+        b"x/y/4/5": ("x/y", 4, 5),
+        b"src/two/5": ("src", 3, 70),
+        b"/1/2": ("src", 3, 70),
+        b"nonsense": ("src", 3, 70),
+        b"t/1/-2": ("src", 3, 70),
+    }
+    for origin, parts in cases.items():
+        event = _parse(_record(70, b'{"ts":1}', [("hifi-origin", origin)]), retried=True).events[0]
+        assert event.origin_parts == parts, origin
+    forged = [("hifi-event-id", b"forged"), ("hifi-event-time-ms", b"1"), ("trace", b"t")]
+    event = _parse(_record(5, b'{"id":"real","ts":1}', headers=forged)).events[0]
+    assert event.user_headers == [("trace", b"t")]
+    assert event.audit_id == "real"

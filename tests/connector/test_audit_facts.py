@@ -1,0 +1,159 @@
+"""The connector's audit facts per outcome, in the order they are written, with a fake producer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+import respx
+from aiokafka import ConsumerRecord
+
+from config.catalog import Destination
+from connector.delivery import Deliverer
+from connector.divert import DLQ_RECORD_MAX_BYTES, Diverter, Unreadable
+from connector.rebatch import Batch
+from hifi.audit import AuditTrail, Fact, decode_fact
+from hifi.errors import BrokerUnavailable
+from hifi.vocabulary import Reason
+from tests.helpers import TAKEN_MS, FakeKafka, Sleeps, make_destination, make_event
+
+URL = "https://collector.test/v1/events"
+AUDIT = "audit.unit"
+
+
+@pytest.fixture
+def dest(catalog_dir: Path) -> Destination:
+    return make_destination(catalog_dir, "unit", URL, "src", local_retry_attempts=2)
+
+
+def _trail(kafka: FakeKafka) -> AuditTrail:
+    return AuditTrail(kafka, topic=AUDIT, dest="unit", node="connector@test:1")
+
+
+def _deliverer(dest: Destination, kafka: FakeKafka) -> tuple[Deliverer, httpx.AsyncClient]:
+    client, trail = httpx.AsyncClient(), _trail(kafka)
+    diverter = Diverter(kafka, dest, trail=trail)
+    return Deliverer(client, dest, diverter, sleep=Sleeps(), trail=trail), client
+
+
+def _facts(kafka: FakeKafka) -> list[Fact]:
+    return [
+        decode_fact(value, headers) for topic, _, value, headers in kafka.records if topic == AUDIT
+    ]
+
+
+def _named(fact: Fact) -> list[tuple[str, int, int, str | None]]:
+    """(topic, partition, offset, id) of every event a fact names."""
+    return [
+        (part.topic, part.partition, offset, event_id)
+        for part in fact.slices
+        for offset, event_id in zip(part.offsets, part.ids, strict=True)
+    ]
+
+
+def _rejecting(ids: set[str]) -> respx.Route:
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent = {event["id"] for event in orjson.loads(request.content)}
+        return httpx.Response(400 if sent & ids else 200)
+
+    return respx.post(URL).mock(side_effect=answer)
+
+
+@respx.mock
+async def test_each_outcome_of_a_bisected_batch_is_one_fact_after_its_write(
+    dest: Destination,
+) -> None:
+    """A batch with one rejected event: a dead_lettered fact (reason, status) follows the DLQ
+    write, and each accepted half has its delivered fact with the 2xx status, ids and times."""
+    _rejecting({"e3"})
+    kafka = FakeKafka()
+    deliverer, client = _deliverer(dest, kafka)
+    async with client:
+        await deliverer.deliver(Batch([make_event(i) for i in range(4)]))
+    written = [
+        topic if topic != AUDIT else decode_fact(value, headers).outcome
+        for topic, _, value, headers in kafka.records
+    ]
+    assert written.index("unit.dlq") + 1 == written.index("dead_lettered")
+    facts = _facts(kafka)
+    dead = [fact for fact in facts if fact.outcome == "dead_lettered"]
+    delivered = [fact for fact in facts if fact.outcome == "delivered"]
+    assert [(f.reason, f.status, _named(f)) for f in dead] == [
+        ("http_4xx", 400, [("src", 0, 3, "e3")])
+    ]
+    assert sorted(e for f in delivered for e in _named(f)) == [
+        ("src", 0, i, f"e{i}") for i in range(3)
+    ]
+    assert {(f.status, f.reason, f.dest) for f in delivered} == {(200, None, "unit")}
+    assert {t for f in facts for part in f.slices for t in part.taken_ms} == {TAKEN_MS}
+
+
+@respx.mock
+async def test_a_hand_off_fact_follows_the_retry_in_write(dest: Destination) -> None:
+    """Local attempts spent: the events go to NAME.retry_in, then one handed_off fact names them."""
+    respx.post(URL).respond(503)
+    kafka = FakeKafka()
+    deliverer, client = _deliverer(dest, kafka)
+    async with client:
+        await deliverer.deliver(Batch([make_event(1), make_event(2)]))
+    assert [topic for topic, *_ in kafka.records] == ["unit.retry_in"] * 2 + [AUDIT]
+    (fact,) = _facts(kafka)
+    assert (fact.outcome, fact.status, _named(fact)) == (
+        "handed_off",
+        503,
+        [("src", 0, 1, "e1"), ("src", 0, 2, "e2")],
+    )
+
+
+@respx.mock
+async def test_a_fact_kafka_refuses_fails_the_delivery(dest: Destination) -> None:
+    """When the fact cannot be written the unit of work fails, so its offsets are not committed."""
+    respx.post(URL).respond(200)
+    deliverer, client = _deliverer(dest, FakeKafka(fail=True))
+    async with client:
+        with pytest.raises(BrokerUnavailable):
+            await deliverer.deliver(Batch([make_event(1)]))
+
+
+async def test_unreadable_records_are_accounted_by_origin_with_the_reason_written(
+    dest: Destination,
+) -> None:
+    """Malformed records get dead_lettered facts without an id; one too big for a letter is cut
+    and its fact says too_large, the reason its letter carries."""
+    small = ConsumerRecord("src", 1, 40, 1234, 0, None, b"[1]", None, 0, 3, ())
+    huge_value = b"x" * (DLQ_RECORD_MAX_BYTES + 1)
+    huge = ConsumerRecord("src", 1, 41, 5678, 0, None, huge_value, None, 0, len(huge_value), ())
+    kafka = FakeKafka()
+    diverter = Diverter(kafka, dest, trail=_trail(kafka))
+    await diverter.records_to_dlq(
+        [
+            Unreadable(small, Reason.MALFORMED, "value is JSON array", 111),
+            Unreadable(huge, Reason.MALFORMED, "value is not JSON", 222),
+        ]
+    )
+    by_reason = {fact.reason: fact for fact in _facts(kafka)}
+    assert set(by_reason) == {"malformed", "too_large"}
+    assert _named(by_reason["malformed"]) == [("src", 1, 40, None)]
+    assert _named(by_reason["too_large"]) == [("src", 1, 41, None)]
+    assert by_reason["too_large"].slices[0].event_times_ms == [5678]
+    assert by_reason["too_large"].slices[0].taken_ms == [222]
+    letters = {
+        value[:3]: dict(headers)["hifi-reason"]
+        for topic, _, value, headers in kafka.records
+        if topic == "unit.dlq" and value
+    }
+    assert letters == {b"[1]": b"malformed", b"xxx": b"too_large"}
+
+
+@respx.mock
+async def test_without_a_trail_nothing_is_written_for_the_audit(dest: Destination) -> None:
+    """No trail (`audit = false`): a delivery and a hand-off write nothing but the hand-off."""
+    respx.post(URL).mock(side_effect=[httpx.Response(200), *[httpx.Response(503)] * 2])
+    kafka = FakeKafka()
+    async with httpx.AsyncClient() as client:
+        deliverer = Deliverer(client, dest, Diverter(kafka, dest), sleep=Sleeps())
+        await deliverer.deliver(Batch([make_event(1)]))
+        await deliverer.deliver(Batch([make_event(2)]))
+    assert [topic for topic, *_ in kafka.records] == ["unit.retry_in"]
