@@ -31,9 +31,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.compute as pc  # type: ignore[import-untyped]
-import pyarrow.parquet as pq  # type: ignore[import-untyped]
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from hifi.audit import Fact, Slice
 from hifi.errors import ConfigError, HifiError
@@ -81,7 +81,7 @@ MINUTE_SCHEMA = _schema(
     ("duplicates", _I64, False), ("lag_p50_ms", _I64, True), ("lag_p95_ms", _I64, True),
     ("lag_p99_ms", _I64, True), ("lag_in_p95_ms", _I64, True), ("process_p95_ms", _I64, True),
     ("final", _BOOL, False), ("up", _BOOL, True), ("down_reason", _STR, True),
-    ("written_ms", _I64, False),
+    ("written_ms", _I64, False), ("missing_ids", pa.list_(_STR), True),
 )  # fmt: skip
 SCHEMAS: dict[Kind, Any] = {
     Kind.ENTERED: ENTERED_SCHEMA,

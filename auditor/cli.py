@@ -174,6 +174,8 @@ def report(
     if (url is None) == (archive_dir is None):
         fail(where, "give exactly one of --url (a running auditor) and --archive (a directory)")
     now_ms = int(time.time() * 1000)
+    from_ms: int | None
+    to_ms: int | None
     try:
         if availability:
             day = _day(day_text, now_ms)

@@ -234,6 +234,7 @@ class _Accounting(PartitionHandler):
             id_field=dest.id_field,
             event_time_field=dest.event_time_field,
             max_bytes=dest.max_batch_bytes,
+            taken_ms=observed_ms,
         )
         origin = (tp.topic, tp.partition)
         by_minute: dict[int, list[int]] = defaultdict(list)

@@ -84,7 +84,7 @@ class ProgressClock:
             if untouched_ms >= grace_ms:
                 return now
         if read.last_record_ms is None:
-            return read.owned_since_ms - UNTOUCHED_GRACE_MS
+            return 0  # nothing read yet: no minute can settle on this partition's account
         return read.last_record_ms
 
     def state(self) -> list[list[Any]]:

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import orjson
+from aiokafka import TopicPartition
 
 from hifi import kafka
 from hifi.envelope import HDR_ORIGIN, HDR_REASON, header_map
@@ -66,3 +67,21 @@ async def dead_letters(
             key = headers.get(HDR_ORIGIN, b"?").decode()
         found[key] = reason
     return found
+
+
+async def move_committed(
+    settings: KafkaSettings, group_id: str, topic: str, partition: int, offset: int
+) -> None:
+    """Set a (stopped) consumer group's committed offset of one partition, as an operator would
+    with kafka-consumer-groups --reset-offsets: a plain consumer joins the group, takes every
+    partition (no other member runs) and commits the offset."""
+    tp = TopicPartition(topic, partition)
+    async with kafka.consumer(settings, group_id=group_id) as consumer:
+        consumer.subscribe([topic])
+        for _ in range(100):
+            if tp in consumer.assignment():
+                break
+            await consumer.getmany(timeout_ms=200, max_records=1)
+        else:
+            raise TimeoutError(f"group {group_id} never assigned {topic}/{partition}")
+        await consumer.commit({tp: offset})
