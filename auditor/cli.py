@@ -192,7 +192,7 @@ def report(
         fail(where, str(exc))
     except HifiError as exc:
         fail(where, str(exc), EXIT_FAILURE)
-    console = Console(width=max(120, Console().width))
+    console = Console(width=None if sys.stdout.isatty() else 160)
     if availability:
         result = day_availability(rows, day, final_before_ms=final_before_ms)
         result["dest"] = dest

@@ -95,7 +95,7 @@ def day_availability(
     final_minutes = (final_end - start_ms) // MINUTE_MS
     down = {"loss": 0, "lag": 0}
     for row in rows:
-        minute_ms = _minute_ms(row["minute"])
+        minute_ms = parse_minute(row["minute"])
         if not start_ms <= minute_ms < final_end or not row["final"]:
             continue
         if row["up"] is False:
@@ -124,7 +124,8 @@ def nines(ratio: float | None) -> float | None:
     return round(-math.log10(1 - ratio), 2)
 
 
-def _minute_ms(iso: str) -> int:
+def parse_minute(iso: str) -> int:
+    """Epoch ms of a row's `minute` (ISO 8601 UTC)."""
     return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
 
 

@@ -1,8 +1,9 @@
 """`make demo`: the whole pipeline on embedded defaults, with live progress and a closing account by event id.
 
 Starts a local broker and a flaky destination, produces sample events (some poison, some
-malformed), runs the connector and the retrier as real processes, prints progress every second
-and ends with a summary that accounts for every produced event.
+malformed), runs the connector, the retrier and the auditor as real processes, prints progress
+every second and ends with a summary that accounts for every produced event, then the
+auditor's per-minute table beside the demo's own account by id, minute by minute.
 
 `--keep` (`make demo KEEP=1`) leaves everything running after the summary and prints what to
 try next; Ctrl-C then stops the daemons (they drain and commit), the destination and the
@@ -24,7 +25,10 @@ from pathlib import Path
 
 import httpx
 import orjson
+from rich.console import Console
+from rich.table import Table
 
+from auditor.tables import parse_minute, render
 from devstack import kafka_tools
 from devstack.broker import LocalBroker
 from devstack.destination import Reply, TestDestination
@@ -42,7 +46,9 @@ POISON_EVERY = 997  # events the destination always answers 400
 MALFORMED = 5  # records that are not JSON objects
 DEADLINE_S = 180.0
 WORK_DIR = Path(".demo")
-_LOGS = ("connector.log", "retrier.log", "tansu.log")
+_LOGS = ("connector.log", "retrier.log", "auditor.log", "tansu.log")
+SETTLE_S = 5  # the demo's minutes are final 5 s after they end (300 s by default)
+MINUTE_MS = 60_000
 _METRIC_RE = re.compile(r"^(hifi_[a-z_]+_total)\{([^}]*)\} ([0-9.e+]+)$", re.M)
 
 
@@ -53,6 +59,8 @@ class Tally:
     produced: set[str] = field(default_factory=set)
     poison: set[str] = field(default_factory=set)
     malformed: int = 0
+    minute_of: dict[str, int] = field(default_factory=dict)  # event id -> event-time minute
+    malformed_minutes: list[int] = field(default_factory=list)  # by Kafka timestamp
 
 
 def catalog_text(url: str) -> str:
@@ -68,6 +76,10 @@ retry_after_max_s = 2.0
 retry_tiers_s = [2, 4, 8]
 max_retry_age_s = 600
 internal_topic_partitions = 4
+
+[accounting]
+settle_s = {SETTLE_S}
+lag_sla_s = 2.0
 """
 
 
@@ -85,8 +97,11 @@ def sample_event(seq: int, prefix: str = "evt") -> dict[str, object]:
 async def produce(settings: KafkaSettings, tally: Tally) -> None:
     """Produce EVENTS events at RATE_PER_S, plus a few malformed records."""
     async with kafka.producer(settings) as producer:
-        await producer.send_all([(TOPIC, None, b"this is not json", []) for _ in range(MALFORMED)])
+        written = await producer.send_all(
+            [(TOPIC, None, b"this is not json", []) for _ in range(MALFORMED)]
+        )
         tally.malformed = MALFORMED
+        tally.malformed_minutes = [m.timestamp - m.timestamp % MINUTE_MS for m in written]
         per_tick = RATE_PER_S // 10
         for start in range(0, EVENTS, per_tick):
             batch = [sample_event(seq) for seq in range(start, min(start + per_tick, EVENTS))]
@@ -95,6 +110,8 @@ async def produce(settings: KafkaSettings, tally: Tally) -> None:
             )
             for event in batch:
                 tally.produced.add(str(event["id"]))
+                event_time = int(str(event["event_time"]))
+                tally.minute_of[str(event["id"])] = event_time - event_time % MINUTE_MS
                 if event["poison"]:
                     tally.poison.add(str(event["id"]))
             await asyncio.sleep(0.1)
@@ -143,11 +160,11 @@ def shielded_from_ctrl_c(shield: bool) -> Iterator[None]:
 
 @contextlib.asynccontextmanager
 async def daemons(
-    catalog: Path, bootstrap: str, ports: tuple[int, int], *, keep: bool = False
+    catalog: Path, bootstrap: str, ports: tuple[int, int, int], *, keep: bool = False
 ) -> AsyncIterator[None]:
-    """The connector and the retrier as real processes; SIGTERM and wait on exit."""
+    """The connector, the retrier and the auditor as real processes; SIGTERM and wait on exit."""
     common = ["--catalog", str(catalog)]
-    names = ["connector", "retrier"]
+    names = ["connector", "retrier", "auditor"]
     with shielded_from_ctrl_c(keep):
         processes = [
             start_daemon(
@@ -162,6 +179,15 @@ async def daemons(
                 bootstrap=bootstrap,
                 log_path=WORK_DIR / "retrier.log",
             ),
+            start_daemon(
+                "auditor",
+                [
+                    "--dest", DEST, *common, "--metrics-port", str(ports[2]),
+                    "--archive", str(WORK_DIR / "archive"), "--archive-roll-s", "2",
+                ],
+                bootstrap=bootstrap,
+                log_path=WORK_DIR / "auditor.log",
+            ),
         ]
     try:
         yield
@@ -173,8 +199,8 @@ async def daemons(
             print(f"  {name} exited with {code}")
 
 
-async def wait_ready(client: httpx.AsyncClient, ports: tuple[int, int]) -> None:
-    """Wait until both daemons answer /readyz (joined their consumer groups)."""
+async def wait_ready(client: httpx.AsyncClient, ports: tuple[int, int, int]) -> None:
+    """Wait until every daemon answers /readyz (joined its consumer group)."""
     started = time.monotonic()
     for port in ports:
         while time.monotonic() - started < DEADLINE_S:
@@ -184,7 +210,9 @@ async def wait_ready(client: httpx.AsyncClient, ports: tuple[int, int]) -> None:
             await asyncio.sleep(0.2)
         else:
             raise RuntimeError(f"a daemon did not become ready; see {WORK_DIR}/*.log")
-    print(f"connector and retrier ready after {time.monotonic() - started:.1f}s; producing")
+    print(
+        f"connector, retrier and auditor ready after {time.monotonic() - started:.1f}s; producing"
+    )
 
 
 async def follow(
@@ -223,6 +251,7 @@ class Running:
     destination_url: str
     connector_port: int
     retrier_port: int
+    auditor_port: int
     work_dir: Path
     bin_dir: Path
 
@@ -240,6 +269,8 @@ def keep_hints(running: Running) -> str:
     into a shell in the current directory."""
     connector = f"http://127.0.0.1:{running.connector_port}"
     retrier = f"http://127.0.0.1:{running.retrier_port}"
+    auditor = f"http://127.0.0.1:{running.auditor_port}"
+    auditor_bin = shown(running.bin_dir / "auditor")
     env = f"HIFI_KAFKA_BOOTSTRAP={running.bootstrap}"
     catalog_env = f"{env} HIFI_CATALOG_DIR={shown(running.work_dir / 'catalog')}"
     retrier_bin = shown(running.bin_dir / "retrier")
@@ -248,20 +279,24 @@ def keep_hints(running: Running) -> str:
     return "\n".join(
         [
             "",
-            "still running (KEEP=1): broker, destination, connector and retrier.",
+            "still running (KEEP=1): broker, destination, connector, retrier and auditor.",
             f"Try, from {Path.cwd()}:",
             f"  connector     curl -s {connector}/metrics | grep ^hifi_connector_records_total",
             f"                curl -s {connector}/status",
             f"  retrier       curl -s {retrier}/status",
             f"                curl -s {retrier}/readyz",
             f"                curl -s {retrier}/metrics | grep ^hifi_retrier_",
+            f"  accounts      {auditor_bin} report --dest {DEST} --url {auditor}",
+            f"                {auditor_bin} report --dest {DEST} --availability --url {auditor}",
+            f"                {auditor_bin} report --dest {DEST} --archive"
+            f" {shown(running.work_dir / 'archive')} --format json",
             f"  dead letters  {catalog_env} {retrier_bin} dlq list --dest {DEST}",
             f"  replay        {catalog_env} {retrier_bin} dlq replay --dest {DEST} --dry-run",
             f"  more events   {env} {python} -m devstack.demo --produce 1000",
             f"                (to {TOPIC}; every {POISON_EVERY}th event is poison)",
             f"  destination   {running.destination_url} (8% faults, 400 for poison events)",
             f"  logs          tail -f {logs}",
-            "  stop          Ctrl-C: the connector and retrier drain and commit, then the",
+            "  stop          Ctrl-C: the daemons drain and commit, then the",
             "                destination and the broker stop (the broker keeps nothing)",
         ]
     )
@@ -278,7 +313,7 @@ async def until_stopped() -> None:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-    print("\nstopping: connector and retrier drain and commit, then the destination and broker")
+    print("\nstopping: the daemons drain and commit, then the destination and broker")
 
 
 async def run(bootstrap: str, *, keep: bool = False) -> int:
@@ -296,11 +331,12 @@ async def run(bootstrap: str, *, keep: bool = False) -> int:
         )
         (catalog / f"{DEST}.toml").write_text(catalog_text(destination.url))
         await kafka_admin.ensure_topics(settings, [TOPIC], partitions=4)
-        ports = (free_port(), free_port())
+        ports = (free_port(), free_port(), free_port())
         print(f"broker {bootstrap}; destination {destination.url} (8% faults: 5xx, 429, slow);")
         print(
             f"connector metrics http://127.0.0.1:{ports[0]}/metrics, retrier "
-            f"http://127.0.0.1:{ports[1]}/status; logs in {WORK_DIR}/"
+            f"http://127.0.0.1:{ports[1]}/status, auditor http://127.0.0.1:{ports[2]}/tables;"
+            f" logs in {WORK_DIR}/"
         )
         async with (
             daemons(catalog, bootstrap, ports, keep=keep),
@@ -311,13 +347,15 @@ async def run(bootstrap: str, *, keep: bool = False) -> int:
             await follow(tally, destination, client, ports[0], producing)
             if keep:
                 code = await summarize(settings, tally, destination)
+                code = max(code, await compare_accounts(client, ports[2], tally, destination))
                 running = Running(
                     bootstrap, destination.url, *ports, WORK_DIR, Path(sys.executable).parent
                 )
                 print(keep_hints(running), flush=True)
                 await until_stopped()
                 return code
-        return await summarize(settings, tally, destination)
+            code = await summarize(settings, tally, destination)
+            return max(code, await compare_accounts(client, ports[2], tally, destination))
 
 
 async def summarize(settings: KafkaSettings, tally: Tally, destination: TestDestination) -> int:
@@ -351,6 +389,69 @@ async def summarize(settings: KafkaSettings, tally: Tally, destination: TestDest
     ok = not lost and not wrong_dlq and malformed == tally.malformed
     print("demo: OK, every event accounted for" if ok else f"demo: FAILED lost={sorted(lost)[:10]}")
     return 0 if ok else 1
+
+
+async def compare_accounts(
+    client: httpx.AsyncClient, port: int, tally: Tally, destination: TestDestination
+) -> int:
+    """The auditor's per-minute table, once its minutes are final, beside the demo's own
+    account by id; 1 when they disagree on any minute."""
+    rows = await final_rows(client, port)
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    console.print()
+    console.print(render(rows, title=f"the auditor's table ({DEST}, settle_s = {SETTLE_S})"))
+    delivered = set(destination.delivered_ids()) & tally.produced
+    mine: dict[int, list[int]] = {}  # minute -> [entered, delivered, dead-lettered]
+    for event_id, minute in tally.minute_of.items():
+        counts = mine.setdefault(minute, [0, 0, 0])
+        counts[0] += 1
+        counts[1 if event_id in delivered else 2] += 1
+    for minute in tally.malformed_minutes:
+        counts = mine.setdefault(minute, [0, 0, 0])
+        counts[0] += 1
+        counts[2] += 1
+    theirs = {parse_minute(str(row["minute"])): row for row in rows}
+    table = Table(title="the demo's account by id, beside the auditor's", title_justify="left")
+    for name in ("minute (UTC)", "entered", "delivered", "dead", "missing", "agree"):
+        table.add_column(name, justify="left" if name.startswith("minute") else "right")
+    agree = True
+    for minute in sorted(set(mine) | set(theirs)):
+        entered, ok_count, dead = mine.get(minute, [0, 0, 0])
+        row = theirs.get(minute)
+        got = (
+            (row["entered"], row["delivered"], row["dead_lettered"], row["missing"])
+            if row
+            else (0, 0, 0, 0)
+        )
+        same = got == (entered, ok_count, dead, 0)
+        agree = agree and same
+        table.add_row(
+            time.strftime("%H:%M", time.gmtime(minute / 1000)),
+            f"{entered} / {got[0]}",
+            f"{ok_count} / {got[1]}",
+            f"{dead} / {got[2]}",
+            f"0 / {got[3]}",
+            "yes" if same else "[bold red]NO[/]",
+        )
+    console.print(table)
+    print("(each cell: the demo's count by id / the auditor's)")
+    print("auditor: OK, it agrees with the demo's account" if agree else "auditor: DISAGREES")
+    return 0 if agree else 1
+
+
+async def final_rows(client: httpx.AsyncClient, port: int) -> list[dict[str, object]]:
+    """The auditor's rows once every minute holding events is final (or at the deadline)."""
+    print(f"\nwaiting for the auditor's minutes to settle ({SETTLE_S}s after each minute ends)")
+    started = time.monotonic()
+    rows: list[dict[str, object]] = []
+    while time.monotonic() - started < MINUTE_MS / 1000 + SETTLE_S + 30:
+        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+            reply = await client.get(f"http://127.0.0.1:{port}/tables", params={"dest": DEST})
+            rows = reply.json()[DEST]
+            if rows and all(row["final"] for row in rows):
+                break
+        await asyncio.sleep(1.0)
+    return rows
 
 
 async def produce_more(settings: KafkaSettings, count: int) -> int:
