@@ -16,7 +16,7 @@ import orjson
 from rich.console import Console
 
 from auditor.archive import read_minutes, read_settings
-from auditor.daemon import DEFAULT_ROLL_S, Auditor
+from auditor.daemon import DEFAULT_ROLL_S, GROUP_ID, Auditor
 from auditor.ledger import MINUTE_MS
 from auditor.tables import day_availability, day_range_ms, render, render_availability, report_row
 from config.catalog import Catalog, Destination, default_catalog_dir
@@ -62,6 +62,13 @@ def _archive_default() -> Path:
     help=f"Archive directory (default: ${ARCHIVE_ENV_VAR}, else ./{DEFAULT_ARCHIVE}).",
 )
 @click.option(
+    "--group",
+    "group_id",
+    default=GROUP_ID,
+    show_default=True,
+    help="Consumer group; auditors that split the destinations between them need one each.",
+)
+@click.option(
     "--archive-roll-s",
     "roll_s",
     type=FINITE_POSITIVE_SECONDS,
@@ -79,6 +86,7 @@ def cli(
     ctx: click.Context,
     dests: tuple[str, ...],
     archive_dir: Path | None,
+    group_id: str,
     roll_s: float,
     flags: DaemonFlags,
 ) -> None:
@@ -105,6 +113,7 @@ def cli(
             settings,
             archive_dir=archive_dir or _archive_default(),
             roll_s=roll_s,
+            group_id=group_id,
             metrics_port=flags.metrics_port,
             metrics_host=flags.metrics_host,
             until_idle_s=flags.until_idle_s,
