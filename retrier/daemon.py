@@ -15,6 +15,7 @@ from starlette.requests import Request
 from config.catalog import Destination
 from config.topics import ensure_destination_topics
 from hifi import audit, kafka, kafka_admin
+from hifi.audit import Seen
 from hifi.errors import ConfigError
 from hifi.kafka_settings import KafkaSettings
 from hifi.ops_http import DEFAULT_HOST, JsonProvider, OpsServer
@@ -244,10 +245,12 @@ class _Routing(PartitionHandler):
 
 async def _record_facts(trail: audit.AuditTrail, outgoing: list[Outgoing]) -> None:
     """The facts of one acknowledged produce: its re-offers, its expiries (routing has none)."""
-    reoffered = [i.event for i in outgoing if i.outcome is Outcome.RE_OFFERED and i.event]
-    expired = [i.event for i in outgoing if i.outcome is Outcome.DEAD_LETTERED and i.event]
-    await trail.record(Outcome.RE_OFFERED, reoffered)
-    await trail.record(Outcome.DEAD_LETTERED, expired, reason=Reason.EXPIRED)
+    named: dict[Outcome, list[Seen]] = {Outcome.RE_OFFERED: [], Outcome.DEAD_LETTERED: []}
+    for item in outgoing:
+        if item.event is not None and item.outcome in named:
+            named[item.outcome].append(item.event)
+    await trail.record(Outcome.RE_OFFERED, named[Outcome.RE_OFFERED])
+    await trail.record(Outcome.DEAD_LETTERED, named[Outcome.DEAD_LETTERED], reason=Reason.EXPIRED)
 
 
 def _status_page(dests: list[str], backlog: Backlog, routing: _Routing) -> JsonProvider:
