@@ -36,7 +36,7 @@ async def test_a_503_outage_is_handed_off_re_offered_then_delivered_by_origin(
     sent = events(12)
     dest = make_destination(
         catalog_dir, unique, destination.url, unique,
-        retry_tiers_s=[1], local_retry_attempts=2, local_retry_max_backoff_s=0.01,
+        retry_tiers_s=[1, 1], local_retry_attempts=2, local_retry_max_backoff_s=0.01,
     )  # fmt: skip
     await create_topics(kafka_settings, dest)
     destination.set_faults(1.0, [Reply(503)])
@@ -45,8 +45,8 @@ async def test_a_503_outage_is_handed_off_re_offered_then_delivered_by_origin(
     connector = Connector(dest, kafka_settings, audit_topic=audit)
     retrier = Retrier([dest], kafka_settings, group_id=f"hifi.retrier.{unique}", audit_topic=audit)
     async with running(connector, retrier):
-        await collect(kafka_settings, dest.retry_out_topic, len(sent))
-        destination.reset_script()
+        await collect(kafka_settings, dest.retry_in_topic, len(sent))  # every event handed off
+        destination.reset_script()  # before the first re-offer is due
         assert await destination.wait_for_ids([e["id"] for e in sent], 60)
     source = {
         (unique, r.partition, r.offset): r for r in await kafka.read_topic(kafka_settings, unique)
