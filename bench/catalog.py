@@ -1,4 +1,4 @@
-"""The bench's destination: every setting at its catalog default, as the connector loads it."""
+"""The bench's destination: every setting at its catalog default (the audit trail on), as the connector loads it."""
 
 from __future__ import annotations
 
@@ -14,8 +14,12 @@ def bench_destination(topic: str, url: str = "http://127.0.0.1/") -> Destination
     return Destination(name=DEST, url=url, source_topics=[topic])
 
 
-def write_catalog(directory: Path, *, url: str, topics: list[str]) -> None:
-    """`bench.toml`: the destination with every setting at its catalog default."""
+def write_catalog(directory: Path, *, url: str, topics: list[str], audit: bool = True) -> None:
+    """`bench.toml`: the destination with every setting at its catalog default; `audit=False`
+    adds `[accounting] audit = false` (no audit trail), for the trail's cost."""
     directory.mkdir(parents=True, exist_ok=True)
     listed = ", ".join(f'"{topic}"' for topic in topics)
-    (directory / f"{DEST}.toml").write_text(f'url = "{url}"\nsource_topics = [{listed}]\n')
+    text = f'url = "{url}"\nsource_topics = [{listed}]\n'
+    if not audit:
+        text += "\n[accounting]\naudit = false\n"
+    (directory / f"{DEST}.toml").write_text(text)

@@ -31,12 +31,20 @@ class Throughput:
 
 
 async def throughput(
-    work: Path, *, bootstrap: str, topic: str, events: int, prefix: str, timeout_s: float
+    work: Path,
+    *,
+    bootstrap: str,
+    topic: str,
+    events: int,
+    prefix: str,
+    timeout_s: float,
+    audit: bool = True,
 ) -> Throughput:
-    """Start a connector on the pre-filled `topic` and measure from its first delivery to its last."""
+    """Start a connector on the pre-filled `topic` and measure from its first delivery to its
+    last; `audit=False`: with the destination's audit trail off."""
     deliveries = work / "deliveries.ndjson"
     with processes.destination(deliveries, work / "destination.log") as url:
-        write_catalog(work, url=url, topics=[topic])
+        write_catalog(work, url=url, topics=[topic], audit=audit)
         connector = processes.ConnectorProcess(
             catalog_dir=work,
             dest=DEST,

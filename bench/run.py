@@ -2,8 +2,10 @@
 
 Phases, all in one run, each attempt and each live probe on a fresh embedded Tansu broker:
 1. ceiling: plain aiokafka consume + commit of a pre-filled topic, no HTTP;
-2. throughput: the connector (its own process, catalog defaults, metrics on) on the same topic;
-   1 and 2 are repeated on fresh topics and the pair with the median ratio counts;
+2. throughput: the connector (its own process, catalog defaults, metrics and audit trail on) on
+   the same topic; 1 and 2 are repeated on fresh topics and the pair with the median ratio counts;
+   then the audit trail's cost: the connector's throughput with the trail on and with it off
+   (`[accounting] audit = false`), once each, back to back (every other phase runs with it on);
 3. lag: paced live load at 25, 50 and 75 % of (2), end-to-end lag from event time to receipt,
    and the floor: the connector's intake alone (`bench.floor`, no HTTP) at 50 %, measured alike;
 4. scale rating: the highest offered rate whose p95 lag stays under 1 s, with 1 % of requests
@@ -74,13 +76,41 @@ async def _attempt(plan: Plan, work: Path, index: int) -> Attempt:
         return await _attempt_on(plan, work, KafkaSettings(bootstrap=broker.bootstrap), index)
 
 
-async def _attempt_on(plan: Plan, work: Path, settings: KafkaSettings, index: int) -> Attempt:
-    topic, prefix = f"bench.events{index}", f"fill{index}"
+@dataclass(frozen=True)
+class AuditCost:
+    """The connector draining a pre-filled topic with its audit trail on, then off, once each."""
+
+    on: phases.Throughput
+    on_cores: tuple[float, float]
+    off: phases.Throughput
+    off_cores: tuple[float, float]
+
+    @property
+    def on_over_off(self) -> float:
+        """Throughput with the trail as a fraction of throughput without it."""
+        return self.on.events_per_s / self.off.events_per_s if self.off.events_per_s else 0.0
+
+    def rows(self, events: int) -> list[Row]:
+        return [
+            Row(f"connector throughput, audit trail {label} (once)", None, events,
+                run.delivered, run.events_per_s, *cores)
+            for label, run, cores in (
+                ("on", self.on, self.on_cores), ("off", self.off, self.off_cores)
+            )
+        ]  # fmt: skip
+
+
+async def _prefill(plan: Plan, settings: KafkaSettings, topic: str, prefix: str) -> None:
     await kafka_admin.ensure_topics(settings, [topic], partitions=plan.partitions)
     _say(f"pre-filling {topic}: {plan.events} events of {load.EVENT_BYTES} B")
     await load.prefill(
         settings, topic, partitions=plan.partitions, events=plan.events, prefix=prefix
     )
+
+
+async def _attempt_on(plan: Plan, work: Path, settings: KafkaSettings, index: int) -> Attempt:
+    topic, prefix = f"bench.events{index}", f"fill{index}"
+    await _prefill(plan, settings, topic, prefix)
     _say(f"1. ceiling: aiokafka consume + commit ({index + 1} of {plan.repeats})")
     watch = machine.CpuWatch()
     ceiling_rate = await ceiling.consume_and_commit(
@@ -101,6 +131,40 @@ async def _attempt_on(plan: Plan, work: Path, settings: KafkaSettings, index: in
         raise RuntimeError(f"throughput: {drained.delivered} of {plan.events} delivered")
     _say(f"   ceiling {ceiling_rate:.0f}/s, connector {drained.events_per_s:.0f}/s")
     return Attempt(ceiling_rate, ceiling_cores, drained, watch.cores())
+
+
+async def _drain_once(
+    plan: Plan, work: Path, *, audit: bool
+) -> tuple[phases.Throughput, tuple[float, float]]:
+    """On a fresh broker, pre-fill a topic and drain it with the connector, its audit trail on
+    or off; the run and the cores it used."""
+    label = "on" if audit else "off"
+    with LocalBroker(log_path=work / f"broker-audit-{label}.log") as broker:
+        settings = KafkaSettings(bootstrap=broker.bootstrap)
+        topic, prefix = f"bench.audit_{label}", f"audit_{label}"
+        await _prefill(plan, settings, topic, prefix)
+        watch = machine.CpuWatch()
+        drained = await phases.throughput(
+            work / f"throughput-audit-{label}",
+            bootstrap=broker.bootstrap,
+            topic=topic,
+            events=plan.events,
+            prefix=prefix,
+            timeout_s=600,
+            audit=audit,
+        )
+        cores = watch.cores()
+    if drained.delivered < plan.events:
+        raise RuntimeError(f"audit {label}: {drained.delivered} of {plan.events} delivered")
+    _say(f"   audit trail {label}: connector {drained.events_per_s:.0f}/s")
+    return drained, cores
+
+
+async def _audit_cost(plan: Plan, work: Path) -> AuditCost:
+    _say("2b. the audit trail's cost: connector throughput with it on, then off (once each)")
+    on, on_cores = await _drain_once(plan, work, audit=True)
+    off, off_cores = await _drain_once(plan, work, audit=False)
+    return AuditCost(on, on_cores, off, off_cores)
 
 
 async def _probe(
@@ -220,7 +284,10 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
             *median.connector_cores,
         ),
     ]
+    audit = await _audit_cost(plan, work)
+    rows += audit.rows(plan.events)
     peak_rss_kb = [a.connector.peak_rss_kb for a in attempts]
+    peak_rss_kb += [audit.on.peak_rss_kb, audit.off.peak_rss_kb]
 
     _say(f"4. scale rating with 1 % 503 (max measured {max_rate:.0f}/s)")
     fault_probes, rss_kb = await _scale_search(plan, work, max_rate, rows)
@@ -242,6 +309,10 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
         f"bench: ratio={ratio:.2f} p95_at_half_ms={half.lag.p95_ms:.0f} "
         f"scale_rating_msgs={rating:.0f} rss_mb={rss_mb:.0f}"
     )
+    audit_line = (
+        f"audit trail: on={audit.on.events_per_s:.0f}/s off={audit.off.events_per_s:.0f}/s "
+        f"on_over_off={audit.on_over_off:.2f} (once each; every other figure with it on)"
+    )
     return {
         "rows": [asdict(row) for row in rows],
         "attempts": [asdict(attempt) for attempt in attempts],
@@ -253,6 +324,13 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
         "scale_rating_msgs": rating,
         "scale_rating_with_faults_msgs": fault_rating,
         "rss_mb": rss_mb,
+        "audit_trail": {
+            "on_events_per_s": audit.on.events_per_s,
+            "off_events_per_s": audit.off.events_per_s,
+            "on_over_off": audit.on_over_off,
+            "runs": asdict(audit),
+        },
+        "audit_line": audit_line,
         "summary": summary,
         "table": render_table(rows),
     }
@@ -314,6 +392,7 @@ def main(
     path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
     print(results["table"])
     print(f"results: {path}")
+    print(results["audit_line"])
     print(results["summary"])
 
 

@@ -99,7 +99,11 @@ class Connector:
                     topic=topic,
                     hint="nothing is delivered from it until it exists; check source_topics",
                 )
-            producer = await stack.enter_async_context(kafka.producer(self._settings))
+            # No linger: every write (hand-off, dead letter, audit fact) is awaited inside a unit
+            # of work that holds an in-flight slot, so a linger only adds its wait to each unit
+            # (a fact's ack took 6 ms at 5 ms, 0.6 at 0 on Tansu); the records of one write are
+            # appended before the sender runs, so they are batched all the same.
+            producer = await stack.enter_async_context(kafka.producer(self._settings, linger_ms=0))
             trail = await self._audit_trail(producer)
             client = await stack.enter_async_context(http_client(dest, self._transport))
             diverter = Diverter(producer, dest, trail=trail)

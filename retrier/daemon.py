@@ -14,11 +14,12 @@ from starlette.requests import Request
 
 from config.catalog import Destination
 from config.topics import ensure_destination_topics
-from hifi import kafka
+from hifi import audit, kafka, kafka_admin
+from hifi.audit import Seen
 from hifi.errors import ConfigError
 from hifi.kafka_settings import KafkaSettings
 from hifi.ops_http import DEFAULT_HOST, JsonProvider, OpsServer
-from hifi.vocabulary import Outcome
+from hifi.vocabulary import Outcome, Reason
 from hifi.worker import PartitionHandler, PartitionWorker, Work, WorkerOptions
 from retrier import metrics, status
 from retrier.holds import Holds
@@ -62,6 +63,7 @@ class Retrier:
         until_idle_s: float | None = None,
         group_id: str = GROUP_ID,
         max_in_flight_records: int = MAX_IN_FLIGHT_RECORDS,
+        audit_topic: str | None = None,
     ) -> None:
         if not dests:
             raise ConfigError("retrier: no destination to serve; add NAME.toml to the catalog")
@@ -69,9 +71,11 @@ class Retrier:
         self.group_id = group_id
         self._settings = settings
         self._max_in_flight_records = max_in_flight_records
+        #: where the audit facts go (`HIFI_AUDIT_TOPIC` by default), for destinations that audit
+        self.audit_topic = audit_topic or audit.audit_topic()
         self.ops = OpsServer.on_port(metrics_port, host=metrics_host, component="retrier")
         for dest in dests:
-            metrics.create_series(dest.name, len(dest.retry_tiers_s))
+            metrics.create_series(dest.name, len(dest.retry_tiers_s), audit=dest.accounting.audit)
         options = WorkerOptions(
             group_id=group_id,
             max_in_flight=_PRODUCES_PER_DEST * len(dests),
@@ -96,7 +100,13 @@ class Retrier:
             existing = await self._create_topics()
             sources = sources_for(self.dests.values(), existing)
             producer = await stack.enter_async_context(kafka.producer(self._settings))
-            routing = _Routing(sources, producer, self._worker.wake, self._max_in_flight_records)
+            routing = _Routing(
+                sources,
+                producer,
+                self._worker.wake,
+                self._max_in_flight_records,
+                trails=self._audit_trails(producer),
+            )
             backlog = await stack.enter_async_context(
                 status.measuring(
                     self._settings,
@@ -116,7 +126,24 @@ class Retrier:
         for dest in self.dests.values():
             tiers = [tier_topic(dest.name, k) for k in range(len(dest.retry_tiers_s))]
             existing = await ensure_destination_topics(self._settings, dest, tiers)
+        auditing = [dest for dest in self.dests.values() if dest.accounting.audit]
+        if auditing:  # an existing audit topic keeps its configuration
+            existing = await kafka_admin.ensure_topics(
+                self._settings,
+                [self.audit_topic],
+                partitions=max(dest.internal_topic_partitions for dest in auditing),
+                retention_ms=audit.AUDIT_RETENTION_MS,
+            )
         return existing
+
+    def _audit_trails(self, producer: kafka.Producer) -> dict[str, audit.AuditTrail]:
+        """An audit trail per destination that audits (`[accounting] audit`), on one producer."""
+        node = audit.node_name("retrier")
+        return {
+            name: audit.AuditTrail(producer, topic=self.audit_topic, dest=name, node=node)
+            for name, dest in self.dests.items()
+            if dest.accounting.audit
+        }
 
 
 class _Routing(PartitionHandler):
@@ -128,9 +155,12 @@ class _Routing(PartitionHandler):
         producer: kafka.RecordWriter,
         wake: Callable[[], None],
         max_in_flight_records: int,
+        *,
+        trails: Mapping[str, audit.AuditTrail],
     ) -> None:
         self._sources = sources
         self._producer = producer
+        self._trails = trails
         self._max_in_flight_records = max_in_flight_records
         self.holds = Holds(wake)
         self.recent = RecentFailures()
@@ -194,10 +224,14 @@ class _Routing(PartitionHandler):
             metrics.OLDEST_WAITING_AGE.labels(name).set(age_s or 0.0)
 
     async def _produce(self, dest_name: str, outgoing: list[Outgoing]) -> None:
-        """Produce and wait for the broker's acknowledgement; only then are the sources done."""
+        """Produce and wait for the broker's acknowledgement, then for the audit facts of the
+        re-offers and expiries; only then are the sources done."""
         try:
             with structlog.contextvars.bound_contextvars(dest=dest_name):
                 await self._producer.send_all([item.as_record() for item in outgoing])
+                trail = self._trails.get(dest_name)
+                if trail is not None:
+                    await _record_facts(trail, outgoing)
         finally:
             self._in_flight[dest_name] -= len(outgoing)
             metrics.IN_FLIGHT.labels(dest_name).set(self._in_flight[dest_name])
@@ -207,6 +241,16 @@ class _Routing(PartitionHandler):
         expired = [item for item in outgoing if item.outcome is Outcome.DEAD_LETTERED]
         if expired:
             log.info("expired", dest=dest_name, events=len(expired), first=expired[0].why)
+
+
+async def _record_facts(trail: audit.AuditTrail, outgoing: list[Outgoing]) -> None:
+    """The facts of one acknowledged produce: its re-offers, its expiries (routing has none)."""
+    named: dict[Outcome, list[Seen]] = {Outcome.RE_OFFERED: [], Outcome.DEAD_LETTERED: []}
+    for item in outgoing:
+        if item.event is not None and item.outcome in named:
+            named[item.outcome].append(item.event)
+    await trail.record(Outcome.RE_OFFERED, named[Outcome.RE_OFFERED])
+    await trail.record(Outcome.DEAD_LETTERED, named[Outcome.DEAD_LETTERED], reason=Reason.EXPIRED)
 
 
 def _status_page(dests: list[str], backlog: Backlog, routing: _Routing) -> JsonProvider:

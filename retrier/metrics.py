@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from hifi.audit import EVENTS_WRITTEN as AUDIT_EVENTS
+from hifi.audit import FACTS_WRITTEN as AUDIT_FACTS
+from hifi.vocabulary import Outcome
+
 WAITING = Gauge(
     "hifi_retrier_waiting_events",
     "Events in a tier topic not yet re-offered: high watermark minus the group's committed"
@@ -43,8 +47,13 @@ DLQ_RECORDS = Gauge(
 )
 
 
-def create_series(dest: str, tiers: int) -> None:
-    """Every series of `dest` at 0, so the first scrape shows them."""
+def create_series(dest: str, tiers: int, *, audit: bool) -> None:
+    """Every series of `dest` at 0, so the first scrape shows them; the audit trail's
+    (`hifi/audit.py`) when it writes one."""
+    if audit:
+        for outcome in (Outcome.RE_OFFERED, Outcome.DEAD_LETTERED):
+            AUDIT_FACTS.labels(dest, outcome)
+            AUDIT_EVENTS.labels(dest, outcome)
     for tier in range(tiers):
         ROUTED.labels(dest, str(tier))
         WAITING.labels(dest, str(tier))

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import TopicPartition
 
 from config.catalog import Destination
-from hifi.envelope import header_map, origin_of
+from hifi.audit import Seen
+from hifi.envelope import (
+    HDR_EVENT_ID,
+    HDR_EVENT_TIME_MS,
+    HDR_ORIGIN,
+    header_int,
+    header_map,
+    origin_of,
+    parse_origin,
+)
 from hifi.kafka import Headers
 from hifi.vocabulary import Outcome
 from retrier import headers, metrics
@@ -42,6 +51,7 @@ class Outgoing:
     tier: int
     due_ms: int
     why: str = ""  # for an expired event: which limit it reached
+    event: Seen | None = None  # what the audit fact of a re-offer or an expiry says of it
 
     def as_record(self) -> tuple[str, bytes | None, bytes | None, Headers]:
         # A keyless tombstone (only a foreign producer writes one here) cannot be written by a
@@ -93,7 +103,7 @@ def plan_routing(
                 )
             )
         else:
-            planned.append(_expired(dest, tp, record, decision, tier=-1, due_ms=0))
+            planned.append(_expired(dest, tp, record, found, decision, tier=-1, due_ms=0))
     return planned
 
 
@@ -136,15 +146,36 @@ def plan_reoffers(
                     Outcome.RE_OFFERED,
                     tier,
                     due_ms,
+                    event=seen_of(record, found),
                 )
             )
         else:
-            due.append(_expired(dest, tp, record, decision, tier=tier, due_ms=due_ms))
+            due.append(_expired(dest, tp, record, found, decision, tier=tier, due_ms=due_ms))
     return Reoffers(due, None)
 
 
+def seen_of(record: Any, found: Mapping[str, bytes]) -> Seen:
+    """A hand-off as its audit facts name it, from the headers the connector wrote: origin
+    (else this record's position), id (else none), event time (else the record's timestamp)."""
+    origin = parse_origin(found.get(HDR_ORIGIN))
+    event_id = found.get(HDR_EVENT_ID)
+    return Seen(
+        origin or (record.topic, record.partition, record.offset),
+        event_id.decode("utf-8", errors="replace") if event_id else None,
+        header_int(found.get(HDR_EVENT_TIME_MS)) or record.timestamp,
+        0,
+    )
+
+
 def _expired(
-    dest: Destination, tp: TopicPartition, record: Any, decision: Expire, *, tier: int, due_ms: int
+    dest: Destination,
+    tp: TopicPartition,
+    record: Any,
+    found: Mapping[str, bytes],
+    decision: Expire,
+    *,
+    tier: int,
+    due_ms: int,
 ) -> Outgoing:
     return Outgoing(
         dest.dlq_topic,
@@ -157,4 +188,5 @@ def _expired(
         tier,
         due_ms,
         f"{decision.why} (origin {origin_of(record, retried=True)})",
+        seen_of(record, found),
     )

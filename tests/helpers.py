@@ -6,6 +6,7 @@ import asyncio
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,17 +15,22 @@ from aiokafka import ConsumerRecord, TopicPartition
 
 from config.catalog import Catalog, Destination
 from devstack.processes import start_daemon
+from hifi import kafka
+from hifi.audit import decode_fact
 from hifi.envelope import Event, parse_records
 from hifi.errors import BrokerUnavailable
 from hifi.kafka import Headers
+from hifi.kafka_settings import KafkaSettings
 
 __all__ = [
     "TAKEN_MS",
     "FakeKafka",
+    "Named",
     "Sleeps",
     "events",
     "make_destination",
     "make_event",
+    "read_facts",
     "start_daemon",
     "until",
     "wait_exit",
@@ -36,12 +42,13 @@ TAKEN_MS = 1_700_000_000_500  # when `make_event`'s events were taken in
 
 
 def write_destination(catalog_dir: Path, name: str, **keys: Any) -> Path:
-    """Write `name.toml` with the given top-level keys (and a [headers] table from `headers`)."""
-    headers = keys.pop("headers", None)
+    """Write `name.toml` with the given top-level keys; a dict (`headers`, `accounting`) is a table."""
+    tables = {key: keys.pop(key) for key, value in list(keys.items()) if isinstance(value, dict)}
     lines = [f"{key} = {_toml(value)}" for key, value in keys.items()]
-    if headers:
-        lines.append("[headers]")
-        lines.extend(f"{key} = {_toml(value)}" for key, value in headers.items())
+    for table, entries in tables.items():
+        if entries:
+            lines.append(f"[{table}]")
+            lines.extend(f"{key} = {_toml(value)}" for key, value in entries.items())
     path = catalog_dir / f"{name}.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -146,3 +153,43 @@ class Sleeps:
 
     async def __call__(self, seconds: float) -> None:
         self.calls.append(seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Named:
+    """One event as an audit fact names it, with what the fact says of it."""
+
+    outcome: str
+    reason: str | None
+    status: int | None
+    node: str
+    dest: str
+    origin: tuple[str, int, int]
+    id: str | None
+    event_time_ms: int
+    taken_ms: int
+
+
+async def read_facts(settings: KafkaSettings, topic: str) -> list[Named]:
+    """Every event named by the facts of an audit topic, fact by fact, in the topic's order."""
+    named: list[Named] = []
+    for record in await kafka.read_topic(settings, topic):
+        fact = decode_fact(record.value, record.headers)
+        for part in fact.slices:
+            for offset, event_id, event_time_ms, taken_ms in zip(
+                part.offsets, part.ids, part.event_times_ms, part.taken_ms, strict=True
+            ):
+                named.append(
+                    Named(
+                        fact.outcome,
+                        fact.reason,
+                        fact.status,
+                        fact.node,
+                        fact.dest,
+                        (part.topic, part.partition, offset),
+                        event_id,
+                        event_time_ms,
+                        taken_ms,
+                    )
+                )
+    return named

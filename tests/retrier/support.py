@@ -38,6 +38,8 @@ def handoff(
         ("hifi-error", b"HTTP 503 Service Unavailable"),
         ("hifi-origin", f"src/0/{event_id}".encode()),
         ("hifi-history", orjson.dumps([{"at_ms": handoff_ms, "attempt": attempt}])),
+        ("hifi-event-time-ms", str(first_failure_ms or handoff_ms).encode()),
+        ("hifi-event-id", event_id.encode()),
     ]
     value = orjson.dumps({"id": event_id, "payload": "x" * 40})
     return dest.retry_in_topic, event_id.encode(), value, headers
