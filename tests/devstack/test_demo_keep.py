@@ -66,6 +66,7 @@ def test_hints_carry_the_real_addresses(tmp_path: Path) -> None:
         destination_url="http://127.0.0.1:18080/v1/events",
         connector_port=19400,
         retrier_port=19401,
+        auditor_port=19402,
         work_dir=tmp_path / ".demo",
         bin_dir=Path(".venv/bin"),
     )
@@ -79,12 +80,13 @@ def test_hints_carry_the_real_addresses(tmp_path: Path) -> None:
         "http://127.0.0.1:18080/v1/events",
     ):
         assert url in hints
+    assert ".venv/bin/auditor report --dest demo --url http://127.0.0.1:19402" in hints
     env = f"HIFI_KAFKA_BOOTSTRAP=127.0.0.1:19092 HIFI_CATALOG_DIR={tmp_path}/.demo/catalog"
     assert f"{env} .venv/bin/retrier dlq list --dest demo" in hints
     assert (
         "HIFI_KAFKA_BOOTSTRAP=127.0.0.1:19092 .venv/bin/python -m devstack.demo --produce" in hints
     )
-    for log in ("connector.log", "retrier.log", "tansu.log"):
+    for log in ("connector.log", "retrier.log", "auditor.log", "tansu.log"):
         assert str(tmp_path / ".demo" / log) in hints
     assert "Ctrl-C" in hints
 
@@ -121,7 +123,7 @@ async def test_pasted_hints_list_dead_letters_and_produce_more(
     (work_dir / "catalog").mkdir(parents=True)
     (work_dir / "catalog" / f"{demo.DEST}.toml").write_text(demo.catalog_text(destination.url))
     running = demo.Running(
-        kafka_settings.bootstrap, destination.url, 1, 2, work_dir, Path(sys.executable).parent
+        kafka_settings.bootstrap, destination.url, 1, 2, 3, work_dir, Path(sys.executable).parent
     )
     hints = demo.keep_hints(running)
 
