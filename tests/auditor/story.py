@@ -61,6 +61,7 @@ from tests.auditor.support import (
 from tests.helpers import events, start_daemon
 
 OUTAGE_EVENTS = 200
+EXPIRING_EVENTS = 20
 SLOW_EVENTS = 100
 FAST_BATCH = 100
 GOOD_ODD, NO_ID, PAST, FUTURE = 50, 5, 3, 4
@@ -78,6 +79,7 @@ class Story:
     outage: str
     lag: str
     odd: str
+    expiry: str
     live: Auditor
     live_task: asyncio.Task[None]
     live_url: str
@@ -90,6 +92,10 @@ class Story:
     outage_row_when_final: dict[str, Any] = field(default_factory=dict)
     process_rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     refused_before: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.outage, self.lag, self.odd, self.expiry)
 
 
 class AuditorProcess:
@@ -204,6 +210,7 @@ async def _minute_a(
     story.minute_a, story.minute_b = iso_minute(a), iso_minute(b)
     story.sinks[story.lag].set_faults(1.0, [Reply(200, delay_s=2.0)])
     await produce_events(settings, story.lag, events(SLOW_EVENTS, prefix="slow"))
+    await produce_events(settings, story.expiry, events(EXPIRING_EVENTS, prefix="doomed"))
     await _odd_input(settings, story, audit_topic)
     await sleep_until(b - 10_000)
     story.sinks[story.outage].set_faults(1.0, [Reply(503)])
@@ -241,7 +248,7 @@ async def _minute_b(settings: KafkaSettings, story: Story, b: int, proc_archive:
 
 async def _caught_up(story: Story, url: str, rows: dict[str, list[dict[str, Any]]]) -> bool:
     """Whether the auditor at `url` has A (and B) final and every outage event delivered."""
-    for dest in (story.outage, story.lag, story.odd):
+    for dest in story.names:
         found = await tables(url, dest)
         if found is None or not _final(found, story.minute_a):
             return False
@@ -295,28 +302,30 @@ async def staged(
 ) -> AsyncIterator[Story]:
     """The destinations, daemons and auditors of the story, running; stopped on exit."""
     unique = "t" + uuid.uuid4().hex[:10]
-    outage, lag, odd = f"{unique}-outage", f"{unique}-lag", f"{unique}-odd"
+    names = [f"{unique}-{name}" for name in ("outage", "lag", "odd", "expiry")]
+    outage, lag, odd, expiry = names
     audit_topic = f"{unique}.audit"
     catalog = work / "catalog"
     catalog.mkdir()
     async with contextlib.AsyncExitStack() as stack:
-        sinks = {
-            name: await stack.enter_async_context(TestDestination()) for name in (outage, lag, odd)
-        }
-        await kafka_admin.ensure_topics(settings, [outage, lag, odd], partitions=2)
+        sinks = {name: await stack.enter_async_context(TestDestination()) for name in names}
+        sinks[expiry].set_faults(1.0, [Reply(503)])  # down for good: its events expire
+        await kafka_admin.ensure_topics(settings, names, partitions=2)
         dests = [
             audited_destination(
                 catalog, outage, sinks[outage].url, outage, retry_tiers_s=[3.0] * 10
             ),
             audited_destination(catalog, lag, sinks[lag].url, lag, lag_sla_s=1.0),
             audited_destination(catalog, odd, sinks[odd].url, odd),
+            audited_destination(catalog, expiry, sinks[expiry].url, expiry, retry_tiers_s=[2.0]),
         ]
         daemons: list[Connector | Retrier | Auditor] = [
             Connector(dest, settings, audit_topic=audit_topic) for dest in dests
         ]
         env = stack.enter_context(pytest.MonkeyPatch.context())
         env.setenv(AUDIT_TOPIC_ENV_VAR, audit_topic)  # for the retrier and the auditor process
-        daemons.append(Retrier(dests[:1], settings, group_id=f"{unique}.retrier"))
+        retried = [dests[0], dests[3]]
+        daemons.append(Retrier(retried, settings, group_id=f"{unique}.retrier"))
         live = Auditor(
             dests, settings, archive_dir=work / "live", roll_s=0.5, metrics_port=0,
             topic=audit_topic, group_id=f"{unique}.live",
@@ -326,7 +335,7 @@ async def staged(
         stack.push_async_callback(_stop, daemons, tasks)
         proc_archive = work / "process"
         args = [
-            *(a for name in (outage, lag, odd) for a in ("--dest", name)),
+            *(a for name in names for a in ("--dest", name)),
             "--catalog", str(catalog), "--archive", str(proc_archive), "--archive-roll-s", "0.5",
         ]  # fmt: skip
         process = AuditorProcess(args, bootstrap=settings.bootstrap, work=work, port=free_port())
@@ -335,7 +344,7 @@ async def staged(
         await until(lambda: live.ops is not None and live.ops.port != 0, "the live ops port")
         assert live.ops is not None
         story = Story(
-            outage, lag, odd, live, tasks[-1], f"http://127.0.0.1:{live.ops.port}",
+            outage, lag, odd, expiry, live, tasks[-1], f"http://127.0.0.1:{live.ops.port}",
             work / "live", process, "", "", sinks, refused_before=dict(refused_before),
         )  # fmt: skip
         await play(settings, story, audit_topic, proc_archive)
