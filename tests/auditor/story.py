@@ -1,10 +1,11 @@
 """Two minutes of faults for the auditor to account for, run once and shared by the tests that read them.
 
-Three destinations feed one audit topic; a connector per destination, a retrier and an
+Four destinations feed one audit topic; a connector per destination, a retrier and an
 uninterrupted auditor run in this process, a second auditor runs as a child process.
 
 Minute A:
 - `lag`: every request is answered after 2 s;
+- `expiry`: answers 503 for good, with one retry tier: its events expire in the retrier;
 - `odd`: good events among events without an id and events stamped 3 years away, and the
   audit topic gets records that are not usable facts (one of them claiming the odd events
   dead-lettered, in a newer major format);
