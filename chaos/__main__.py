@@ -39,8 +39,9 @@ def main() -> None:
     results = asyncio.run(run_all(args.work_dir, args.quick, args.only))
     lost = sum(r.account.lost for r in results)
     wrong = sum(r.account.wrong_dlq + r.account.missing_dlq for r in results)
-    print(f"chaos: scenarios={len(results)} lost={lost} wrong_dlq={wrong}")
-    sys.exit(0 if lost == 0 and wrong == 0 and results else 1)
+    audits_off = sum(1 for r in results if r.audit is not None and not r.audit.ok)
+    print(f"chaos: scenarios={len(results)} lost={lost} wrong_dlq={wrong} audits_off={audits_off}")
+    sys.exit(0 if results and all(r.ok for r in results) else 1)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 import orjson
@@ -25,10 +25,18 @@ _RESTART_DELAY_S = 0.5
 
 
 class Daemon:
-    """A connector or retrier process, restarted when it exits on its own (as systemd would)."""
+    """A connector, retrier or auditor process, restarted when it exits on its own (as systemd would)."""
 
     def __init__(
-        self, name: str, module: str, args: Sequence[str], *, bootstrap: str, log_path: Path
+        self,
+        name: str,
+        module: str,
+        args: Sequence[str],
+        *,
+        bootstrap: str,
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        metrics_port: int = 0,
     ) -> None:
         self.name = name
         self._command = [
@@ -39,9 +47,9 @@ class Daemon:
             "--log-format",
             "json",
             "--metrics-port",
-            "0",
+            str(metrics_port),  # 0 picks a free one at each start
         ]
-        self._env = {**os.environ, "HIFI_KAFKA_BOOTSTRAP": bootstrap}
+        self._env = {**os.environ, **(env or {}), "HIFI_KAFKA_BOOTSTRAP": bootstrap}
         self._log_path = log_path
         self._process: asyncio.subprocess.Process | None = None
         self._supervisor: asyncio.Task[None] | None = None
@@ -118,7 +126,14 @@ class Stage:
         self.catalog.mkdir(parents=True, exist_ok=True)
         self.settings = KafkaSettings(bootstrap=f"127.0.0.1:{proxy.port}")
 
-    def write_destination(self, name: str, topic: str, **overrides: object) -> None:
+    def write_destination(
+        self,
+        name: str,
+        topic: str,
+        *,
+        accounting: Mapping[str, object] | None = None,
+        **overrides: object,
+    ) -> None:
         keys: dict[str, object] = {
             "url": self.destination.url,
             "source_topics": [topic],
@@ -134,23 +149,36 @@ class Stage:
             **overrides,
         }
         lines = [f"{key} = {_toml(value)}" for key, value in keys.items()]
+        if accounting:
+            lines.append("[accounting]")
+            lines.extend(f"{key} = {_toml(value)}" for key, value in accounting.items())
         (self.catalog / f"{name}.toml").write_text("\n".join(lines) + "\n")
 
-    def daemon(self, module: str, name: str) -> Daemon:
-        args = ["--dest", name, "--catalog", str(self.catalog)]
+    def daemon(
+        self,
+        module: str,
+        name: str,
+        *,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        metrics_port: int = 0,
+    ) -> Daemon:
         return Daemon(
             f"{module}-{name}",
             module,
-            args,
+            ["--dest", name, "--catalog", str(self.catalog), *args],
             bootstrap=self.settings.bootstrap,
             log_path=self.work_dir / f"{module}-{name}.log",
+            env=env,
+            metrics_port=metrics_port,
         )
 
-    async def produce(self, topic: str, values: Sequence[bytes]) -> list[str]:
-        """Produce with acks=all; returns each record's origin (topic/partition/offset)."""
+    async def produce(self, topic: str, values: Sequence[bytes]) -> dict[str, int]:
+        """Produce with acks=all; returns each record's origin (topic/partition/offset) and its
+        Kafka timestamp (epoch ms)."""
         async with kafka.producer(self.settings) as producer:
             metadata = await producer.send_all([(topic, None, value, []) for value in values])
-        return [f"{m.topic}/{m.partition}/{m.offset}" for m in metadata]
+        return {f"{m.topic}/{m.partition}/{m.offset}": m.timestamp for m in metadata}
 
     async def dead_letters(self, name: str) -> dict[str, str]:
         """id (origin for records that are not JSON objects) -> reason, for NAME.dlq."""

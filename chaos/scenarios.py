@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import shutil
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -11,10 +12,13 @@ from typing import Any
 
 import orjson
 
+from chaos import audit
 from chaos.accounting import Account, settle
 from chaos.harness import Daemon, Stage, now_ms
 from devstack.destination import Reply
+from devstack.ports import free_port
 from hifi import kafka, kafka_admin
+from hifi.audit import AUDIT_TOPIC_ENV_VAR
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,8 @@ class Size:
 
 FULL = Size(events=20_000, rate_per_s=2_000, kills=5, outage_s=60.0, cut_s=15.0, deadline_s=420.0)
 QUICK = Size(events=2_000, rate_per_s=1_000, kills=2, outage_s=4.0, cut_s=3.0, deadline_s=150.0)
+# After its last minute should be final, how long an auditor killed late may take to catch up.
+_AUDIT_CATCH_UP_S = 90.0
 
 
 @dataclass
@@ -45,6 +51,8 @@ class Run:
     rng: random.Random
     rate_per_s: float
     production_s: float = 0.0
+    auditor: Daemon | None = None  # with an audited scenario
+    auditor_url: str = ""
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,11 @@ class Result:
     drain_s: float
     restarts: int
     kills: int
+    audit: audit.AuditAccount | None = None  # the auditor's tables, in an audited scenario
+
+    @property
+    def ok(self) -> bool:
+        return self.account.ok and (self.audit is None or self.audit.ok)
 
     def line(self) -> str:
         a = self.account
@@ -64,6 +77,7 @@ class Result:
             f"drain_s={self.drain_s:.1f} kills={self.kills} restarts={self.restarts}"
             + (f" lost_sample={list(a.lost_sample)}" if a.lost else "")
             + (f" wrong_sample={list(a.wrong_dlq_sample)}" if a.wrong_dlq else "")
+            + (f" {self.audit.line()}" if self.audit is not None else "")
         )
 
 
@@ -78,6 +92,7 @@ class Scenario:
     malformed: int = 0
     rate_factor: float = 1.0  # of Size.rate_per_s, for faults that need a longer load
     destination_keys: dict[str, object] = field(default_factory=dict)
+    audited: bool = False  # an auditor process runs too; its final minutes are checked by id
 
 
 async def _at(run: Run, fraction: float) -> None:
@@ -95,6 +110,19 @@ async def kill_connector(run: Run) -> None:
             return
         await asyncio.sleep(run.rng.uniform(0.0, 1.0))
         run.connector.kill9()
+
+
+async def kill_connector_and_auditor(run: Run) -> None:
+    """SIGKILL the connector while it delivers, then the auditor, `kills` times each."""
+    destination, auditor = run.stage.destination, run.auditor
+    assert auditor is not None, "an audited scenario"
+    for _ in range(run.size.kills):
+        if not await destination.wait_for_requests(destination.request_count + 5, 60.0):
+            return
+        await asyncio.sleep(run.rng.uniform(0.0, 1.0))
+        run.connector.kill9()
+        await asyncio.sleep(run.rng.uniform(1.0, 4.0))
+        auditor.kill9()
 
 
 async def kill_retrier(run: Run) -> None:
@@ -146,6 +174,14 @@ async def cut_broker_link(run: Run) -> None:
 
 SCENARIOS = (
     Scenario("connector_kill9", kill_connector, rate_factor=0.1),
+    Scenario(
+        "auditor_kill9",
+        kill_connector_and_auditor,
+        poison_every=1000,
+        malformed=10,
+        rate_factor=0.1,
+        audited=True,
+    ),
     Scenario("retrier_kill9", kill_retrier, destination_keys={"local_retry_attempts": 1}),
     Scenario("flaky_destination", flaky_destination),
     Scenario("destination_down", destination_down),
@@ -159,9 +195,11 @@ def _healthy(run: Run) -> None:
     run.stage.destination.reject_poison("poison")
 
 
-async def _produce_paced(run: Run, topic: str, poison_every: int) -> tuple[set[str], set[str]]:
-    """Produce `size.events` events at `size.rate_per_s`; returns (ids, poison ids)."""
-    ids: set[str] = set()
+async def _produce_paced(
+    run: Run, topic: str, poison_every: int
+) -> tuple[dict[str, int], set[str]]:
+    """Produce `size.events` events at `size.rate_per_s`; returns (event time by id, poison ids)."""
+    ids: dict[str, int] = {}
     poison: set[str] = set()
     per_tick = max(1, int(run.rate_per_s // 10))
     async with kafka.producer(run.stage.settings) as producer:
@@ -171,9 +209,10 @@ async def _produce_paced(run: Run, topic: str, poison_every: int) -> tuple[set[s
             for seq in range(start, min(start + per_tick, run.size.events)):
                 event_id = f"{run.name}-{seq}"
                 is_poison = poison_every > 0 and seq % poison_every == poison_every // 2
-                event = {"id": event_id, "event_time": now_ms(), "seq": seq, "poison": is_poison}
+                event_ms = now_ms()
+                event = {"id": event_id, "event_time": event_ms, "seq": seq, "poison": is_poison}
                 records.append((topic, event_id.encode(), orjson.dumps(event), []))
-                ids.add(event_id)
+                ids[event_id] = event_ms
                 if is_poison:
                     poison.add(event_id)
             await producer.send_all(records)
@@ -181,39 +220,74 @@ async def _produce_paced(run: Run, topic: str, poison_every: int) -> tuple[set[s
     return ids, poison
 
 
-async def run_scenario(stage: Stage, scenario: Scenario, size: Size, seed: int = 1) -> Result:
-    """Start the daemons, produce under the fault, wait for the drain, stop, and settle by id."""
+def _prepare(stage: Stage, scenario: Scenario, size: Size, seed: int) -> Run:
+    """The destination file and the daemons of a scenario; with an auditor when it is audited."""
     name, topic = scenario.name, f"{scenario.name}.events"
-    await kafka_admin.ensure_topics(stage.settings, [topic], partitions=4)
-    stage.write_destination(name, topic, **scenario.destination_keys)
+    accounting = audit.ACCOUNTING if scenario.audited else None
+    stage.write_destination(name, topic, accounting=accounting, **scenario.destination_keys)
+    env = {AUDIT_TOPIC_ENV_VAR: f"{name}.audit"} if scenario.audited else None
     rate = size.rate_per_s * scenario.rate_factor
     run = Run(
         name,
         stage,
         size,
-        stage.daemon("connector", name),
-        stage.daemon("retrier", name),
+        stage.daemon("connector", name, env=env),
+        stage.daemon("retrier", name, env=env),
         random.Random(seed),
         rate,
         production_s=size.events / rate,
     )
+    if scenario.audited:
+        archive = stage.work_dir / f"archive-{name}"
+        shutil.rmtree(archive, ignore_errors=True)  # a snapshot of an earlier run's broker
+        port = free_port()
+        args = ["--archive", str(archive), "--archive-roll-s", "1"]
+        run.auditor = stage.daemon("auditor", name, args=args, env=env, metrics_port=port)
+        run.auditor_url = f"http://127.0.0.1:{port}"
+    return run
+
+
+async def run_scenario(stage: Stage, scenario: Scenario, size: Size, seed: int = 1) -> Result:
+    """Start the daemons, produce under the fault, wait for the drain, stop, and settle by id."""
+    name, topic = scenario.name, f"{scenario.name}.events"
+    await kafka_admin.ensure_topics(stage.settings, [topic], partitions=4)
+    run = _prepare(stage, scenario, size, seed)
+    daemons = [run.connector, run.retrier, *([run.auditor] if run.auditor else [])]
     _healthy(run)
-    await run.connector.start()
-    await run.retrier.start()
+    for daemon in daemons:
+        await daemon.start()
     try:
-        fault = asyncio.create_task(scenario.fault(run), name=f"fault-{name}")
-        ids, poison = await _produce_paced(run, topic, scenario.poison_every)
-        malformed = await stage.produce(topic, [b"{not json"] * scenario.malformed)
-        await fault
-        faults_over = time.monotonic()
-        await stage.destination.wait_for_ids(ids - poison, size.deadline_s)
-        drain_s = time.monotonic() - faults_over
+        try:
+            fault = asyncio.create_task(scenario.fault(run), name=f"fault-{name}")
+            ids, poison = await _produce_paced(run, topic, scenario.poison_every)
+            malformed = await stage.produce(topic, [b"{not json"] * scenario.malformed)
+            await fault
+            faults_over = time.monotonic()
+            await stage.destination.wait_for_ids(set(ids) - poison, size.deadline_s)
+            drain_s = time.monotonic() - faults_over
+        finally:
+            _healthy(run)
+            await run.connector.stop()
+            await run.retrier.stop()
+        dead = await stage.dead_letters(name)
+        delivered = stage.destination.delivered_ids()
+        expected_dlq = poison | set(malformed)
+        account = settle(set(ids) | set(malformed), delivered, dead, expected_dlq)
+        audited = None
+        if run.auditor is not None:
+            audited = await _audit(run, {**ids, **malformed}, delivered, dead)
     finally:
-        _healthy(run)
-        await run.connector.stop()
-        await run.retrier.stop()
-    dead = await stage.dead_letters(name)
-    expected_dlq = poison | set(malformed)
-    account = settle(ids | set(malformed), stage.destination.delivered_ids(), dead, expected_dlq)
-    restarts = run.connector.restarts + run.retrier.restarts
-    return Result(name, account, drain_s, restarts, run.connector.kills + run.retrier.kills)
+        if run.auditor is not None:
+            await run.auditor.stop()
+    restarts = sum(daemon.restarts for daemon in daemons)
+    return Result(name, account, drain_s, restarts, sum(d.kills for d in daemons), audited)
+
+
+async def _audit(
+    run: Run, produced_ms: dict[str, int], delivered: list[str], dead: dict[str, str]
+) -> audit.AuditAccount:
+    """Once the last minute with events should be final, the auditor's tables against the run."""
+    expected = audit.expected_minutes(produced_ms, delivered, dead)
+    final_ms = max(expected) + audit.MINUTE_MS + round(audit.SETTLE_S * 1000)
+    timeout_s = max(0.0, (final_ms - now_ms()) / 1000) + _AUDIT_CATCH_UP_S
+    return await audit.account(run.auditor_url, run.name, expected, timeout_s=timeout_s)

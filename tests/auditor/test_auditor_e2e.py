@@ -3,70 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import structlog
 from prometheus_client import REGISTRY
 
 from auditor.daemon import Auditor
-from auditor.ledger import Ledger
-from config.catalog import Catalog, Destination
 from connector import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import move_committed, produce_events
 from hifi import kafka_admin
 from hifi.kafka_settings import KafkaSettings
-from tests.helpers import events, write_destination
-
-SETTLE_S = 1.0
-
-
-def audited_destination(catalog_dir: Path, name: str, url: str, topic: str, **accounting: float) -> Destination:
-    """A destination with fast test settings and an [accounting] table settling in a second."""
-    path = write_destination(
-        catalog_dir,
-        name,
-        url=url,
-        source_topics=[topic],
-        local_retry_attempts=2,
-        local_retry_max_backoff_s=0.05,
-        commit_interval_s=0.2,
-        shutdown_timeout_s=10.0,
-        internal_topic_partitions=1,
-    )
-    table = {"settle_s": SETTLE_S, "retention_min": 30, "lag_sla_s": 30.0, **accounting}
-    with path.open("a") as out:
-        out.write("[accounting]\n")
-        out.writelines(f"{key} = {value!r}\n" for key, value in table.items())
-    return Catalog(catalog_dir).load(name)
-
-
-@contextlib.asynccontextmanager
-async def running(auditor: Auditor) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(auditor.run())
-    try:
-        yield task
-    finally:
-        auditor.request_stop()
-        await asyncio.wait_for(task, 60)
-
-
-async def settled(auditor: Auditor, dest: str, entered: int, timeout_s: float = 100.0) -> Ledger:
-    """Wait until every minute holding events is final and `entered` events are counted."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        accounts = auditor.accounts
-        if accounts is not None:
-            ledger = accounts.ledgers[dest]
-            buckets = list(ledger.rows())
-            total = sum(ledger.tally(b).entered for b in buckets)
-            if buckets and total >= entered and all(b.final for b in buckets if ledger.tally(b).entered):
-                return ledger
-        assert loop.time() < deadline, "the auditor did not settle its minutes in time"
-        await asyncio.sleep(0.5)
+from tests.auditor.support import audited_destination, running, settled
+from tests.helpers import events
 
 
 async def test_a_deliberate_gap_is_reported_as_exactly_its_missing_ids(

@@ -21,10 +21,14 @@ async def scene(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stage
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 async def test_scenario_loses_nothing(scene: Stage, scenario: Scenario) -> None:
-    """Under this fault every produced id is delivered or, if poison or malformed, dead-lettered."""
+    """Under this fault every produced id is delivered or, if poison or malformed, dead-lettered (and audited so)."""
     result = await run_scenario(scene, scenario, QUICK)
     print(result.line())
     assert result.account.lost == 0, result.line()
     assert result.account.wrong_dlq == 0, result.line()
     assert result.account.missing_dlq == 0, result.line()
     assert result.account.produced == QUICK.events + scenario.malformed
+    if scenario.audited:  # every final minute of the auditor's tables matches the ids
+        assert result.audit is not None, result.line()
+        assert result.audit.mismatches == (), result.line()
+        assert result.audit.entered == result.account.produced, result.line()

@@ -1,0 +1,192 @@
+"""The auditor's tables under faults (an outage, a slow minute, bad input, kill -9) and `auditor report` on them.
+
+All of it is read from one run (`tests/auditor/story.py`): two minutes of real time shared by
+every test here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+
+from devstack.kafka_tools import dead_letters
+from hifi.kafka_settings import KafkaSettings
+from tests.auditor.story import (
+    EXPIRING_EVENTS,
+    FAST_BATCH,
+    FUTURE,
+    GOOD_ODD,
+    NO_ID,
+    OUTAGE_EVENTS,
+    PAST,
+    REFUSALS,
+    SLOW_EVENTS,
+    Story,
+    staged,
+)
+from tests.auditor.support import (
+    COUNTS,
+    JUDGEMENT,
+    by_minute,
+    differences,
+    rows_of,
+    run_auditor_command,
+    sample,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(480)]
+
+REFUSED = "hifi_auditor_refused_facts_total"
+ODD = "hifi_auditor_odd_records_total"
+
+
+@pytest.fixture(scope="module")
+async def story(
+    kafka_settings: KafkaSettings, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Story]:
+    before = {reason: sample(REFUSED, {"reason": reason}) for reason in REFUSALS}
+    async with staged(kafka_settings, tmp_path_factory.mktemp("story"), before) as told:
+        yield told
+
+
+def _final(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {row["minute"]: row for row in rows if row["final"]}
+
+
+async def _report(*args: str) -> Any:
+    code, out, err = await run_auditor_command("report", *args, "--format", "json")
+    assert code == 0, err
+    return orjson.loads(out)
+
+
+async def test_an_outage_past_settling_is_in_retry_then_delivered(story: Story) -> None:
+    """Final while its destination is down, a minute has its events in retry, not missing; later all delivered."""
+    when_final = story.outage_row_when_final
+    assert when_final["minute"] == story.minute_a
+    assert when_final["entered"] == OUTAGE_EVENTS
+    assert when_final["delivered"] == 0
+    assert when_final["in_retry"] == OUTAGE_EVENTS
+    assert when_final["missing"] == 0
+    assert (when_final["up"], when_final["down_reason"]) == (False, "lag")  # late, not lost
+    now = _final(rows_of(story.live, story.outage))[story.minute_a]
+    assert now["delivered"] == OUTAGE_EVENTS
+    assert (now["in_retry"], now["missing"], now["dead_lettered"]) == (0, 0, 0)
+
+
+async def test_a_minute_answered_after_2_s_is_down_for_lag_the_next_up(story: Story) -> None:
+    """With lag_sla_s 1, the minute answered after 2 s is down for lag; the one answered at once is up."""
+    rows = _final(rows_of(story.live, story.lag))
+    slow, fast = rows[story.minute_a], rows[story.minute_b]
+    assert (slow["entered"], slow["delivered"], slow["missing"]) == (SLOW_EVENTS, SLOW_EVENTS, 0)
+    assert slow["lag_p95_ms"] >= 2000
+    assert (slow["up"], slow["down_reason"]) == (False, "lag")
+    assert (fast["entered"], fast["delivered"], fast["missing"]) == (2 * FAST_BATCH,) * 2 + (0,)
+    assert fast["lag_p95_ms"] <= 1000
+    assert (fast["up"], fast["down_reason"]) == (True, None)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="needs the retrier's audit trail (branch trail-wt, ab8fef8): without its expired facts"
+    " the events stay in retry",
+)
+async def test_events_expired_by_the_retrier_are_dead_lettered_not_in_retry(
+    story: Story, kafka_settings: KafkaSettings
+) -> None:
+    """Events whose retry tiers ran out count as dead-lettered (expired) in their minute, as in the DLQ."""
+    dead = await dead_letters(kafka_settings, story.expiry)
+    assert set(dead.values()) == {"expired"}
+    assert len(dead) == EXPIRING_EVENTS
+    row = _final(rows_of(story.live, story.expiry))[story.minute_a]
+    assert row["dead_lettered_by_reason"] == {"expired": EXPIRING_EVENTS}
+    assert (row["entered"], row["in_retry"], row["missing"]) == (EXPIRING_EVENTS, 0, 0)
+
+
+async def test_bad_input_is_counted_by_reason_and_the_rest_stays_right(story: Story) -> None:
+    """Unusable facts and odd events are counted by reason; the odd minute holds exactly its events, delivered."""
+    refused = {r: sample(REFUSED, {"reason": r}) - story.refused_before[r] for r in REFUSALS}
+    assert refused == REFUSALS
+    problems = {
+        p: sample(ODD, {"dest": story.odd, "problem": p})
+        for p in ("no_id", "time_past", "time_future", "malformed")
+    }
+    assert problems == {"no_id": NO_ID, "time_past": PAST, "time_future": FUTURE, "malformed": 0}
+    rows = rows_of(story.live, story.odd)
+    assert [row["minute"] for row in rows] == [story.minute_a]  # by Kafka time, none years away
+    total = GOOD_ODD + NO_ID + PAST + FUTURE
+    row = rows[0]
+    assert (row["entered"], row["delivered"], row["dead_lettered"]) == (total, total, 0)
+    assert (row["in_retry"], row["missing"], row["final"]) == (0, 0, True)
+    assert not story.live_task.done()
+
+
+async def test_a_killed_auditor_counts_the_same_events(story: Story) -> None:
+    """Killed, and restarted after its minutes should have settled, its counts equal a live one's."""
+    assert story.process.starts == 3
+    for dest in story.names:
+        restarted = by_minute(story.process_rows[dest], COUNTS)
+        uninterrupted = by_minute(rows_of(story.live, dest), COUNTS)
+        assert differences(restarted, uninterrupted) == {}, dest
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="auditor/daemon.py _Accounting: a minute settles after whole polls are taken in, so an"
+    " auditor catching up counts outcomes written after the settle point in its lag percentiles"
+    " and up/down; the live one had not read them yet",
+)
+async def test_a_killed_auditor_judges_its_minutes_the_same(story: Story) -> None:
+    """Killed, and restarted after its minutes should have settled, its lags and up/down equal a live one's."""
+    for dest in story.names:
+        restarted = by_minute(story.process_rows[dest], JUDGEMENT)
+        uninterrupted = by_minute(rows_of(story.live, dest), JUDGEMENT)
+        assert differences(restarted, uninterrupted) == {}, dest
+
+
+async def test_report_from_the_archive_equals_the_running_auditor(story: Story) -> None:
+    """`auditor report --archive` and `--url` give the same rows for final minutes."""
+    for dest in (story.lag, story.odd):
+        from_url = _final(await _report("--dest", dest, "--url", story.live_url))
+        archive = str(story.live_archive)
+        from_archive = _final(await _report("--dest", dest, "--archive", archive))
+        assert from_url
+        assert from_archive == from_url, dest
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="auditor/daemon.py _take_facts: a late outcome changes a final minute without a new"
+    " minutes row in the archive (docs/accounting.md says it gets one)",
+)
+async def test_a_final_minute_changed_by_a_late_outcome_is_archived_again(story: Story) -> None:
+    """The outage minute, final while in retry and delivered later, reads the same from the archive as live."""
+    dest = story.outage
+    from_url = _final(await _report("--dest", dest, "--url", story.live_url))
+    from_archive = _final(await _report("--dest", dest, "--archive", str(story.live_archive)))
+    assert from_archive[story.minute_a] == from_url[story.minute_a]
+
+
+async def test_availability_of_the_day(story: Story) -> None:
+    """`report --availability --day` counts the day's final minutes, the slow one down for lag."""
+    day = story.minute_a[:10]
+    for source in (("--url", story.live_url), ("--archive", str(story.live_archive))):
+        found = await _report("--dest", story.lag, *source, "--availability", "--day", day)
+        minutes = found["minutes"]
+        assert found["day"] == day
+        assert minutes + found["pending_minutes"] == 1440
+        assert (found["down_minutes"], found["down_for_lag"], found["down_for_loss"]) == (1, 1, 0)
+        assert found["up_minutes"] == minutes - 1
+        assert found["availability_pct"] == round(100 * (minutes - 1) / minutes, 4)
+        assert found["all_up"] is False
+
+
+async def test_report_on_a_destination_the_auditor_does_not_audit_fails(story: Story) -> None:
+    """`report --url` for a destination the running auditor does not audit is one line on stderr, exit 2."""
+    code, out, err = await run_auditor_command("report", "--dest", "nope", "--url", story.live_url)
+    assert (code, out) == (2, "")
+    assert (
+        err == f"auditor report: --dest nope: the auditor at {story.live_url} does not audit it\n"
+    )
