@@ -104,7 +104,8 @@ def cli(
     if ctx.invoked_subcommand is not None:
         return
     try:
-        destinations = _audited(flags.catalog, dests)
+        catalog = Catalog(flags.catalog or default_catalog_dir(), for_delivery=False)
+        destinations = catalog.load_named(dests)
         settings = KafkaSettings.from_env()
         if flags.check:
             _check(destinations, settings)
@@ -133,16 +134,6 @@ def _check(destinations: list[Destination], settings: KafkaSettings) -> None:
         )
     click.echo(f"{PROG}: ok: kafka settings: bootstrap {settings.bootstrap}")
     sys.exit(0)
-
-
-def _audited(catalog_dir: Path | None, names: tuple[str, ...]) -> list[Destination]:
-    catalog = Catalog(catalog_dir or default_catalog_dir(), for_delivery=False)
-    if not names:
-        found = catalog.load_all()
-        if not found:
-            raise ConfigError(f"catalog {catalog.directory} has no destinations; add NAME.toml")
-        return found
-    return [catalog.load(name) for name in dict.fromkeys(names)]
 
 
 @cli.command()

@@ -31,9 +31,9 @@ from auditor.ledger import MINUTE_MS, Ledger, Problem, Settled, minute_of
 from auditor.progress import ProgressClock
 from auditor.tables import archive_row, iso_minute, live_rows
 from config.catalog import Destination
+from connector.intake import parse
 from hifi import kafka_admin
 from hifi.audit import AUDIT_RETENTION_MS, FactRefused, audit_topic, decode_fact
-from hifi.envelope import parse_records
 from hifi.errors import ConfigError, HifiError
 from hifi.kafka_settings import KafkaSettings
 from hifi.ops_http import DEFAULT_HOST, OpsServer
@@ -183,6 +183,7 @@ class _Accounting(PartitionHandler):
         self._offsets: dict[TopicPartition, list[int]] = defaultdict(list)
         self._last_roll = time.monotonic()
         self._to_resolve: list[tuple[str, int, dict[tuple[str, int], list[int]]]] = []
+        self._changed: set[tuple[str, int]] = set()  # final minutes a late outcome changed
         self.refused: dict[str, int] = defaultdict(int)
         self._refusal_logged: set[str] = set()
 
@@ -228,14 +229,7 @@ class _Accounting(PartitionHandler):
     def _take_entries(self, dest: Destination, tp: TopicPartition, records: list[Any]) -> None:
         ledger, archive, name = self.ledgers[dest.name], self._archive, dest.name
         observed_ms = self._now_ms()
-        parsed = parse_records(
-            tp,
-            records,
-            id_field=dest.id_field,
-            event_time_field=dest.event_time_field,
-            max_bytes=dest.max_batch_bytes,
-            taken_ms=observed_ms,
-        )
+        parsed = parse(dest, tp, records, taken_ms=observed_ms)  # the connector's rules
         origin = (tp.topic, tp.partition)
         by_minute: dict[int, list[int]] = defaultdict(list)
         problems: dict[tuple[int, Problem], int] = defaultdict(int)
@@ -297,6 +291,7 @@ class _Accounting(PartitionHandler):
                     fact.dest, [t - t % MINUTE_MS for t in part.event_times_ms], fact, part
                 )
             for change in changes:
+                self._changed.add((fact.dest, change.minute_ms))
                 events = metrics.EVENTS
                 if change.delivered:
                     events.labels(fact.dest, "delivered").inc(change.delivered)
@@ -322,17 +317,28 @@ class _Accounting(PartitionHandler):
     def next_work(self, *, poll_open: bool) -> Work | None:
         """A roll, once `roll_s` passed (or many rows wait) and a whole poll is taken in."""
         archive = self._archive
-        if poll_open or not (self._offsets or archive.buffered_rows):
+        if poll_open or not (self._offsets or archive.buffered_rows or self._changed):
             return None
         waited_s = time.monotonic() - self._last_roll
         if waited_s < self._roll_s and archive.buffered_rows < ROLL_ROWS:
             return None
         self._last_roll = time.monotonic()
+        self._archive_changed()
         pending = archive.take()
         state = self._snapshot()
         offsets, self._offsets = dict(self._offsets), defaultdict(list)
         resolve, self._to_resolve = self._to_resolve, []
         return Work(self._roll(pending, state, resolve), offsets)
+
+    def _archive_changed(self) -> None:
+        """A new row for each final minute a late outcome changed since the last roll."""
+        now_ms = self._now_ms()
+        for dest, minute_ms in sorted(self._changed):
+            ledger = self.ledgers[dest]
+            bucket = ledger.buckets.get(minute_ms)
+            if bucket is not None:
+                self._archive.minute(dest, archive_row(ledger, bucket, written_ms=now_ms))
+        self._changed.clear()
 
     def room(self) -> int:
         return max(0, MAX_BUFFERED_ROWS - self._archive.buffered_rows)
@@ -343,7 +349,7 @@ class _Accounting(PartitionHandler):
 
     @property
     def busy(self) -> bool:
-        return bool(self._offsets) or self._archive.buffered_rows > 0
+        return bool(self._offsets) or self._archive.buffered_rows > 0 or bool(self._changed)
 
     def drop(self, partitions: set[TopicPartition]) -> None:
         for tp in partitions:

@@ -176,6 +176,7 @@ class Bucket:
     lag_in: LogHistogram = field(default_factory=LogHistogram)
     process: LogHistogram = field(default_factory=LogHistogram)
     duplicates: int = 0
+    on_time: int = 0  # first deliveries at most settle_s after the minute ended
     final: bool = False
     # once final
     counts: Counts | None = None
@@ -304,8 +305,14 @@ class Ledger:
         first: BitMap,
         fact: Fact,
     ) -> None:
-        """Lag of each first delivery, and duplicates, in the bucket of the event's time."""
+        """Lag of each first delivery, and duplicates, in the bucket of the event's time.
+
+        A delivery is judged by its own time, not by when the auditor reads it: one later than
+        `settle_s` after its minute ended adds no lag and is not on time, so an auditor catching
+        up after an outage judges a minute as one that read every fact as it was written.
+        """
         done_ms = fact.outcome_ms
+        settle_ms = round(self.settings.settle_s * 1000)
         closed_before = self.closed_before_ms
         all_first = len(first) == len(offsets)
         minute, bucket = -1, None
@@ -320,6 +327,9 @@ class Ledger:
             if not all_first and offset not in first:
                 bucket.duplicates += 1
                 continue
+            if done_ms > bucket.end_ms + settle_ms:
+                continue  # after the minute settled: late, judged as undelivered
+            bucket.on_time += 1
             if taken and event_ms > taken + FUTURE_TOLERANCE_MS:
                 continue  # a clock problem: no lag to speak of
             bucket.lags_ms.append(min(_LAG_MAX_MS, max(0, done_ms - event_ms)))
@@ -346,6 +356,7 @@ class Ledger:
                 continue
             counts, n = bucket.counts, len(hit)
             retrying = bucket.retrying.setdefault(tp, BitMap())
+            change = changes.setdefault(bucket.minute_ms, Change(bucket.minute_ms))
             if outcome in (Outcome.HANDED_OFF, Outcome.RE_OFFERED):
                 new = hit - retrying
                 retrying |= new
@@ -357,7 +368,6 @@ class Ledger:
             counts.missing -= n - was_retrying
             waiting.difference_update(hit)
             retrying.difference_update(hit)
-            change = changes.setdefault(bucket.minute_ms, Change(bucket.minute_ms))
             if outcome == Outcome.DELIVERED:
                 counts.delivered += n
                 change.delivered += n
@@ -456,8 +466,11 @@ class Ledger:
         bucket.lag_in = bucket.process = LogHistogram()
         settings = self.settings
         loss_ratio = counts.missing / counts.entered if counts.entered else 0.0
+        # Waiting events are late; so are deliveries after the settle point read by an auditor
+        # that was catching up (`on_time` counts the deliveries before it).
         undelivered = counts.entered - counts.dead_lettered - counts.filtered
-        late_ratio = (counts.in_retry + counts.missing) / undelivered if undelivered else 0.0
+        late = max(counts.in_retry + counts.missing, undelivered - bucket.on_time)
+        late_ratio = late / undelivered if undelivered > 0 else 0.0
         if counts.missing:
             bucket.up, bucket.down_reason = False, "loss"
         elif (lags.p95_ms is not None and lags.p95_ms > settings.lag_sla_s * 1000) or (
@@ -596,6 +609,7 @@ def _bucket_state(bucket: Bucket) -> dict[str, Any]:
         "lag_in": memoryview(bucket.lag_in.counts).cast("B"),
         "process": memoryview(bucket.process.counts).cast("B"),
         "duplicates": bucket.duplicates,
+        "on_time": bucket.on_time,
         "final": bucket.final,
         "counts": None if bucket.counts is None else msgspec.to_builtins(bucket.counts),
         "lags": None if bucket.lags is None else msgspec.to_builtins(bucket.lags),
@@ -623,6 +637,7 @@ def _bucket_from(raw: Mapping[str, Any]) -> Bucket:
         lag_in=LogHistogram(lag_in),
         process=LogHistogram(process),
         duplicates=int(raw["duplicates"]),
+        on_time=int(raw["on_time"]),
         final=bool(raw["final"]),
         counts=None if counts is None else msgspec.convert(counts, Counts),
         lags=None if lags is None else msgspec.convert(lags, Lags),

@@ -9,7 +9,7 @@ import os
 import re
 import ssl
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
@@ -309,6 +309,16 @@ class Catalog:
 
     def load_all(self) -> list[Destination]:
         return [self.load(name) for name in self.names()]
+
+    def load_named(self, names: Sequence[str]) -> list[Destination]:
+        """The named destinations (each once), or every one when none is named; `ConfigError`
+        when the catalog has none."""
+        if names:
+            return [self.load(name) for name in dict.fromkeys(names)]
+        found = self.load_all()
+        if not found:
+            raise ConfigError(f"catalog {self.directory} has no destinations; add NAME.toml")
+        return found
 
     def _check_directory(self) -> None:
         if not self.directory.exists():

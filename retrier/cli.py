@@ -71,7 +71,8 @@ def cli(ctx: click.Context, dests: tuple[str, ...], flags: DaemonFlags) -> None:
     if ctx.invoked_subcommand is not None:
         return
     try:
-        destinations = _serve(flags.catalog, dests)
+        catalog = Catalog(flags.catalog or default_catalog_dir(), for_delivery=False)
+        destinations = catalog.load_named(dests)
         settings = KafkaSettings.from_env()
         if flags.check:
             asyncio.run(_check(destinations, settings, probe=flags.probe)).finish()
@@ -101,16 +102,6 @@ async def _check(dests: list[Destination], settings: KafkaSettings, *, probe: bo
             wanted.update(retention_wanted(dest, tier_topics))
         await probe_kafka(settings, report, source_topics=(), retention_wanted=wanted)
     return report
-
-
-def _serve(catalog_dir: Path | None, names: tuple[str, ...]) -> list[Destination]:
-    catalog = Catalog(catalog_dir or default_catalog_dir(), for_delivery=False)
-    if not names:
-        found = catalog.load_all()
-        if not found:
-            raise ConfigError(f"catalog {catalog.directory} has no destinations; add NAME.toml")
-        return found
-    return [catalog.load(name) for name in dict.fromkeys(names)]
 
 
 def reason_option(function: F) -> F:

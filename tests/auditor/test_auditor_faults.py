@@ -88,11 +88,6 @@ async def test_a_minute_answered_after_2_s_is_down_for_lag_the_next_up(story: St
     assert (fast["up"], fast["down_reason"]) == (True, None)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the retrier's audit trail (branch trail-wt, ab8fef8): without its expired facts"
-    " the events stay in retry",
-)
 async def test_events_expired_by_the_retrier_are_dead_lettered_not_in_retry(
     story: Story, kafka_settings: KafkaSettings
 ) -> None:
@@ -132,12 +127,6 @@ async def test_a_killed_auditor_counts_the_same_events(story: Story) -> None:
         assert differences(restarted, uninterrupted) == {}, dest
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="auditor/daemon.py _Accounting: a minute settles after whole polls are taken in, so an"
-    " auditor catching up counts outcomes written after the settle point in its lag percentiles"
-    " and up/down; the live one had not read them yet",
-)
 async def test_a_killed_auditor_judges_its_minutes_the_same(story: Story) -> None:
     """Killed, and restarted after its minutes should have settled, its lags and up/down equal a live one's."""
     for dest in story.names:
@@ -156,11 +145,6 @@ async def test_report_from_the_archive_equals_the_running_auditor(story: Story) 
         assert from_archive == from_url, dest
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="auditor/daemon.py _take_facts: a late outcome changes a final minute without a new"
-    " minutes row in the archive (docs/accounting.md says it gets one)",
-)
 async def test_a_final_minute_changed_by_a_late_outcome_is_archived_again(story: Story) -> None:
     """The outage minute, final while in retry and delivered later, reads the same from the archive as live."""
     dest = story.outage

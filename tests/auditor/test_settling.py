@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from auditor.ledger import MINUTE_MS, Ledger
 from config.catalog import Accounting
 from hifi.vocabulary import Outcome
@@ -16,11 +14,6 @@ def _book() -> Ledger:
     return Ledger("d", Accounting(settle_s=SETTLE_MS / 1000, lag_sla_s=600.0))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="auditor/ledger.py: lags and lateness are judged on what was read before advance(),"
-    " not on the facts' own outcome times, so a catching-up auditor judges a minute otherwise",
-)
 def test_an_auditor_catching_up_judges_a_minute_as_one_that_never_stopped() -> None:
     """Events handed off in their minute and delivered after its settling: read before or after it settles, same row."""
     settle_point = T0 + MINUTE_MS + SETTLE_MS
