@@ -88,6 +88,7 @@ class Drain:
     time_past: int  # events counted in another minute than their own (must be 0)
     snapshot_mb_max: float  # the accounts' state as the auditor serializes it
     ahead_of_clock_s_max: float  # how far the read position ran ahead of the wall clock
+    cores: tuple[float, float]  # (ours, others) while the auditor ran: see `machine.CpuWatch`
     timeline: list[dict[str, float]]
 
 
@@ -174,6 +175,7 @@ async def _audit(
         until_idle_s=_IDLE_S,
     )  # fmt: skip
     work.mkdir(parents=True, exist_ok=True)
+    watch_cpu = machine.CpuWatch()
     auditor.start()
     try:
         await auditor.wait_ready()
@@ -181,7 +183,7 @@ async def _audit(
         await watch.run()
     finally:
         auditor.stop()
-    return watch.result(produce_s, auditor.peak_rss_kb)
+    return watch.result(produce_s, auditor.peak_rss_kb, watch_cpu.cores())
 
 
 class _Watch:
@@ -260,7 +262,7 @@ class _Watch:
         position_s = self._timeline.event_ms(read - 1) / 1000
         self.ahead_s_max = max(self.ahead_s_max, position_s - time.time())
 
-    def result(self, produce_s: float, peak_rss_kb: int) -> Drain:
+    def result(self, produce_s: float, peak_rss_kb: int, cores: tuple[float, float]) -> Drain:
         if self.read_at is None or self.last is None:
             raise RuntimeError("the auditor's backlog was not read")
         drain_s = self.read_at - self.ready_at
@@ -281,6 +283,7 @@ class _Watch:
             time_past=self.last.odd_records.get("time_past", 0),
             snapshot_mb_max=round(self.snapshot_bytes_max / 2**20, 1),
             ahead_of_clock_s_max=round(self.ahead_s_max, 1) if self._timeline else 0.0,
+            cores=(round(cores[0], 2), round(cores[1], 2)),
             timeline=self.points,
         )
 
@@ -315,6 +318,7 @@ def _table(waiting: Drain, sustained: Drain) -> str:
         ("archived in s", "archived_s"), ("RSS when ready, MB", "rss_ready_mb"),
         ("peak RSS, MB", "peak_rss_mb"), ("tracked events, max", "max_tracked_events"),
         ("tracked events at the end", "tracked_at_end"), ("snapshot MB, max", "snapshot_mb_max"),
+        ("cores: ours, others", "cores"),
     ):  # fmt: skip
         rows.append((label, *(_fmt(getattr(drain, key)) for drain in (waiting, sustained))))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
@@ -334,6 +338,8 @@ def _fmt(value: object) -> str:
         return f"{value:,}"
     if isinstance(value, float):
         return f"{value:,.1f}"
+    if isinstance(value, tuple):
+        return ", ".join(f"{v:.2f}" for v in value)
     return str(value)
 
 
