@@ -6,13 +6,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv demo test check lint typecheck bench chaos clean
+.PHONY: help venv demo test check lint typecheck bench bench-auditor chaos clean
 
 help:
 	@echo "make demo   - run the connector and retrier against a local broker and a flaky destination"
 	@echo "make test   - run the test suite (starts its own broker; uses or starts Redis)"
 	@echo "make check  - ruff, mypy --strict, tests"
 	@echo "make bench  - throughput, lag and scale benchmark (results in bench/results/)"
+	@echo "make bench-auditor - the auditor's RSS with 1 M events waiting, and its throughput and RSS at 50k/s"
 	@echo "make chaos  - fault-injection runs that count loss by event id"
 
 $(STAMP): pyproject.toml
@@ -44,6 +45,9 @@ check: lint typecheck test
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
+
+bench-auditor: $(STAMP)
+	$(BIN)/python -m bench.auditor
 
 chaos: $(STAMP)
 	$(BIN)/python -m chaos

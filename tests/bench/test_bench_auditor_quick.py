@@ -1,0 +1,46 @@
+"""The short version of `make bench-auditor`: real broker, real auditor process, the summary line and its JSON."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from bench.auditor import QUICK_SUSTAINED, QUICK_WAITING
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+_LINE = re.compile(
+    r"^bench-auditor: waiting=(\d+) rss_waiting_mb=(\d+) sustained_eps=(\d+) rss_sustained_mb=(\d+)$"
+)
+
+
+def test_quick_run_ends_with_the_summary_line_of_real_figures(tmp_path: Path) -> None:
+    """Every produced event is tracked as waiting; the rates and RSS are measured, not zero."""
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.auditor", "--quick", "--results-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    last = run.stdout.strip().splitlines()[-1]
+    found = _LINE.match(last)
+    assert found, last
+    waiting, rss_waiting_mb, sustained_eps, rss_sustained_mb = map(int, found.groups())
+    assert waiting == QUICK_WAITING
+    assert rss_waiting_mb > 0
+    assert sustained_eps > 0
+    assert rss_sustained_mb > 0
+    [path] = tmp_path.glob("bench-auditor-*.json")
+    report = orjson.loads(path.read_bytes())
+    assert report["summary"] == last
+    assert report["sustained"]["events"] == QUICK_SUSTAINED
+    assert report["sustained"]["facts"] > 0
+    assert report["sustained"]["max_tracked_events"] == QUICK_SUSTAINED  # nothing settles yet
+    assert report["waiting"]["time_past"] == report["sustained"]["time_past"] == 0
