@@ -43,8 +43,8 @@ log = structlog.get_logger(__name__)
 
 GROUP_ID = "hifi.auditor"
 DEFAULT_ROLL_S = 60.0
-ROLL_ROWS = 400_000  # roll sooner once this many rows wait: bounds the offsets tracked per roll
-MAX_BUFFERED_ROWS = 800_000  # intake pauses while this many rows wait for a roll
+ROLL_ROWS = 200_000  # roll sooner once this many rows wait: bounds the offsets tracked per roll
+MAX_BUFFERED_ROWS = 400_000  # intake pauses while this many rows wait for a roll
 MAX_MISSING_IDS = 1000  # ids resolved per final minute with missing events
 SNAPSHOT_FORMAT = 1
 _AUDIT_PARTITIONS = 4

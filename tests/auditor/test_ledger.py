@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 
 import msgspec
 
-from auditor.ledger import MINUTE_MS, Ledger, Problem, nearest_rank
+from auditor.ledger import MINUTE_MS, Ledger, Problem, nearest_rank, nearest_rank_counted
 from config.catalog import Accounting
 from hifi.audit import FORMAT_MAJOR, FORMAT_MINOR, Fact, Slice
 from hifi.vocabulary import Outcome, Reason
@@ -105,6 +106,10 @@ def test_lag_percentiles_are_exact_nearest_rank_over_first_deliveries() -> None:
     assert nearest_rank([10, 20, 30, 40], 50) == 20
     assert nearest_rank(list(range(1, 101)), 95) == 95
     assert nearest_rank([], 99) is None
+    values = [7, 3, 3, 9, 1, 3, 12, 7, 5, 5, 5, 2]
+    counted = sorted(Counter(values).items())
+    for pct in (1, 25, 50, 90, 95, 99, 100):
+        assert nearest_rank_counted(counted, pct) == nearest_rank(sorted(values), pct)
     book = ledger()
     book.enter(T0, TP, range(100))
     for offset in range(100):
