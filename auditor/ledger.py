@@ -514,8 +514,13 @@ class Ledger:
         for minute in [m for m in self.down_minutes if m < day_ago]:
             del self.down_minutes[minute]
         fact_horizon = progress_ms - SEEN_FACTS_KEEP_MS
-        if len(self.seen_facts) > 1000:
-            self.seen_facts = {k: v for k, v in self.seen_facts.items() if v >= fact_horizon}
+        stale = []
+        for fact_id, outcome_ms in self.seen_facts.items():  # in the order read: oldest first
+            if outcome_ms >= fact_horizon:
+                break
+            stale.append(fact_id)
+        for fact_id in stale:
+            del self.seen_facts[fact_id]
         lowest = self._lowest_offsets()
         for tp, known in list(self.outcomes.items()):
             if tp in lowest:

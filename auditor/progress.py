@@ -60,7 +60,10 @@ class ProgressClock:
             read.last_record_ms = last_record_ms
 
     def at(self, topics: Iterable[str]) -> int:
-        """The progress of the owned partitions of `topics`: the least of theirs (now if none)."""
+        """The progress of the owned partitions of `topics`: the least of theirs (now if none of
+        them is owned while others are: a source topic that does not exist)."""
+        if not self._owned:
+            return 0  # before the first assignment, or between two: nothing read, nothing settles
         now = self._now_ms()
         wanted = set(topics)
         least = now

@@ -172,3 +172,20 @@ def test_a_million_waiting_events_cost_little_memory() -> None:
     )
     assert book.waiting_events() == 1_000_000
     assert size < 100_000  # a few hundred bytes per 65,536 contiguous offsets
+
+
+def test_nothing_settles_before_the_first_assignment() -> None:
+    """A fresh auditor on a backlog older than settle_s: its first commits come before it owns a
+    partition, and must not close the minutes it has yet to read."""
+    from aiokafka import TopicPartition
+
+    from auditor.progress import ProgressClock
+
+    now = T0 + 3_600_000
+    clock = ProgressClock(lambda tp: None, lambda: now)
+    assert clock.at(["events", "hifi.audit"]) == 0
+    clock.owned({TopicPartition("events", 0), TopicPartition("hifi.audit", 0)})
+    clock.read(TopicPartition("events", 0), 10, T0 + 5000)
+    clock.read(TopicPartition("hifi.audit", 0), 3, T0 + 9000)
+    assert clock.at(["events", "hifi.audit"]) == T0 + 5000
+    assert clock.at(["missing-topic", "hifi.audit"]) == T0 + 9000
