@@ -22,7 +22,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from hifi import kafka
-from hifi.audit import FORMAT_MAJOR, FORMAT_MINOR, HDR_FORMAT, AuditTrail, Seen, encode_fact
+from hifi.audit import FORMAT_MAJOR, FORMAT_MINOR, HDR_FORMAT, Seen, build_facts, encode_fact
 from hifi.kafka_settings import KafkaSettings
 from hifi.vocabulary import Outcome
 
@@ -31,6 +31,7 @@ EVENTS_PER_FACT = 500  # the connector's default max_batch_records: one fact per
 TAKEN_DELAY_MS = 5  # the connector takes an event in this long after its event time
 DELIVERY_DELAY_MS = 40  # and a fact's outcome time is its newest event's time plus this
 _CHUNK = 5000  # events built and sent per round
+_NODE = "connector@bench:0"  # the node the bench's facts name
 _MAX_UNACKED = 128  # record batches in flight before waiting for their acks
 _AUDIT_FORMAT = f"{FORMAT_MAJOR}.{FORMAT_MINOR}".encode()
 
@@ -181,10 +182,9 @@ async def produce_facts(
     timeline: Timeline,
 ) -> tuple[int, float]:
     """A `delivered` fact per `EVENTS_PER_FACT` consecutive events of a partition, built by
-    `AuditTrail.facts` as the connector's are, to partition 0 of `audit_topic` (the connector
+    `hifi.audit.build_facts` as the connector's are, to partition 0 of `audit_topic` (the connector
     keys facts by destination); returns (facts, seconds)."""
     started = time.monotonic()
-    trail = AuditTrail(_Unused(), topic=audit_topic, dest=dest, node="connector@bench:0")
     headers = [(HDR_FORMAT, _AUDIT_FORMAT)]
     per_partition = -(-events // partitions)
     facts = 0
@@ -204,7 +204,15 @@ async def produce_facts(
                 if not seen:
                     continue
                 outcome_ms = seen[-1].event_time_ms + DELIVERY_DELAY_MS
-                for fact in trail.facts(Outcome.DELIVERED, seen, status=200, outcome_ms=outcome_ms):
+                for fact in build_facts(
+                    dest,
+                    _NODE,
+                    Outcome.DELIVERED,
+                    seen,
+                    reason=None,
+                    status=200,
+                    outcome_ms=outcome_ms,
+                ):
                     records.append((encode_fact(fact), timeline.kafka_ms(outcome_ms)))
             facts += len(records)
             await sender.send(audit_topic, 0, records, headers)
@@ -220,11 +228,3 @@ def _seen(
     seq = offset * partitions + partition
     at_ms = timeline.event_ms(seq)
     return Seen((topic, partition, offset), event_id(prefix, seq), at_ms, at_ms + TAKEN_DELAY_MS)
-
-
-class _Unused:
-    """`AuditTrail` wants a writer; the bench only builds facts with it and sends them itself,
-    with Kafka timestamps on the timeline."""
-
-    async def send_all(self, records: object) -> None:
-        raise NotImplementedError("the bench sends its facts itself")

@@ -61,6 +61,7 @@ class Watch:
         self.archived_at: float | None = None
         self.last: Scrape | None = None
         self.snapshot_bytes_max = 0
+        self.tracked_max = 0  # over every scrape, not only the points kept for the timeline
         self.ahead_s_max = -float("inf")
         self.points: list[dict[str, float]] = []
 
@@ -71,6 +72,11 @@ class Watch:
             if scrape is not None:
                 self._note(scrape)
             if self.archived_at is not None:
+                # the gauges are set at the auditor's commits (every second): read them once more
+                await asyncio.sleep(1.2)
+                final = await self.auditor.scrape()
+                if final is not None:
+                    self.tracked_max = max(self.tracked_max, final.tracked_events)
                 return
             if self.read_at is not None and time.monotonic() > self.read_at + 3 * self._roll_s:
                 return  # read, but the rows were not all seen archived: reported as None
@@ -82,6 +88,7 @@ class Watch:
 
     def _note(self, scrape: Scrape) -> None:
         self.last = scrape
+        self.tracked_max = max(self.tracked_max, scrape.tracked_events)
         lag = scrape.lag_of(self.topic)
         partitions = sum(1 for name, _ in scrape.lag if name == self.topic)
         read = self.events - lag if lag is not None and partitions == self._partitions else 0
@@ -131,7 +138,7 @@ class Watch:
             else round(self.archived_at - self.ready_at, 1),
             rss_ready_mb=first["rss_mb"],
             peak_rss_mb=round(peak_rss_kb / 1024, 1),
-            max_tracked_events=max(int(p["tracked"]) for p in self.points),
+            max_tracked_events=self.tracked_max,
             tracked_at_end=self.last.tracked_events,
             time_past=self.last.odd_records.get("time_past", 0),
             snapshot_mb_max=round(self.snapshot_bytes_max / 2**20, 1),

@@ -208,6 +208,34 @@ def slices_of(events: Iterable[Observed]) -> list[Slice]:
     return list(by_partition.values())
 
 
+def build_facts(
+    dest: str,
+    node: str,
+    outcome: Outcome,
+    events: Sequence[Observed],
+    *,
+    reason: Reason | None,
+    status: int | None,
+    outcome_ms: int,
+) -> list[Fact]:
+    """The facts of one outcome: one per `MAX_EVENTS_PER_FACT` events, each with a fresh id."""
+    return [
+        Fact(
+            FORMAT_MAJOR,
+            FORMAT_MINOR,
+            uuid.uuid4().hex,
+            dest,
+            node,
+            str(outcome),
+            None if reason is None else str(reason),
+            status,
+            outcome_ms,
+            slices_of(events[start : start + MAX_EVENTS_PER_FACT]),
+        )
+        for start in range(0, len(events), MAX_EVENTS_PER_FACT)
+    ]
+
+
 class AuditTrail:
     """Writes the facts of one destination at one node; `record()` returns once acknowledged."""
 
@@ -227,21 +255,9 @@ class AuditTrail:
         outcome_ms: int | None = None,
     ) -> list[Fact]:
         at_ms = int(time.time() * 1000) if outcome_ms is None else outcome_ms
-        return [
-            Fact(
-                FORMAT_MAJOR,
-                FORMAT_MINOR,
-                uuid.uuid4().hex,
-                self._dest,
-                self._node,
-                str(outcome),
-                None if reason is None else str(reason),
-                status,
-                at_ms,
-                slices_of(events[start : start + MAX_EVENTS_PER_FACT]),
-            )
-            for start in range(0, len(events), MAX_EVENTS_PER_FACT)
-        ]
+        return build_facts(
+            self._dest, self._node, outcome, events, reason=reason, status=status, outcome_ms=at_ms
+        )
 
     async def record(
         self,
