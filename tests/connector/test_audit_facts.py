@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
 import pytest
 import respx
-from aiokafka import ConsumerRecord
+from aiokafka import ConsumerRecord, TopicPartition
 
 from config.catalog import Destination
 from connector.delivery import Deliverer
 from connector.divert import DLQ_RECORD_MAX_BYTES, Diverter, Unreadable
 from connector.rebatch import Batch
-from hifi.audit import AuditTrail, Fact, decode_fact
+from hifi.audit import AuditTrail, Fact, Seen, Slice, decode_fact, slices_of
+from hifi.envelope import Event, parse_records
 from hifi.errors import BrokerUnavailable
 from hifi.vocabulary import Reason
 from tests.helpers import TAKEN_MS, FakeKafka, Sleeps, make_destination, make_event
@@ -157,3 +159,60 @@ async def test_without_a_trail_nothing_is_written_for_the_audit(dest: Destinatio
         await deliverer.deliver(Batch([make_event(1)]))
         await deliverer.deliver(Batch([make_event(2)]))
     assert [topic for topic, *_ in kafka.records] == ["unit.retry_in"]
+
+
+def _records(topic: str, partition: int, offsets: range, *, with_ids: bool = True) -> list[Any]:
+    out = []
+    for offset in offsets:
+        body: dict[str, Any] = {"t": 1_700_000_000_000 + offset}
+        if with_ids and offset % 3:
+            body["id"] = f"{topic}-{partition}-{offset}"
+        value = orjson.dumps(body)
+        out.append(
+            ConsumerRecord(topic, partition, offset, 1, 0, None, value, None, 3, len(value), ())
+        )
+    return out
+
+
+def test_the_columns_of_connector_events_match_the_event_by_event_reading() -> None:
+    """The connector's fast path (a column per run of one partition) names the same events,
+    ids, times and origins as the general one, across runs, repeated partitions, events
+    without ids and events re-offered by the retrier (origin from their header)."""
+    events = []
+    for topic, partition, offsets in [
+        ("a", 0, range(0, 5)),
+        ("a", 1, range(10, 13)),
+        ("a", 0, range(5, 9)),
+    ]:
+        events += parse_records(
+            TopicPartition(topic, partition), _records(topic, partition, offsets),
+            id_field="id", event_time_field="t", max_bytes=1 << 20, taken_ms=TAKEN_MS,
+        ).events  # fmt: skip
+    value = orjson.dumps({"id": "back", "t": 1_700_000_000_000})
+    headers = [("hifi-origin", b"a/1/7"), ("hifi-attempt", b"1")]
+    retried = ConsumerRecord(
+        "unit.retry_out", 2, 40, 1, 0, None, value, None, 3, len(value), headers
+    )
+    events += parse_records(
+        TopicPartition("unit.retry_out", 2), [retried],
+        id_field="id", event_time_field="t", max_bytes=1 << 20, taken_ms=TAKEN_MS, retried=True,
+    ).events  # fmt: skip
+    assert type(events[0]) is Event
+
+    fast = slices_of(events)
+    plain = slices_of(
+        [Seen(e.origin_parts, e.audit_id, e.event_time_ms, e.taken_ms) for e in events]
+    )
+
+    def rows(slices: list[Slice]) -> list[tuple[Any, ...]]:
+        return sorted(
+            (s.topic, s.partition, *row)
+            for s in slices
+            for row in zip(s.offsets, s.ids, s.event_times_ms, s.taken_ms, strict=True)
+        )
+
+    assert rows(fast) == rows(plain)
+    assert len(rows(fast)) == 13
+    assert ("a", 1, 7, "back", 1_700_000_000_000, TAKEN_MS) in rows(fast)
+    assert ("a", 0, 0, None, 1_700_000_000_000, TAKEN_MS) in rows(fast)  # no id: by origin
+    assert sorted((s.topic, s.partition) for s in fast) == [("a", 0), ("a", 1)]
