@@ -26,6 +26,7 @@ import time
 import uuid
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
@@ -113,6 +114,22 @@ _DICTIONARY: dict[Kind, list[str] | bool] = {
 
 _ARRAY_CODES = {pa.int64(): "q", pa.int32(): "i"}  # array type codes of the same width
 _OUTCOME_EVENT_FIELDS = [field for field in OUTCOME_SCHEMA if field.name not in _OUTCOME_RUNS]
+# Entered columns that repeat one poll's value for each of its records: runs, as for outcomes.
+_ENTERED_RUNS = ("topic", "partition", "observed_ms")
+_ENTERED_EVENT_FIELDS = [field for field in ENTERED_SCHEMA if field.name not in _ENTERED_RUNS]
+_RUNS: dict[Kind, tuple[str, ...]] = {Kind.ENTERED: _ENTERED_RUNS, Kind.OUTCOMES: _OUTCOME_RUNS}
+
+
+@dataclass(slots=True)
+class EnteredColumns:
+    """The `entered` rows of one poll of one partition, as columns of equal length."""
+
+    minutes_ms: list[int]
+    offsets: list[int]
+    ids: list[str | None]
+    event_times_ms: list[int]
+    kafka_ms: list[int]
+    problems: list[str | None]
 
 
 class ArchiveError(HifiError):
@@ -185,40 +202,54 @@ class Archive:
         self._minutes: Buffer = {}
         self._rows = 0
 
-    def entered(
+    def entered_many(
         self,
         dest: str,
-        minute_ms: int,
         topic: str,
         partition: int,
-        offset: int,
-        event_id: str | None,
-        event_time_ms: int,
-        kafka_ms: int,
         observed_ms: int,
-        problem: str | None,
+        columns: EnteredColumns,
     ) -> None:
-        """Buffer one row of `entered`."""
-        hour = minute_ms // HOUR_MS
-        by_hour = self._entered.get(dest)
-        rows = None if by_hour is None else by_hour.get(hour)
-        if rows is None:
-            rows = _new_rows(self._entered, dest, hour, ENTERED_SCHEMA)
-        cols = rows.columns
+        """Buffer the `entered` rows of one poll of one partition, a column at a time."""
+        n = len(columns.offsets)
+        if n == 0:
+            return
+        per_event = (
+            columns.minutes_ms,
+            columns.offsets,
+            columns.ids,
+            columns.event_times_ms,
+            columns.kafka_ms,
+            columns.problems,
+        )
+        if any(len(column) != n for column in per_event):
+            raise ValueError(f"entered columns of {topic}/{partition} differ in length")
+        if type(topic) is not str or type(partition) is not int or type(observed_ms) is not int:
+            raise TypeError(f"entered rows of {topic!r}/{partition!r} at {observed_ms!r}")
+        touched: list[tuple[_Rows, int]] = []
         try:
-            cols[0].append(minute_ms)
-            cols[1].append(topic)
-            cols[2].append(partition)
-            cols[3].append(offset)
-            cols[4].append(event_id)
-            cols[5].append(event_time_ms)
-            cols[6].append(kafka_ms)
-            cols[7].append(observed_ms)
+            for hour, (minutes, offsets, ids, times, kafka, problems) in _split_by_hour(
+                columns.minutes_ms, per_event
+            ).items():
+                rows = self._entered.get(dest, {}).get(hour)
+                if rows is None:
+                    rows = _new_rows(
+                        self._entered, dest, hour, _ENTERED_EVENT_FIELDS, len(_ENTERED_RUNS)
+                    )
+                cols = rows.columns
+                touched.append((rows, len(cols[0])))
+                cols[0].extend(minutes)
+                cols[1].extend(offsets)
+                cols[2].extend(ids)
+                cols[3].extend(times)
+                cols[4].extend(kafka)
+                cols[5].extend(problems)
+                rows.add_run((topic, partition, observed_ms), len(minutes))
         except (TypeError, OverflowError):
-            rows.truncate(len(cols[8]))  # `problem`, a list, is appended last of all
+            for rows, before in touched:
+                rows.truncate(before)
             raise
-        cols[8].append(problem)
-        self._rows += 1
+        self._rows += n
 
     def outcomes(self, dest: str, minute_ms: Sequence[int], fact: Fact, part: Slice) -> None:
         """Buffer one row of `outcomes` per event of `part`; `minute_ms[i]` is event i's minute."""
@@ -345,7 +376,7 @@ def _table(kind: Kind, dest: str, rows: _Rows) -> Any:
     arrays = []
     try:
         for field in schema:
-            if kind is Kind.OUTCOMES and field.name in _OUTCOME_RUNS:
+            if field.name in _RUNS.get(kind, ()):
                 values = pa.array(next(runs), type=field.type)
                 encoded = pa.RunEndEncodedArray.from_arrays(run_ends, values)
                 arrays.append(pc.run_end_decode(encoded))

@@ -139,7 +139,9 @@ def _check(destinations: list[Destination], settings: KafkaSettings) -> None:
 @cli.command()
 @click.option("--dest", required=True, metavar="NAME", help="Destination whose table to print.")
 @click.option("--from", "from_text", metavar="T", help="From T: ISO 8601, or a duration ago (2h).")
-@click.option("--to", "to_text", metavar="T", help="Until T (exclusive): ISO 8601, or a duration ago.")
+@click.option(
+    "--to", "to_text", metavar="T", help="Until T (exclusive): ISO 8601, or a duration ago."
+)
 @click.option(
     "--format",
     "fmt",
@@ -147,7 +149,9 @@ def _check(destinations: list[Destination], settings: KafkaSettings) -> None:
     default="table",
     show_default=True,
 )
-@click.option("--url", metavar="URL", help="A running auditor's ops address (http://127.0.0.1:9402).")
+@click.option(
+    "--url", metavar="URL", help="A running auditor's ops address (http://127.0.0.1:9402)."
+)
 @click.option(
     "--archive",
     "archive_dir",
@@ -155,7 +159,9 @@ def _check(destinations: list[Destination], settings: KafkaSettings) -> None:
     help="Read the archive directory instead of a running auditor.",
 )
 @click.option("--availability", is_flag=True, help="The day's availability instead of the table.")
-@click.option("--day", "day_text", metavar="DATE", help="With --availability: the UTC day (default today).")
+@click.option(
+    "--day", "day_text", metavar="DATE", help="With --availability: the UTC day (default today)."
+)
 def report(
     dest: str,
     from_text: str | None,

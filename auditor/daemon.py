@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,14 @@ from aiokafka import TopicPartition
 from starlette.requests import Request
 
 from auditor import metrics
-from auditor.archive import Archive, PendingFiles, find_ids, write_settings, write_snapshot
+from auditor.archive import (
+    Archive,
+    EnteredColumns,
+    PendingFiles,
+    find_ids,
+    write_settings,
+    write_snapshot,
+)
 from auditor.ledger import MINUTE_MS, Ledger, Problem, Settled, minute_of
 from auditor.progress import ProgressClock
 from auditor.tables import archive_row, iso_minute, live_rows
@@ -34,6 +42,7 @@ from config.catalog import Destination
 from connector.intake import parse
 from hifi import kafka_admin
 from hifi.audit import AUDIT_RETENTION_MS, FactRefused, audit_topic, decode_fact
+from hifi.envelope import Parsed
 from hifi.errors import ConfigError, HifiError
 from hifi.kafka_settings import KafkaSettings
 from hifi.ops_http import DEFAULT_HOST, OpsServer
@@ -48,6 +57,12 @@ MAX_BUFFERED_ROWS = 400_000  # intake pauses while this many rows wait for a rol
 MAX_MISSING_IDS = 1000  # ids resolved per final minute with missing events
 SNAPSHOT_FORMAT = 1
 _AUDIT_PARTITIONS = 4
+_offset_of = attrgetter("offset")
+_event_time_of = attrgetter("event_time_ms")
+_kafka_ms_of = attrgetter("record.timestamp")
+_kafka_ms_of_record = attrgetter("timestamp")
+_id_of = attrgetter("id")
+_has_id = attrgetter("has_id")
 _CONSUMER_OPTIONS: dict[str, Any] = {
     "max_partition_fetch_bytes": 4 * 1024 * 1024,
     "fetch_max_wait_ms": 250,
@@ -218,57 +233,41 @@ class _Accounting(PartitionHandler):
     def take(self, tp: TopicPartition, records: list[Any]) -> None:
         if not records:
             return
-        self._offsets[tp].extend(record.offset for record in records)
+        self._offsets[tp].extend(map(_offset_of, records))
         last = records[-1]
-        self._clock.read(tp, last.offset + 1, max(r.timestamp for r in records))
+        self._clock.read(tp, last.offset + 1, max(map(_kafka_ms_of_record, records)))
         if tp.topic == self._audit_topic:
             self._take_facts(records)
         for dest in self._readers.get(tp.topic, ()):
             self._take_entries(dest, tp, records)
 
     def _take_entries(self, dest: Destination, tp: TopicPartition, records: list[Any]) -> None:
-        ledger, archive, name = self.ledgers[dest.name], self._archive, dest.name
+        """Note one poll of one partition as entered, a column at a time (the auditor reads
+        every record the connector reads: this is its hot path)."""
+        ledger, name = self.ledgers[dest.name], dest.name
         observed_ms = self._now_ms()
         parsed = parse(dest, tp, records, taken_ms=observed_ms)  # the connector's rules
+        columns = _entered_columns(ledger, parsed)
+        self._archive.entered_many(name, tp.topic, tp.partition, observed_ms, columns)
+        minutes, offsets, problems = columns.minutes_ms, columns.offsets, columns.problems
         origin = (tp.topic, tp.partition)
-        by_minute: dict[int, list[int]] = defaultdict(list)
-        problems: dict[tuple[int, Problem], int] = defaultdict(int)
-        for event in parsed.events:
-            kafka_ms = event.record.timestamp
-            minute, problem = ledger.bucket_for_entry(event.event_time_ms, kafka_ms)
-            event_id = event.audit_id
-            if event_id is None and problem is None:
-                problem = Problem.NO_ID
-            if problem is not None:
-                problems[minute, problem] += 1
-            by_minute[minute].append(event.offset)
-            archive.entered(
-                name,
-                minute,
-                tp.topic,
-                tp.partition,
-                event.offset,
-                event_id,
-                event.event_time_ms,
-                kafka_ms,
-                observed_ms,
-                problem,
+        if minutes and min(minutes) == max(minutes):
+            ledger.enter(minutes[0], origin, offsets)
+        else:
+            by_minute: dict[int, list[int]] = defaultdict(list)
+            for minute, offset in zip(minutes, offsets, strict=True):
+                by_minute[minute].append(offset)
+            for minute, of_minute in by_minute.items():
+                ledger.enter(minute, origin, of_minute)
+        if problems.count(None) != len(problems):
+            counted = Counter(
+                (minute, problem)
+                for minute, problem in zip(minutes, problems, strict=True)
+                if problem is not None
             )
-        for record, exc in parsed.malformed:
-            kafka_ms = record.timestamp
-            minute = max(minute_of(kafka_ms), ledger.closed_before_ms)
-            problem = Problem(str(exc.reason))
-            problems[minute, problem] += 1
-            by_minute[minute].append(record.offset)
-            archive.entered(
-                name, minute, tp.topic, tp.partition, record.offset, None, kafka_ms, kafka_ms,
-                observed_ms, problem,
-            )  # fmt: skip
-        for minute, offsets in by_minute.items():
-            ledger.enter(minute, origin, offsets)
-        for (minute, problem), count in problems.items():
-            ledger.note_problem(minute, problem, count)
-            metrics.PROBLEMS.labels(name, problem).inc(count)
+            for (minute, problem), count in counted.items():
+                ledger.note_problem(minute, Problem(problem), count)
+                metrics.PROBLEMS.labels(name, problem).inc(count)
 
     def _take_facts(self, records: list[Any]) -> None:
         archive = self._archive
@@ -387,7 +386,9 @@ class _Accounting(PartitionHandler):
                 find_ids, self._archive.root, dest, {minute_ms: origins}
             )
         except HifiError as exc:
-            log.warning("missing_ids_unresolved", dest=dest, minute=iso_minute(minute_ms), error=str(exc))
+            log.warning(
+                "missing_ids_unresolved", dest=dest, minute=iso_minute(minute_ms), error=str(exc)
+            )
             return
         ids = sorted(
             event_id if event_id is not None else f"{topic}/{partition}/{offset}"
@@ -396,7 +397,9 @@ class _Accounting(PartitionHandler):
         bucket = self.ledgers[dest].buckets.get(minute_ms)
         if bucket is not None:
             bucket.missing_ids = ids
-            self._archive.minute(dest, archive_row(self.ledgers[dest], bucket, written_ms=self._now_ms()))
+            self._archive.minute(
+                dest, archive_row(self.ledgers[dest], bucket, written_ms=self._now_ms())
+            )
         log.error(
             "missing_events",
             dest=dest,
@@ -486,6 +489,33 @@ class _Accounting(PartitionHandler):
             "refused_facts": dict(self.refused),
             "buffered_rows": self._archive.buffered_rows,
         }
+
+
+def _entered_columns(ledger: Ledger, parsed: Parsed) -> EnteredColumns:
+    """The archive's `entered` columns of one parsed poll, with each event's minute and
+    problem; malformed records count by origin, in their Kafka timestamp's minute."""
+    events = parsed.events
+    offsets = list(map(_offset_of, events))
+    times = list(map(_event_time_of, events))
+    kafka = list(map(_kafka_ms_of, events))
+    if all(map(_has_id, events)):
+        ids: list[str | None] = list(map(_id_of, events))
+    else:
+        ids = [event.audit_id for event in events]
+    minutes, problems = ledger.buckets_for_entries(times, kafka)
+    if None in ids:
+        for i, event_id in enumerate(ids):
+            if event_id is None and problems[i] is None:
+                problems[i] = Problem.NO_ID
+    for record, exc in parsed.malformed:
+        at_ms = record.timestamp
+        minutes.append(max(minute_of(at_ms), ledger.closed_before_ms))
+        offsets.append(record.offset)
+        ids.append(None)
+        times.append(at_ms)
+        kafka.append(at_ms)
+        problems.append(Problem(str(exc.reason)))
+    return EnteredColumns(minutes, offsets, ids, times, kafka, problems)
 
 
 def _ms_param(value: str | None) -> int | None:

@@ -64,9 +64,7 @@ CONSUMER_LAG = Gauge(
     "High watermark minus the auditor's read position, per partition it owns.",
     ["topic", "partition"],
 )
-ARCHIVE_ROWS = Counter(
-    "hifi_auditor_archive_rows", "Rows written to closed archive files.", []
-)
+ARCHIVE_ROWS = Counter("hifi_auditor_archive_rows", "Rows written to closed archive files.", [])
 ARCHIVE_WRITE = Histogram(
     "hifi_auditor_archive_write_seconds",
     "Time to write one roll of archive files and the state snapshot.",

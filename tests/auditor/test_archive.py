@@ -19,6 +19,7 @@ from auditor.archive import (
     OUTCOME_SCHEMA,
     Archive,
     ArchiveError,
+    EnteredColumns,
     find_ids,
     read_minutes,
     read_settings,
@@ -50,7 +51,11 @@ def _enter(arc: Archive, dest: str, minute_ms: int, offset: int, **extra: Any) -
         "problem": None,
     }
     row.update(extra)
-    arc.entered(dest, **row)
+    columns = EnteredColumns(
+        [row["minute_ms"]], [row["offset"]], [row["event_id"]], [row["event_time_ms"]],
+        [row["kafka_ms"]], [row["problem"]],
+    )  # fmt: skip
+    arc.entered_many(dest, row["topic"], row["partition"], row["observed_ms"], columns)
 
 
 def _minute_row(minute_ms: int, written_ms: int, **extra: Any) -> dict[str, Any]:
@@ -387,10 +392,16 @@ def test_stray_directory_is_named_or_skipped(tmp_path: Path) -> None:
 
 
 def test_null_in_a_required_column_names_it(tmp_path: Path) -> None:
-    """A null where the schema allows none fails the write with the column named, not a bad file."""
+    """A null where the schema allows none is refused: a poll's own values at once, an outcome's
+    when written, with the column named, never as a bad file."""
     arc = Archive(tmp_path)
-    _enter(arc, "shop", MINUTE_MS, 1, topic=None)
-    with pytest.raises(ArchiveError, match="entered rows of destination 'shop': column 'topic'"):
+    with pytest.raises(TypeError, match="entered rows of None/3"):
+        _enter(arc, "shop", MINUTE_MS, 1, topic=None)
+    assert arc.buffered_rows == 0
+    fact = _fact()
+    fact.node = None  # type: ignore[assignment]
+    arc.outcomes("shop", [MINUTE_MS] * 3, fact, fact.slices[0])
+    with pytest.raises(ArchiveError, match="outcomes rows of destination 'shop': column 'node'"):
         arc.take().write()
     assert not list(tmp_path.rglob("*.parquet*"))
 
