@@ -237,10 +237,10 @@ def backfill(
         fail(where, str(exc))
     except (HifiError, TimeoutError) as exc:
         resume = (
-            ""
-            if dry_run
-            else f"; what the broker acknowledged is saved in {request.checkpoint_path}:"
+            f"; what the broker acknowledged is saved in {request.checkpoint_path}:"
             " run the same command again to resume"
+            if not dry_run and request.checkpoint_path.exists()
+            else ""
         )
         fail(where, f"{exc}{resume}", EXIT_FAILURE)
     _report(where, request, result)
@@ -294,7 +294,7 @@ def _report(where: str, request: BackfillRequest, result: BackfillResult) -> Non
     resumed = f" (this run: {result.reoffered_now})" if result.resumed else ""
     click.echo(
         f"backfilled {span}: scanned {scanned}, selected {selected}, re-offered {reoffered}"
-        f"{resumed} in {result.run_s:.1f} s{listed}"
+        f"{resumed} in {result.run_s:.2f} s{listed}"
     )
 
 

@@ -167,6 +167,22 @@ async def test_bad_only_missing_input_is_one_line_exit_2(
     assert not (tmp_path / "state").exists()
 
 
+async def test_broker_down_is_one_line(catalog_dir: Path, unique: str, tmp_path: Path) -> None:
+    """No broker at the address: one line naming it, exit 1, no traceback, no checkpoint."""
+    write_destination(catalog_dir, unique, url="https://x.test/", source_topics=["src"])
+    code, out, err = await run_command(
+        *_args(unique, catalog_dir, "--from", "2h", "--to", "1h"),
+        bootstrap="127.0.0.1:1",
+        env={"HIFI_STATE_DIR": str(tmp_path / "state")},
+    )  # fmt: skip
+    assert (code, out) == (1, "")
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("connector backfill: kafka 127.0.0.1:1: ")
+    assert err.count("\n") == 2, err  # the checkpoint's path, then the error
+    assert "Traceback" not in err
+    assert not (tmp_path / "state").exists()
+
+
 async def test_dry_run_counts_and_writes_nothing(
     kafka_settings: KafkaSettings, catalog_dir: Path, unique: str, tmp_path: Path
 ) -> None:
