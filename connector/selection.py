@@ -7,8 +7,9 @@ them; names beginning with `_` or `.` are not read), one row per event:
     partition (int32), offset (int64), event_time_ms (int64)
 
 A backfill selects by origin (topic, partition, offset) the rows of its destination. A file
-that is not Parquet or lacks a column (or has one of another kind) is refused whole, naming
-the file, before anything is re-offered.
+under a Hive partition directory `dest=NAME/` may leave the `dest` column out (as Spark's
+`partitionBy("dest")` writes it). A file that is not Parquet or lacks a column (or has one of
+another kind) is refused whole, naming the file, before anything is re-offered.
 """
 
 from __future__ import annotations
@@ -97,12 +98,14 @@ def _files(path: Path) -> list[str]:
 
 def _rows(file: str, dest: str) -> list[tuple[str, int, int]]:
     """(topic, partition, offset) of the rows of `dest` in one file, its columns checked first."""
+    path_dest = next((p[5:] for p in Path(file).parts if p.startswith("dest=")), None)
     try:
         dataset = ds.dataset(file, format="parquet")
-        _check_columns(file, dataset.schema)
-        table = dataset.to_table(
-            columns=list(_ORIGIN_COLUMNS), filter=ds.field("dest") == pa.scalar(dest, pa.string())
-        )
+        has_dest = _check_columns(file, dataset.schema, dest_in_path=path_dest is not None)
+        if not has_dest and path_dest != dest:
+            return []
+        wanted = ds.field("dest") == pa.scalar(dest, pa.string()) if has_dest else None
+        table = dataset.to_table(columns=list(_ORIGIN_COLUMNS), filter=wanted)
     except (pa.ArrowException, OSError) as exc:
         raise ConfigError(
             f"{_FLAG} {file}: not a readable Parquet file: {_first_line(exc)}"
@@ -125,9 +128,13 @@ def _rows(file: str, dest: str) -> list[tuple[str, int, int]]:
     )
 
 
-def _check_columns(file: str, schema: pa.Schema) -> None:
+def _check_columns(file: str, schema: pa.Schema, *, dest_in_path: bool) -> bool:
+    """Every column is there with its kind (`dest` may be in the path instead); returns
+    whether the file has a `dest` column."""
     for name, kind in COLUMNS.items():
         index = schema.get_field_index(name)
+        if index < 0 and name == "dest" and dest_in_path:
+            continue
         if index < 0:
             raise ConfigError(
                 f"{_FLAG} {file}: no column {name!r}; a missing-events file has the columns"
@@ -141,6 +148,7 @@ def _check_columns(file: str, schema: pa.Schema) -> None:
         )
         if not fits:
             raise ConfigError(f"{_FLAG} {file}: column {name!r} is {field_type}, not {kind}")
+    return "dest" in schema.names
 
 
 def _digest(origins: Mapping[TopicPartition, frozenset[int]]) -> str:

@@ -98,8 +98,11 @@ async def start_command(
     )
 
 
-def write_missing(path: Path, dest: str, origins: Iterable[tuple[str, int, int]]) -> None:
-    """A missing-events Parquet file listing `origins` for `dest`, as the reconciliation writes it."""
+def write_missing(
+    path: Path, dest: str, origins: Iterable[tuple[str, int, int]], *, dest_column: bool = True
+) -> None:
+    """A missing-events Parquet file listing `origins` for `dest`, as the reconciliation writes
+    it; without `dest_column` the destination is only in the path (dest=NAME/)."""
     rows = [
         {
             "dest": dest,
@@ -113,7 +116,8 @@ def write_missing(path: Path, dest: str, origins: Iterable[tuple[str, int, int]]
         for topic, partition, offset in origins
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows, schema=MISSING_SCHEMA), path)
+    table = pa.Table.from_pylist(rows, schema=MISSING_SCHEMA)
+    pq.write_table(table if dest_column else table.drop_columns(["dest"]), path)
 
 
 def origins_of(records: Sequence[Any]) -> list[tuple[str, int, int]]:

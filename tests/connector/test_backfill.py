@@ -105,7 +105,8 @@ async def test_only_missing_reoffers_exactly_the_listed_origins(
     kafka_settings: KafkaSettings, catalog_dir: Path, unique: str, tmp_path: Path
 ) -> None:
     """With --only-missing DIR only the origins listed for this destination and inside the range
-    are re-offered; files named `_*` or `.*` and other destinations' rows are not read."""
+    are re-offered: from its rows, or from files under dest=NAME/ without a dest column; files
+    named `_*` or `.*` and other destinations' rows are not read."""
     topic = await _setup(kafka_settings, catalog_dir, unique)
     missing = tmp_path / "missing"
     listed = [(topic, 0, 3), (topic, 0, 12), (topic, 1, 25), (topic, 1, 39)]
@@ -114,6 +115,8 @@ async def test_only_missing_reoffers_exactly_the_listed_origins(
     write_missing(missing / "part-2.parquet", "other", [(topic, 0, 20), (topic, 1, 21)])
     write_missing(missing / "_tmp" / "part-3.parquet", unique, [(topic, 0, 22)])
     write_missing(missing / ".part-4.parquet", unique, [(topic, 0, 23)])
+    write_missing(missing / f"dest={unique}" / "p.parquet", "", [(topic, 1, 26)], dest_column=False)
+    write_missing(missing / "dest=other" / "p.parquet", "", [(topic, 1, 27)], dest_column=False)
     (missing / "_SUCCESS").write_text("")
     code, out, err = await run_command(
         *_args(unique, catalog_dir, "--from", at(10), "--to", at(30), "--only-missing", str(missing)),
@@ -121,10 +124,10 @@ async def test_only_missing_reoffers_exactly_the_listed_origins(
         env={"HIFI_STATE_DIR": str(tmp_path / "state")},
     )  # fmt: skip
     assert code == 0, err
-    assert "selected 2, re-offered 2" in out
-    assert "4 listed for" in out
+    assert "selected 3, re-offered 3" in out
+    assert "5 listed for" in out
     records = await _retry_out(kafka_settings, unique)
-    assert sorted(origins_of(records)) == [(topic, 0, 12), (topic, 1, 25)]
+    assert sorted(origins_of(records)) == [(topic, 0, 12), (topic, 1, 25), (topic, 1, 26)]
 
 
 @pytest.mark.parametrize("problem", ["absent", "not_parquet", "no_offset", "offset_text"])
