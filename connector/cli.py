@@ -1,43 +1,79 @@
-"""`connector --dest NAME`: the command line of the egest daemon."""
+"""`connector --dest NAME` runs the egest daemon; `connector rewind|backfill` deliver a time range again."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
-from config.catalog import Catalog, default_catalog_dir
+from config.catalog import Catalog, Destination, default_catalog_dir
+from connector import checkpoint as checkpoints
+from connector import views
+from connector.backfill import (
+    CHECKPOINT_EVERY_S,
+    Backfill,
+    BackfillRequest,
+    BackfillResult,
+    Status,
+    backfill_key,
+    time_key,
+)
 from connector.check import check
 from connector.daemon import Connector
+from connector.pacing import MAX_RATE_PER_S
+from connector.rewind import RewindPlan, check_idle, commit_rewind, plan_rewind
+from connector.selection import Selection, read_missing
 from hifi.cli import (
+    EXIT_FAILURE,
     DaemonFlags,
+    catalog_option,
     daemon_options,
     fail,
+    parse_time,
     run_command,
     run_daemon,
     version_option,
 )
-from hifi.errors import ConfigError
+from hifi.errors import ConfigError, HifiError
 from hifi.kafka_settings import KafkaSettings
+from hifi.logging import configure_logging
 
 PROG = "connector"
+T = TypeVar("T")
+_TIME_HELP = "ISO 8601 (2026-01-31T08:00:00Z; UTC unless it says) or a duration ago (30m, 2h, 1d)."
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @version_option(PROG)
-@click.option("--dest", required=True, help="Destination name: the file NAME.toml in the catalog.")
+@click.option("--dest", metavar="NAME", help="Destination name: the file NAME.toml in the catalog.")
 @daemon_options(
     metrics_port=9400,
     metrics_help="Port for /metrics, /healthz and /readyz (0 picks a free one).",
     idle_help="Exit cleanly once no record has arrived for this long.",
 )
-def cli(dest: str, flags: DaemonFlags) -> None:
+@click.pass_context
+def cli(ctx: click.Context, dest: str | None, flags: DaemonFlags) -> None:
     """Deliver the events of destination DEST from Kafka to its HTTP endpoint.
 
     Offsets are committed only once every record before them is delivered, handed to the
     retrier (NAME.retry_in) or dead-lettered (NAME.dlq). SIGTERM drains in-flight requests,
     commits and exits 0. Kafka is reached through HIFI_KAFKA_BOOTSTRAP and HIFI_KAFKA_*.
+
+    `connector rewind` and `connector backfill` deliver a time range of a destination's
+    source records again (docs/backfill.md).
     """
+    ctx.obj = flags.catalog
+    if ctx.invoked_subcommand is not None:
+        # a one-shot tool: a failure is its one line, so the libraries' own warnings stay quiet
+        configure_logging(flags.log_format, flags.log_level, libraries=False)
+        return
+    if dest is None:
+        raise click.MissingParameter(ctx=ctx, param=_param(ctx, "dest"))
     try:
         destination = Catalog(flags.catalog or default_catalog_dir()).load(dest)
         settings = KafkaSettings.from_env()
@@ -53,6 +89,247 @@ def cli(dest: str, flags: DaemonFlags) -> None:
         until_idle_s=flags.until_idle_s,
     )
     run_daemon(PROG, connector.run, connector.request_stop)
+
+
+@cli.command()
+@click.option("--dest", required=True, metavar="NAME", help="Destination whose connector to move.")
+@click.option(
+    "--to", "to_text", required=True, metavar="TIME", help="Where to move to: " + _TIME_HELP
+)
+@click.option("--dry-run", is_flag=True, help="Print what would move; change nothing.")
+@catalog_option
+@click.pass_obj
+def rewind(
+    group_catalog: Path | None, dest: str, to_text: str, dry_run: bool, catalog: Path | None
+) -> None:
+    """Move the connector's committed offsets to the first record at or after TIME.
+
+    Per partition of the source topics, the group hifi.connector.NAME is set to the first
+    record whose timestamp is at or after TIME (the end of the partition when there is none);
+    the connector, started again, delivers from there. Prints per partition the committed
+    offset now, the offset after, and the records delivered again. Refuses while the group has
+    active members: stop the connector first.
+    """
+    where = f"{PROG} rewind"
+    destination, settings = _configured(where, catalog or group_catalog, dest)
+    to_ms = _time(where, to_text, "--to")
+
+    async def work() -> RewindPlan:
+        plan = await plan_rewind(settings, destination, to_ms)
+        if not dry_run:
+            check_idle(plan.group, destination)
+            await commit_rewind(settings, plan)
+        return plan
+
+    plan = _run(where, work())
+    views.console().print(views.rewind_table(plan, dry_run=dry_run))
+    if dry_run and plan.group.active:
+        click.echo(
+            f"note: group {plan.group.group_id} has {plan.group.members} active members;"
+            " rewind refuses to move it until they stop",
+            err=True,
+        )
+
+
+@cli.command()
+@click.option("--dest", required=True, metavar="NAME", help="Destination to backfill.")
+@click.option("--from", "from_text", required=True, metavar="TIME", help="From TIME: " + _TIME_HELP)
+@click.option(
+    "--to",
+    "to_text",
+    required=True,
+    metavar="TIME",
+    help="Until TIME (not included): " + _TIME_HELP,
+)
+@click.option(
+    "--only-missing",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="PATH",
+    help="Only the events listed for NAME in this missing-events Parquet file or directory.",
+)
+@click.option(
+    "--rate",
+    "rate_per_s",
+    type=click.FloatRange(min=0, min_open=True, max=MAX_RATE_PER_S),
+    default=None,
+    metavar="EVENTS_PER_S",
+    help="Re-offer at most this many events a second (default: as fast as the broker acknowledges).",
+)
+@click.option("--dry-run", is_flag=True, help="Scan and count per partition; write nothing.")
+@click.option(
+    "--checkpoint",
+    "checkpoint_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Checkpoint file (default: under $HIFI_STATE_DIR, named after NAME, range and selection).",
+)
+@click.option(
+    "--checkpoint-every",
+    "checkpoint_every_s",
+    type=click.FloatRange(min=0, min_open=True, max=CHECKPOINT_EVERY_S),
+    default=CHECKPOINT_EVERY_S,
+    show_default=True,
+    metavar="SECONDS",
+    help="Write the checkpoint at least this often (and every 10,000 records scanned).",
+)
+@click.option("--restart", is_flag=True, help="Start over, replacing this backfill's checkpoint.")
+@catalog_option
+@click.pass_obj
+def backfill(
+    group_catalog: Path | None,
+    dest: str,
+    from_text: str,
+    to_text: str,
+    only_missing: Path | None,
+    rate_per_s: float | None,
+    dry_run: bool,
+    checkpoint_file: Path | None,
+    checkpoint_every_s: float,
+    restart: bool,
+    catalog: Path | None,
+) -> None:
+    """Re-offer the source records of a time range on NAME.retry_out, where the connector takes them.
+
+    Each source partition is read from the first record at or after FROM to the first record at
+    or after TO (or to its end when the backfill began). Every record in range, or with
+    --only-missing only those listed there for NAME, is written to NAME.retry_out with its key
+    and value and the headers of a fresh re-offer: the running connector delivers it with its
+    original id and origin. Progress is checkpointed after the broker acknowledged it; the same
+    command started again resumes there, and does nothing once the backfill has finished.
+    SIGTERM or Ctrl-C stops after the write in flight and saves the checkpoint.
+    """
+    where = f"{PROG} backfill"
+    destination, settings = _configured(where, catalog or group_catalog, dest)
+    from_ms, to_ms = _time(where, from_text, "--from"), _time(where, to_text, "--to")
+    if from_ms >= to_ms:
+        fail(where, f"--from {from_text!r} is not before --to {to_text!r}; give FROM < TO")
+    try:
+        selection = (
+            read_missing(only_missing, destination.name) if only_missing else Selection.everything()
+        )
+        key = backfill_key(
+            destination.name,
+            time_key(from_text, flag="--from"),
+            time_key(to_text, flag="--to"),
+            selection.digest,
+        )
+    except ConfigError as exc:
+        fail(where, str(exc))
+    request = BackfillRequest(
+        destination,
+        from_ms,
+        to_ms,
+        key,
+        selection,
+        checkpoint_file or checkpoints.default_path(destination.name, key),
+        rate_per_s=rate_per_s,
+        checkpoint_every_s=checkpoint_every_s,
+        restart=restart,
+        dry_run=dry_run,
+    )
+    if not dry_run:
+        click.echo(f"checkpoint: {request.checkpoint_path}", err=True)
+    try:
+        result = asyncio.run(_backfill(settings, request))
+    except ConfigError as exc:
+        fail(where, str(exc))
+    except (HifiError, TimeoutError) as exc:
+        resume = (
+            f"; what the broker acknowledged is saved in {request.checkpoint_path}:"
+            " run the same command again to resume"
+            if not dry_run and request.checkpoint_path.exists()
+            else ""
+        )
+        fail(where, f"{exc}{resume}", EXIT_FAILURE)
+    _report(where, request, result)
+
+
+async def _backfill(settings: KafkaSettings, request: BackfillRequest) -> BackfillResult:
+    """Prepare and run one backfill; SIGTERM and SIGINT stop it at the next write."""
+    job = Backfill(settings, request)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, job.request_stop, sig.name)
+    state = await job.prepare()
+    if job.resumed and not state.finished:
+        scanned, _, reoffered = state.totals()
+        click.echo(
+            f"resuming from the checkpoint: {scanned} scanned, {reoffered} re-offered so far",
+            err=True,
+        )
+    with views.progress(state) as show:
+        return await job.run(show)
+
+
+def _report(where: str, request: BackfillRequest, result: BackfillResult) -> None:
+    """The per-partition table and the totals; a stopped backfill ends in one line, exit 1."""
+    state = result.state
+    span = f"{state.dest} from {views.iso_ms(state.from_ms)} to {views.iso_ms(state.to_ms)}"
+    scanned, selected, reoffered = state.totals()
+    if result.status is Status.ALREADY_FINISHED:
+        click.echo(
+            f"backfill of {span} already finished ({reoffered} re-offered); nothing to do"
+            " (--restart runs it again)"
+        )
+        return
+    views.console().print(views.backfill_table(state, dry_run=request.dry_run))
+    if result.status is Status.STOPPED:
+        fail(
+            where,
+            f"stopped by {result.stopped_by or 'request'} after {reoffered} of the"
+            f" {selected} selected so far were re-offered; progress is saved in"
+            f" {request.checkpoint_path}: run the same command again to resume",
+            EXIT_FAILURE,
+        )
+    listed = (
+        f"; {state.listed} listed for {state.dest}, {selected} of them in range"
+        if state.listed is not None
+        else ""
+    )
+    if request.dry_run:
+        click.echo(f"dry run of {span}: scanned {scanned}, selected {selected}{listed}")
+        return
+    resumed = f" (this run: {result.reoffered_now})" if result.resumed else ""
+    click.echo(
+        f"backfilled {span}: scanned {scanned}, selected {selected}, re-offered {reoffered}"
+        f"{resumed} in {result.run_s:.2f} s{listed}"
+    )
+
+
+def _param(ctx: click.Context, name: str) -> click.Parameter:
+    return next(param for param in ctx.command.params if param.name == name)
+
+
+def _configured(
+    where: str, catalog_dir: Path | None, name: str
+) -> tuple[Destination, KafkaSettings]:
+    """The destination (without its HTTP secrets, which rewind and backfill never use) and the
+    Kafka settings; a bad one ends in one line and exit 2."""
+    try:
+        destination = Catalog(catalog_dir or default_catalog_dir(), for_delivery=False).load(name)
+        return destination, KafkaSettings.from_env()
+    except ConfigError as exc:
+        fail(where, str(exc))
+
+
+def _time(where: str, text: str, flag: str) -> int:
+    try:
+        return parse_time(text, now_ms=int(time.time() * 1000), flag=flag)
+    except ConfigError as exc:
+        fail(where, str(exc))
+
+
+def _run(where: str, work: Coroutine[Any, Any, T]) -> T:
+    """Run one Kafka operation of a subcommand; failures end in one line: exit 2 for bad
+    configuration, else 1."""
+    try:
+        return asyncio.run(work)
+    except ConfigError as exc:
+        fail(where, str(exc))
+    except (HifiError, TimeoutError) as exc:
+        fail(where, str(exc), EXIT_FAILURE)
 
 
 def main() -> None:

@@ -376,3 +376,15 @@ def failure_headers(
 def passthrough_headers(headers: Any) -> Headers:
     """The record's own headers without hifi's, so re-written records carry no stale hifi state."""
     return [(name, value) for name, value in (headers or ()) if name not in HIFI_HEADERS]
+
+
+def reoffer_headers(record: KafkaRecord, *, dest: str) -> Headers:
+    """Headers of a source record offered again on NAME.retry_out (a backfill): its own headers,
+    its origin and destination, attempt 0 and no history, as the retrier writes a replayed dead
+    letter; the connector then delivers it as a fresh event with its original id and origin."""
+    return [
+        *passthrough_headers(record.headers),
+        (HDR_DEST, dest.encode()),
+        (HDR_ATTEMPT, b"0"),
+        (HDR_ORIGIN, f"{record.topic}/{record.partition}/{record.offset}".encode()),
+    ]

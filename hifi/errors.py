@@ -3,6 +3,7 @@
     HifiError
     ├── ConfigError               bad catalog file, flag or environment; CLIs exit 2 with one line
     │   └── BrokerAuthFailed          Kafka refused the credentials, the TLS handshake or a permission
+    ├── GroupActive               a consumer group has members; its offsets move only once they stop
     ├── TransientError            may succeed if tried again later
     │   ├── DestinationUnavailable    timeout, connection error, 5xx, 429 (carries Retry-After)
     │   └── BrokerUnavailable         Kafka unreachable, timed out, or a write or commit failed
@@ -28,6 +29,10 @@ class HifiError(Exception):
 
 class ConfigError(HifiError):
     """Invalid configuration; the message names the file or variable, the key and what is allowed."""
+
+
+class GroupActive(HifiError):
+    """A consumer group still has members, so its committed offsets must not be moved now."""
 
 
 class TransientError(HifiError):

@@ -1,11 +1,11 @@
 """Kafka clients configured from `KafkaSettings`, and the one place aiokafka errors are translated.
 
 Every call into aiokafka that can fail (start, send, getmany, commit, committed, topics,
-position, and the admin calls of `hifi.kafka_admin`) runs inside `kafka_errors()`, which raises
-hifi's own errors with the cause named (`raise ... from exc`, like httpx's
-`map_httpcore_exceptions`). No other module catches an aiokafka exception. Daemons, the DLQ
-tools, devstack, chaos, bench and the tests produce with `producer()` and read a topic with
-`read_topic()`.
+position, the offset look-ups, and the admin calls of `hifi.kafka_admin`) runs inside
+`kafka_errors()`, which raises hifi's own errors with the cause named (`raise ... from exc`,
+like httpx's `map_httpcore_exceptions`). No other module catches an aiokafka exception.
+Daemons, the DLQ tools, devstack, chaos, bench and the tests produce with `producer()` and read
+a topic with `read_topic()`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any, Protocol
 
 import structlog
@@ -132,16 +140,29 @@ class Producer:
         self._settings = settings
 
     async def send_all(
-        self, records: Sequence[Record], *, partition: int | None = None
+        self,
+        records: Sequence[Record],
+        *,
+        partition: int | None = None,
+        timestamps_ms: Sequence[int] | None = None,
     ) -> list[RecordMetadata]:
         """Produce (topic, key, value, headers) records (to `partition`, else by key); return
-        once all are acknowledged, with where each was written."""
+        once all are acknowledged, with where each was written. `timestamps_ms` gives each
+        record its own timestamp (default: the producer's clock)."""
+        stamps: Sequence[int | None] = (
+            [None] * len(records) if timestamps_ms is None else timestamps_ms
+        )
         with kafka_errors(self._settings, f"produce to {records[0][0]}" if records else "produce"):
             futures = [
                 await self._client.send(
-                    topic, value=value, key=key, headers=headers, partition=partition
+                    topic,
+                    value=value,
+                    key=key,
+                    headers=headers,
+                    partition=partition,
+                    timestamp_ms=stamp,
                 )
-                for topic, key, value, headers in records
+                for (topic, key, value, headers), stamp in zip(records, stamps, strict=True)
             ]
             written: list[RecordMetadata] = await asyncio.gather(*futures)
         return written
@@ -230,6 +251,34 @@ class Consumer:
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self._client.seek(tp, offset)
 
+    async def beginning_offsets(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """The first offset still in the log of each partition."""
+        with kafka_errors(self._settings, "read beginning offsets"):
+            found: dict[TopicPartition, int] = await self._client.beginning_offsets(
+                list(partitions)
+            )
+        return found
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The offset the next record of each partition will get (read_committed: the last
+        stable offset)."""
+        with kafka_errors(self._settings, "read end offsets"):
+            found: dict[TopicPartition, int] = await self._client.end_offsets(list(partitions))
+        return found
+
+    async def offsets_for_times(
+        self, times_ms: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int | None]:
+        """The broker's answer, per partition, to "the first offset whose timestamp is at or after
+        this time" (None: no such record). Some brokers answer by write time rather than by the
+        record's own timestamp: `connector.positions` checks every answer."""
+        asked = {tp: max(0, time_ms) for tp, time_ms in times_ms.items()}
+        with kafka_errors(self._settings, "look up offsets by time"):
+            found = await self._client.offsets_for_times(asked)
+        return {tp: None if answer is None else answer.offset for tp, answer in found.items()}
+
     def pause(self, partitions: Iterable[TopicPartition]) -> None:
         self._client.pause(*partitions)
 
@@ -243,6 +292,12 @@ class Consumer:
         """The partition's end as seen in the last fetch response (None before one)."""
         highwater: int | None = self._client.highwater(tp)
         return highwater
+
+    def last_stable_offset(self, tp: TopicPartition) -> int | None:
+        """The partition's last stable offset in the last fetch response (None before one, -1
+        when reading uncommitted): where a read_committed reader finds nothing more."""
+        offset: int | None = self._client.last_stable_offset(tp)
+        return offset
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -1,11 +1,13 @@
-"""Kafka topics: create them with their retention, list them, read the retention they have."""
+"""Kafka admin requests: create and list topics, read their retention, describe a consumer group."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
 
 import structlog
+from aiokafka import errors as aiokafka_errors
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
@@ -89,3 +91,33 @@ async def retention_ms(settings: KafkaSettings, names: Sequence[str]) -> dict[st
                 if entry[0] == "retention.ms" and entry[1] is not None:
                     found[name] = int(entry[1])
     return found
+
+
+@dataclass(frozen=True, slots=True)
+class GroupState:
+    """A consumer group as DescribeGroups reports it."""
+
+    group_id: str
+    state: str  # Empty, Stable, PreparingRebalance, CompletingRebalance, Dead ("" if unknown)
+    members: int  # members that joined and have not left
+
+    @property
+    def active(self) -> bool:
+        """Some member may consume and commit: it has members, or is between generations."""
+        return self.members > 0 or self.state not in ("", "Empty", "Dead")
+
+
+async def describe_group(settings: KafkaSettings, group_id: str) -> GroupState:
+    """The state and member count of a consumer group (a group never used is Dead or Empty)."""
+    async with _admin(settings) as admin:
+        with kafka.kafka_errors(settings, f"describe group {group_id}"):
+            responses = await admin.describe_consumer_groups([group_id])
+            for response in responses:
+                for group in response.groups:
+                    error_code, found_id, state, _protocol_type, _protocol, members = group[:6]
+                    if found_id != group_id:
+                        continue
+                    if error_code:
+                        raise aiokafka_errors.for_code(error_code)(f"group {group_id}")
+                    return GroupState(group_id, state or "", len(members))
+    return GroupState(group_id, "", 0)

@@ -1,0 +1,135 @@
+"""A backfill's checkpoint: per partition the next offset to read and the counts so far, written atomically.
+
+Everything before a partition's `next` offset was either not selected or acknowledged by the
+broker on NAME.retry_out when the checkpoint was written, so a backfill started again from it
+re-offers at most what it wrote after its last checkpoint. The file is JSON, replaced whole:
+written under a temporary name in the same directory, flushed, fsync'ed, renamed over the old
+one, and the directory fsync'ed; a crash leaves the old checkpoint or the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from hifi.errors import ConfigError
+
+STATE_DIR_ENV_VAR = "HIFI_STATE_DIR"
+FORMAT = 1
+
+
+def state_dir() -> Path:
+    """`HIFI_STATE_DIR`, else `~/.local/state/hifi`."""
+    from_env = os.environ.get(STATE_DIR_ENV_VAR)
+    return Path(from_env) if from_env else Path.home() / ".local" / "state" / "hifi"
+
+
+def default_path(dest: str, key: str) -> Path:
+    """Where the backfill identified by `key` keeps its checkpoint unless told otherwise."""
+    return state_dir() / "backfill" / f"{dest}-{key}.json"
+
+
+@dataclass(slots=True)
+class Cursor:
+    """One partition's progress: before `next`, every record was skipped or re-offered and
+    acknowledged."""
+
+    topic: str
+    partition: int
+    start: int  # the first offset to read
+    stop: int  # reading ends here at the latest (the end offset when the backfill began)
+    next: int  # the first offset not yet done
+    done: bool = False  # reached `stop` or a record at or after the end of the range
+    scanned: int = 0
+    selected: int = 0
+    reoffered: int = 0
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    def advance(self, last_offset: int, *, scanned: int, selected: int, reoffered: int) -> None:
+        """Note records up to `last_offset` done, with what became of them."""
+        self.next = last_offset + 1
+        self.scanned += scanned
+        self.selected += selected
+        self.reoffered += reoffered
+
+
+@dataclass(slots=True)
+class Checkpoint:
+    """Everything a backfill needs to resume, and what it has done so far."""
+
+    key: str  # identifies the backfill: destination, range and selection
+    dest: str
+    from_ms: int
+    to_ms: int
+    selection: str  # "all", or the digest of the missing-events origins
+    source: str  # "all", or the missing-events path
+    listed: int | None  # origins listed for the destination (None: every record)
+    started_ms: int
+    run_s: float = 0.0  # seconds spent running, over every run
+    finished: bool = False
+    cursors: list[Cursor] = field(default_factory=list)
+
+    def totals(self) -> tuple[int, int, int]:
+        """(scanned, selected, re-offered) over every partition."""
+        return (
+            sum(c.scanned for c in self.cursors),
+            sum(c.selected for c in self.cursors),
+            sum(c.reoffered for c in self.cursors),
+        )
+
+    def to_json(self) -> bytes:
+        return json.dumps({"format": FORMAT, **asdict(self)}, indent=1).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes, path: Path) -> Checkpoint:
+        try:
+            loaded: dict[str, Any] = json.loads(raw)
+            if loaded.pop("format") != FORMAT:
+                raise ValueError(f"format is not {FORMAT}")
+            cursors = [Cursor(**cursor) for cursor in loaded.pop("cursors")]
+            return cls(**loaded, cursors=cursors)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise ConfigError(
+                f"checkpoint {path}: not a backfill checkpoint ({exc}); remove it or pass --restart"
+            ) from None
+
+
+def load(path: Path) -> Checkpoint | None:
+    """The checkpoint at `path`; None when there is none."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"checkpoint {path}: cannot read: {exc.strerror}") from None
+    return Checkpoint.from_json(raw, path)
+
+
+def save(path: Path, checkpoint: Checkpoint) -> None:
+    """Replace the checkpoint at `path` atomically (temporary file, fsync, rename, fsync)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.tmp")
+        with open(temporary, "wb") as file:
+            file.write(checkpoint.to_json())
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    except OSError as exc:
+        raise ConfigError(
+            f"checkpoint {path}: cannot write: {exc.strerror}; give a writable --checkpoint"
+            f" or {STATE_DIR_ENV_VAR}"
+        ) from None
