@@ -234,6 +234,7 @@ class _Accounting(PartitionHandler):
         if not records:
             return
         self._offsets[tp].extend(map(_offset_of, records))
+        metrics.RECORDS.labels(tp.topic).inc(len(records))
         last = records[-1]
         self._clock.read(tp, last.offset + 1, max(map(_kafka_ms_of_record, records)))
         if tp.topic == self._audit_topic:

@@ -32,6 +32,11 @@ LOSS_ALARMS = Counter(
 LOSS_ALARM = Gauge(
     "hifi_auditor_loss_alarm", "1 while the last final minute is in loss alarm, else 0.", ["dest"]
 )
+RECORDS = Counter(
+    "hifi_auditor_records",
+    "Records read, by topic (the destinations' source topics and the audit topic).",
+    ["topic"],
+)
 UNSETTLED = Gauge("hifi_auditor_unsettled_minutes", "Minutes not final yet.", ["dest"])
 WAITING = Gauge(
     "hifi_auditor_tracked_events",

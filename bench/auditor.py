@@ -15,6 +15,12 @@ Two phases, each on a fresh embedded Tansu broker, with the auditor as its own p
    `sustained_eps` is the events read per second from ready to the last record;
    `rss_sustained_mb` its peak RSS.
 
+3. backlog: the backlog of `make bench` (pre-filled 1 KB events, 4 partitions), drained by
+   a connector with its audit trail on, then read by the auditor: the source topic and the
+   connector's facts. Both rates run from the first record (receipt) to the last, without
+   the first one's batch, and pair up on one broker; the pair with the median ratio counts
+   (`keeps_up`: the auditor reads at least as fast as the connector delivers).
+
 The timeline starts 240 s before the auditor does (the bench waits for that moment when
 producing was quicker) and runs on into the future. It cannot start earlier: at its first
 commit, before it owns a partition, a fresh auditor's progress clock says "now" and closes
@@ -34,16 +40,17 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from statistics import median_low
 
 import click
 import orjson
 
-from bench import auditor_load, machine
+from bench import auditor_load, load, machine, phases
 from bench.auditor_process import AuditorProcess, write_catalog
 from bench.auditor_watch import Drain, Watch
 from devstack.broker import LocalBroker
-from hifi import kafka_admin
-from hifi.audit import AUDIT_RETENTION_MS
+from hifi import kafka, kafka_admin
+from hifi.audit import AUDIT_RETENTION_MS, DEFAULT_AUDIT_TOPIC
 from hifi.kafka_settings import KafkaSettings
 from hifi.logging import configure_logging
 
@@ -51,8 +58,8 @@ RESULTS_DIR = Path(__file__).parent / "results"
 DEST = "bench"
 SETTLE_S = 300.0
 TARGETS = {"rss_waiting_mb_max": 400.0, "rss_sustained_mb_max": 400.0}
-CONNECTOR_EVENTS_PER_S = 103_928  # `make bench`, connector throughput (docs/performance.md)
-QUICK_WAITING, QUICK_SUSTAINED = 20_000, 100_000  # --quick
+QUICK_WAITING, QUICK_SUSTAINED, QUICK_BACKLOG = 20_000, 100_000, 20_000  # --quick
+_BACKLOG_SCRAPE_S = 0.1  # a 400,000-event backlog takes ~4 s: scrape finely
 _AUDIT_PARTITIONS = 4  # as the auditor creates hifi.audit
 _ROLL_S = 10.0
 _IDLE_S = 600.0  # the bench stops the auditor itself; this is only a safety net
@@ -69,6 +76,8 @@ class Plan:
     rate: float  # events per second of event time, sustained phase
     partitions: int
     timeout_s: float
+    backlog_events: int = 400_000
+    backlog_repeats: int = 3
 
 
 def _say(text: str) -> None:
@@ -145,6 +154,7 @@ async def _audit(
     produce_s: float,
     timeline: auditor_load.Timeline | None,
     audit_topic: str = "bench.audit",
+    scrape_s: float | None = None,
 ) -> Drain:
     """Run the auditor on `topic` until it has read `events` (and `facts`) and archived them."""
     write_catalog(work / "catalog", dest=DEST, topic=topic, settle_s=SETTLE_S)
@@ -161,12 +171,74 @@ async def _audit(
         watch = Watch(
             auditor, work / "archive", topic, audit_topic, partitions=plan.partitions,
             events=events, facts=facts, timeline=timeline, roll_s=_ROLL_S,
-            timeout_s=plan.timeout_s,
+            timeout_s=plan.timeout_s, **({} if scrape_s is None else {"scrape_s": scrape_s}),
         )  # fmt: skip
         await watch.run()
     finally:
         auditor.stop()
     return watch.result(produce_s, auditor.peak_rss_kb, watch_cpu.cores())
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """The connector and then the auditor over one pre-filled topic (phase 3)."""
+
+    connector_events_per_s: float
+    auditor_events_per_s: float
+    auditor: Drain
+
+    @property
+    def ratio(self) -> float:
+        """The auditor's intake over the connector's deliveries: at least 1 keeps up."""
+        if not self.connector_events_per_s:
+            return 0.0
+        return self.auditor_events_per_s / self.connector_events_per_s
+
+
+async def _backlog_pair(plan: Plan, work: Path, index: int) -> Backlog:
+    events, topic, prefix = plan.backlog_events, f"bench.backlog{index}", f"backlog{index}"
+    with LocalBroker(log_path=work / f"broker-backlog{index}.log") as broker:
+        settings = KafkaSettings(bootstrap=broker.bootstrap)
+        await kafka_admin.ensure_topics(settings, [topic], partitions=plan.partitions)
+        await load.prefill(
+            settings, topic, partitions=plan.partitions, events=events, prefix=prefix
+        )
+        drained = await phases.throughput(
+            work / f"backlog{index}-connector", bootstrap=broker.bootstrap, topic=topic,
+            events=events, prefix=prefix, timeout_s=plan.timeout_s,
+        )  # fmt: skip
+        if drained.delivered < events:
+            raise RuntimeError(f"backlog: the connector delivered {drained.delivered} of {events}")
+        facts = len(await kafka.read_topic(settings, DEFAULT_AUDIT_TOPIC, timeout_s=60))
+        read = await _audit(
+            work / f"backlog{index}", broker.bootstrap, topic, plan, events=events, facts=facts,
+            produce_s=0.0, timeline=None, audit_topic=DEFAULT_AUDIT_TOPIC,
+            scrape_s=_BACKLOG_SCRAPE_S,
+        )  # fmt: skip
+    pair = Backlog(drained.events_per_s, read.intake_events_per_s, read)
+    _say(
+        f"   connector {pair.connector_events_per_s:,.0f}/s, auditor"
+        f" {pair.auditor_events_per_s:,.0f}/s ({pair.ratio:.2f})"
+    )
+    return pair
+
+
+async def _backlog(plan: Plan, work: Path) -> Backlog:
+    _say(
+        f"3. backlog: {plan.backlog_events:,} events of {load.EVENT_BYTES} B, the connector and"
+        f" then the auditor ({plan.backlog_repeats} pairs, the median ratio counts)"
+    )
+    pairs = [await _backlog_pair(plan, work, i) for i in range(plan.backlog_repeats)]
+    ratios = [pair.ratio for pair in pairs]
+    return pairs[ratios.index(median_low(ratios))]
+
+
+def _backlog_line(backlog: Backlog, plan: Plan) -> str:
+    return (
+        f"bench-auditor: backlog={plan.backlog_events} connector_eps="
+        f"{backlog.connector_events_per_s:.0f} auditor_eps={backlog.auditor_events_per_s:.0f}"
+        f" keeps_up={backlog.ratio:.2f}"
+    )
 
 
 def _summary(waiting: Drain, sustained: Drain) -> str:
@@ -191,18 +263,20 @@ def _check(waiting: Drain, sustained: Drain) -> None:
             )
 
 
-def _table(waiting: Drain, sustained: Drain) -> str:
-    rows: list[tuple[str, ...]] = [("", "waiting", "sustained")]
+def _table(waiting: Drain, sustained: Drain, backlog: Drain) -> str:
+    drains = (waiting, sustained, backlog)
+    rows: list[tuple[str, ...]] = [("", "waiting", "sustained", "backlog")]
     for label, key in (
         ("events", "events"), ("facts", "facts"), ("produced in s", "produce_s"),
         ("read in s (ready to last record)", "drain_s"), ("events/s read", "events_per_s"),
+        ("events/s, first record to last", "intake_events_per_s"),
         ("archived in s", "archived_s"), ("RSS when ready, MB", "rss_ready_mb"),
         ("peak RSS, MB", "peak_rss_mb"), ("tracked events, max", "max_tracked_events"),
         ("tracked events at the end", "tracked_at_end"), ("snapshot MB, max", "snapshot_mb_max"),
         ("cores: ours, others", "cores"),
     ):  # fmt: skip
-        rows.append((label, *(_fmt(getattr(drain, key)) for drain in (waiting, sustained))))
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        rows.append((label, *(_fmt(getattr(drain, key)) for drain in drains)))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
     return "\n".join(
         "  ".join(
             cell.ljust(w) if i == 0 else cell.rjust(w)
@@ -233,12 +307,17 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
         f" window up to {sustained.max_tracked_events:,} events"
     )
     _check(waiting, sustained)
+    backlog = await _backlog(plan, work)
     return {
         "waiting": asdict(waiting),
         "sustained": asdict(sustained),
-        "connector_events_per_s": CONNECTOR_EVENTS_PER_S,
-        "keeps_up": sustained.events_per_s >= CONNECTOR_EVENTS_PER_S,
-        "table": _table(waiting, sustained),
+        "backlog": {
+            **asdict(backlog),
+            "ratio": backlog.ratio,
+        },
+        "keeps_up": backlog.ratio >= 1.0,
+        "table": _table(waiting, sustained, backlog.auditor),
+        "backlog_line": _backlog_line(backlog, plan),
         "summary": _summary(waiting, sustained),
     }
 
@@ -261,6 +340,19 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
 )
 @click.option("--partitions", default=4, show_default=True, help="Partitions of the source topic.")
 @click.option(
+    "--backlog-events",
+    default=400_000,
+    show_default=True,
+    help="Pre-filled 1 KB events of phase 3 (make bench's backlog).",
+)
+@click.option(
+    "--backlog-repeats",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Connector/auditor pairs of phase 3; the median ratio counts.",
+)
+@click.option(
     "--quick",
     is_flag=True,
     help=f"Small counts for a smoke run: {QUICK_WAITING:,} waiting, {QUICK_SUSTAINED:,} sustained.",
@@ -279,6 +371,8 @@ def main(
     sustained_events: int,
     rate: float,
     partitions: int,
+    backlog_events: int,
+    backlog_repeats: int,
     quick: bool,
     timeout_s: float,
     keep_work: bool,
@@ -288,7 +382,11 @@ def main(
     configure_logging("console", "WARNING")
     if quick:
         waiting_events, sustained_events = QUICK_WAITING, QUICK_SUSTAINED
-    plan = Plan(waiting_events, sustained_events, rate, partitions, timeout_s)
+        backlog_events, backlog_repeats = QUICK_BACKLOG, 1
+    plan = Plan(
+        waiting_events, sustained_events, rate, partitions, timeout_s, backlog_events,
+        backlog_repeats,
+    )  # fmt: skip
     work = Path(tempfile.mkdtemp(prefix="hifi-bench-auditor-"))
     started = datetime.now(UTC)
     try:
@@ -314,6 +412,7 @@ def main(
     path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
     print(results["table"])
     print(f"results: {path}")
+    print(results["backlog_line"])
     print(results["summary"])
 
 

@@ -6,7 +6,7 @@ import asyncio
 import os
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -38,6 +38,7 @@ class Scrape:
     archive_rows: int
     odd_records: dict[str, int]  # hifi_auditor_odd_records_total by problem
     rss_kb: int
+    records: dict[str, int] = field(default_factory=dict)  # hifi_auditor_records_total by topic
 
     def lag_of(self, topic: str) -> int | None:
         """Records left to read on `topic`; None until every partition of it reports."""
@@ -96,6 +97,7 @@ def parse_metrics(text: str, *, at_s: float, rss_kb: int) -> Scrape:
     single = {"hifi_auditor_tracked_events": 0, "hifi_auditor_unsettled_minutes": 0}
     archive_rows = 0
     odd: dict[str, int] = {}
+    records: dict[str, int] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "hifi_auditor_consumer_lag_records":
@@ -105,6 +107,8 @@ def parse_metrics(text: str, *, at_s: float, rss_kb: int) -> Scrape:
                 single[sample.name] += int(sample.value)
             elif sample.name == "hifi_auditor_archive_rows_total":
                 archive_rows = int(sample.value)
+            elif sample.name == "hifi_auditor_records_total":
+                records[sample.labels["topic"]] = int(sample.value)
             elif sample.name == "hifi_auditor_odd_records_total":
                 problem = sample.labels["problem"]
                 odd[problem] = odd.get(problem, 0) + int(sample.value)
@@ -116,6 +120,7 @@ def parse_metrics(text: str, *, at_s: float, rss_kb: int) -> Scrape:
         archive_rows=archive_rows,
         odd_records=odd,
         rss_kb=rss_kb,
+        records=records,
     )
 
 

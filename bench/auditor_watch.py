@@ -32,6 +32,9 @@ class Drain:
     snapshot_mb_max: float  # the accounts' state as the auditor serializes it
     ahead_of_clock_s_max: float  # how far the read position ran ahead of the wall clock
     cores: tuple[float, float]  # (ours, others) while the auditor ran: see `machine.CpuWatch`
+    # first record read to last, without the first scrape's records (as the connector's rate
+    # runs from its first receipt): what the auditor takes in once it reads
+    intake_events_per_s: float
     timeline: list[dict[str, float]]
 
 
@@ -51,8 +54,12 @@ class Watch:
         timeline: Timeline | None,
         roll_s: float,
         timeout_s: float,
+        scrape_s: float = SCRAPE_S,
     ) -> None:
         self.auditor, self._archive = auditor, archive
+        self._scrape_s = scrape_s
+        self._intake_first: tuple[float, int] | None = None  # (at_s, records) first seen
+        self._intake_done_s: float | None = None
         self._partitions, self._roll_s, self._timeout_s = partitions, roll_s, timeout_s
         self.topic, self.audit_topic = topic, audit_topic
         self.events, self.facts, self._timeline = events, facts, timeline
@@ -80,7 +87,7 @@ class Watch:
                 return
             if self.read_at is not None and time.monotonic() > self.read_at + 3 * self._roll_s:
                 return  # read, but the rows were not all seen archived: reported as None
-            await asyncio.sleep(SCRAPE_S)
+            await asyncio.sleep(self._scrape_s)
         raise RuntimeError(
             f"the auditor did not read {self.events:,} events in {self._timeout_s:.0f} s;"
             f" last scrape: {self.last}"
@@ -88,6 +95,11 @@ class Watch:
 
     def _note(self, scrape: Scrape) -> None:
         self.last = scrape
+        taken = scrape.records.get(self.topic, 0)
+        if taken and self._intake_first is None:
+            self._intake_first = (scrape.at_s, taken)
+        if taken >= self.events and self._intake_done_s is None:
+            self._intake_done_s = scrape.at_s
         self.tracked_max = max(self.tracked_max, scrape.tracked_events)
         lag = scrape.lag_of(self.topic)
         partitions = sum(1 for name, _ in scrape.lag if name == self.topic)
@@ -114,6 +126,13 @@ class Watch:
         rows = self.events * (2 if self.facts else 1)  # entered, and outcomes: one per event
         if self.read_at is not None and scrape.archive_rows >= rows:
             self.archived_at = scrape.at_s
+
+    def _intake_rate(self) -> float:
+        if self._intake_first is None or self._intake_done_s is None:
+            return 0.0
+        first_s, first_records = self._intake_first
+        span_s = self._intake_done_s - first_s
+        return round((self.events - first_records) / span_s) if span_s > 0 else 0.0
 
     def _note_position(self, read: int) -> None:
         """How far ahead of the wall clock the last record read is on the timeline."""
@@ -144,5 +163,6 @@ class Watch:
             snapshot_mb_max=round(self.snapshot_bytes_max / 2**20, 1),
             ahead_of_clock_s_max=round(self.ahead_s_max, 1) if self._timeline else 0.0,
             cores=(round(cores[0], 2), round(cores[1], 2)),
+            intake_events_per_s=self._intake_rate(),
             timeline=self.points,
         )

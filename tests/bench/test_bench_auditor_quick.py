@@ -10,10 +10,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.auditor import QUICK_SUSTAINED, QUICK_WAITING
+from bench.auditor import QUICK_BACKLOG, QUICK_SUSTAINED, QUICK_WAITING
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+_BACKLOG_LINE = re.compile(
+    r"^bench-auditor: backlog=(\d+) connector_eps=(\d+) auditor_eps=(\d+) keeps_up=(\d+\.\d\d)$"
+)
 _LINE = re.compile(
     r"^bench-auditor: waiting=(\d+) rss_waiting_mb=(\d+) sustained_eps=(\d+) rss_sustained_mb=(\d+)$"
 )
@@ -44,3 +47,11 @@ def test_quick_run_ends_with_the_summary_line_of_real_figures(tmp_path: Path) ->
     assert report["sustained"]["facts"] > 0
     assert report["sustained"]["max_tracked_events"] == QUICK_SUSTAINED  # nothing settles yet
     assert report["waiting"]["time_past"] == report["sustained"]["time_past"] == 0
+    backlog = _BACKLOG_LINE.match(run.stdout.strip().splitlines()[-2])
+    assert backlog, run.stdout.strip().splitlines()[-2]
+    events, connector_eps, auditor_eps = map(int, backlog.groups()[:3])
+    assert events == QUICK_BACKLOG
+    assert connector_eps > 0
+    assert auditor_eps > 0
+    assert report["backlog"]["auditor"]["facts"] > 0  # the connector's own facts were read
+    assert report["keeps_up"] == (float(backlog.group(4)) >= 1.0)
