@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
@@ -15,11 +16,13 @@ import httpx
 import orjson
 from rich.console import Console
 
-from auditor.archive import read_minutes, read_settings
+from auditor.archive import Archive, read_minutes, read_settings
 from auditor.daemon import DEFAULT_ROLL_S, GROUP_ID, Auditor
 from auditor.ledger import MINUTE_MS
 from auditor.tables import day_availability, day_range_ms, render, render_availability, report_row
 from config.catalog import Catalog, Destination, default_catalog_dir
+from hifi.audit import AUDIT_RETENTION_MS, audit_topic
+from hifi.check import CheckReport, probe_kafka
 from hifi.cli import (
     EXIT_FAILURE,
     FINITE_POSITIVE_SECONDS,
@@ -107,12 +110,15 @@ def cli(
         catalog = Catalog(flags.catalog or default_catalog_dir(), for_delivery=False)
         destinations = catalog.load_named(dests)
         settings = KafkaSettings.from_env()
+        archive = archive_dir or _archive_default()
         if flags.check:
-            _check(destinations, settings)
+            Archive(archive)  # creates it if missing, and says so if it cannot be written
+            report = _check(destinations, settings, archive_dir=archive, probe=flags.probe)
+            asyncio.run(report).finish()
         auditor = Auditor(
             destinations,
             settings,
-            archive_dir=archive_dir or _archive_default(),
+            archive_dir=archive,
             roll_s=roll_s,
             group_id=group_id,
             metrics_port=flags.metrics_port,
@@ -124,16 +130,30 @@ def cli(
     run_daemon(PROG, auditor.run, auditor.request_stop)
 
 
-def _check(destinations: list[Destination], settings: KafkaSettings) -> None:
+async def _check(
+    destinations: list[Destination], settings: KafkaSettings, *, archive_dir: Path, probe: bool
+) -> CheckReport:
+    """What the auditor would meet at start: its destinations' accounting settings, the
+    archive, and with `probe` Kafka, the source topics and the audit topic's retention."""
+    report = CheckReport(PROG)
     for dest in destinations:
         acc = dest.accounting
-        click.echo(
-            f"{PROG}: ok: destination {dest.name}: audit {'on' if acc.audit else 'off'},"
+        report.ok(
+            f"destination {dest.name}: audit {'on' if acc.audit else 'off'},"
             f" settle {acc.settle_s:g}s, lag SLA {acc.lag_sla_s:g}s,"
             f" loss alarm above {acc.loss_alarm_ratio:g}"
         )
-    click.echo(f"{PROG}: ok: kafka settings: bootstrap {settings.bootstrap}")
-    sys.exit(0)
+    report.ok(f"archive {archive_dir}: writable")
+    report.ok(f"kafka settings: bootstrap {settings.bootstrap}, {settings.security_protocol}")
+    if probe:
+        topic = audit_topic()
+        await probe_kafka(
+            settings,
+            report,
+            source_topics=sorted({t for d in destinations for t in d.source_topics} | {topic}),
+            retention_wanted={topic: AUDIT_RETENTION_MS},
+        )
+    return report
 
 
 @cli.command()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from config.catalog import Destination
-from hifi import kafka_admin
+from hifi import audit, kafka_admin
 from hifi.kafka_settings import KafkaSettings
 
 
@@ -22,6 +22,23 @@ def retention_wanted(dest: Destination, tier_topics: Sequence[str] = ()) -> dict
     wanted = dict.fromkeys(retry, dest.retry_retention_ms)
     wanted[dest.dlq_topic] = dest.dlq_retention_ms
     return wanted
+
+
+def audit_retention_wanted(
+    dests: Sequence[Destination], environ: dict[str, str] | None = None
+) -> dict[str, int]:
+    """The audit topic (`HIFI_AUDIT_TOPIC`) and its retention, when any of `dests` keeps an
+    audit trail: the auditor must read a fact before the topic deletes it."""
+    if not any(dest.accounting.audit for dest in dests):
+        return {}
+    return {audit.audit_topic(environ): audit.AUDIT_RETENTION_MS}
+
+
+def audit_line(dest: Destination, environ: dict[str, str] | None = None) -> str:
+    """What `--check` says of a destination's audit trail."""
+    if not dest.accounting.audit:
+        return f"destination {dest.name}: audit trail off ([accounting] audit = false)"
+    return f"destination {dest.name}: audit trail on, facts to {audit.audit_topic(environ)}"
 
 
 async def ensure_destination_topics(
@@ -41,4 +58,3 @@ async def ensure_destination_topics(
             retention_ms=retention_ms,
         )
     return existing
-

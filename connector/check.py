@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from config.catalog import Destination
-from config.topics import retention_wanted
+from config.topics import audit_line, audit_retention_wanted, retention_wanted
 from connector.delivery import http_client
 from hifi.check import CheckReport, probe_kafka
 from hifi.kafka_settings import KafkaSettings
@@ -15,6 +15,7 @@ async def check(dest: Destination, settings: KafkaSettings, *, probe: bool) -> C
     """What the connector for `dest` would meet at start; the caller prints and exits."""
     report = CheckReport("connector")
     report.ok(f"destination {dest.name}: catalog entry valid, {len(dest.headers)} headers set")
+    report.ok(audit_line(dest))
     report.ok(f"kafka settings: bootstrap {settings.bootstrap}, {settings.security_protocol}")
     if not probe:
         return report
@@ -22,7 +23,7 @@ async def check(dest: Destination, settings: KafkaSettings, *, probe: bool) -> C
         settings,
         report,
         source_topics=dest.source_topics,
-        retention_wanted=retention_wanted(dest),
+        retention_wanted={**retention_wanted(dest), **audit_retention_wanted([dest])},
     )
     await probe_destination(dest, report)
     return report

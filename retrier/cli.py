@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from config.catalog import Catalog, Destination, default_catalog_dir
-from config.topics import retention_wanted
+from config.topics import audit_line, audit_retention_wanted, retention_wanted
 from hifi.check import CheckReport, probe_kafka
 from hifi.cli import (
     EXIT_FAILURE,
@@ -93,13 +93,17 @@ async def _check(dests: list[Destination], settings: KafkaSettings, *, probe: bo
     report = CheckReport(PROG)
     for dest in dests:
         tiers = ", ".join(f"{s:g}s" for s in dest.retry_tiers_s)
-        report.ok(f"destination {dest.name}: retry tiers {tiers}; expiry after {dest.max_retry_age_s:g}s")
+        report.ok(
+            f"destination {dest.name}: retry tiers {tiers}; expiry after {dest.max_retry_age_s:g}s"
+        )
+        report.ok(audit_line(dest))
     report.ok(f"kafka settings: bootstrap {settings.bootstrap}, {settings.security_protocol}")
     if probe:
         wanted: dict[str, int] = {}
         for dest in dests:
             tier_topics = [tier_topic(dest.name, k) for k in range(len(dest.retry_tiers_s))]
             wanted.update(retention_wanted(dest, tier_topics))
+        wanted.update(audit_retention_wanted(dests))
         await probe_kafka(settings, report, source_topics=(), retention_wanted=wanted)
     return report
 

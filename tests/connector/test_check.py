@@ -127,3 +127,37 @@ async def test_retrier_check_probe_reads_its_topics(
     assert code == 0, out + err
     assert f"ok      topic {unique}.retry_tier1: will be created" in out
     assert out.splitlines()[-1] == "retrier check: ok"
+
+
+async def test_probe_reports_the_audit_topic_and_its_retention(
+    kafka_settings: KafkaSettings, catalog_dir: Path, unique: str, tmp_path: Path
+) -> None:
+    """With the audit trail on, `--check` names the audit topic and `--probe` warns when it
+    keeps facts for less than the 7 days hifi creates it with; the auditor's check says the
+    same, and that its archive can be written; `audit = false` says so instead."""
+    audit_topic = f"{unique}.audit"
+    _write(catalog_dir, unique, "https://nowhere.invalid/", unique)
+    await kafka_admin.ensure_topics(
+        kafka_settings, [audit_topic], partitions=1, retention_ms=DAY_MS
+    )
+    outs: dict[str, str] = {}
+    for prog in ("retrier", "auditor"):
+        args = ["--dest", unique, "--catalog", str(catalog_dir), "--check", "--probe"]
+        if prog == "auditor":
+            args += ["--archive", str(tmp_path / "archive")]
+        code, outs[prog], err = await _run(
+            prog, *args, bootstrap=kafka_settings.bootstrap, HIFI_AUDIT_TOPIC=audit_topic
+        )
+        assert code == 0, outs[prog] + err
+        assert f"warning topic {audit_topic}: retention.ms={DAY_MS} (1 days)" in outs[prog]
+    assert f"destination {unique}: audit trail on, facts to {audit_topic}" in outs["retrier"]
+    assert f"destination {unique}: audit on, settle 300s" in outs["auditor"]
+    assert f"archive {tmp_path / 'archive'}: writable" in outs["auditor"]
+    assert f"ok      source topic {audit_topic}: exists" in outs["auditor"]
+    _write(catalog_dir, unique, "https://nowhere.invalid/", unique, accounting={"audit": False})
+    code, out, _ = await _run(
+        "connector", "--dest", unique, "--catalog", str(catalog_dir), "--check",
+        bootstrap="127.0.0.1:1", CHECK_TOKEN="s3cr3t-t0ken-value",
+    )  # fmt: skip
+    assert code == 0
+    assert f"destination {unique}: audit trail off ([accounting] audit = false)" in out
