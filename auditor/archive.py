@@ -20,15 +20,12 @@ from __future__ import annotations
 import bisect
 import json
 import os
-import re
 import tempfile
 import time
 import uuid
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -36,61 +33,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from auditor.archive_layout import (
+    ENTERED_SCHEMA,
+    HOUR_MS,
+    MINUTE_NAMES,
+    MINUTE_SCHEMA,
+    OUTCOME_SCHEMA,
+    SCHEMAS,
+    ArchiveError,
+    Kind,
+    check_name,
+    partition_dir,
+    why,
+)
+from auditor.archive_read import read_settings
 from hifi.audit import Fact, Slice
-from hifi.errors import ConfigError, HifiError
+from hifi.errors import ConfigError
 
-HOUR_MS = 3_600_000
-MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant a partition can name
 STALE_TEMP_S = 3600  # temporary files older than this are a crashed writer's, removed at start
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")  # as config.catalog's dest names
 
-
-class Kind(StrEnum):
-    """The kinds of rows, each a folder of ROOT."""
-
-    #: one row per record the auditor saw entering a source topic
-    ENTERED = "entered"
-    #: one row per event per audit fact
-    OUTCOMES = "outcomes"
-    #: one row per destination minute each time the auditor writes its table row
-    MINUTES = "minutes"
-
-
-def _schema(*fields: tuple[str, Any, bool]) -> Any:
-    return pa.schema([pa.field(name, type_, nullable=null) for name, type_, null in fields])
-
-
-_I32, _I64, _STR, _BOOL = pa.int32(), pa.int64(), pa.string(), pa.bool_()
-ENTERED_SCHEMA = _schema(
-    ("minute_ms", _I64, False), ("topic", _STR, False), ("partition", _I32, False),
-    ("offset", _I64, False), ("event_id", _STR, True), ("event_time_ms", _I64, False),
-    ("kafka_ms", _I64, False), ("observed_ms", _I64, False), ("problem", _STR, True),
-)  # fmt: skip
-OUTCOME_SCHEMA = _schema(
-    ("minute_ms", _I64, False), ("fact_id", _STR, False), ("node", _STR, False),
-    ("outcome", _STR, False), ("reason", _STR, True), ("status", _I32, True),
-    ("outcome_ms", _I64, False), ("topic", _STR, False), ("partition", _I32, False),
-    ("offset", _I64, False), ("event_id", _STR, True), ("event_time_ms", _I64, False),
-    ("taken_ms", _I64, False),
-)  # fmt: skip
-MINUTE_SCHEMA = _schema(
-    ("minute_ms", _I64, False), ("entered", _I64, False), ("delivered", _I64, False),
-    ("dead_lettered", _I64, False),
-    ("dead_lettered_by_reason", pa.map_(_STR, _I64), False),
-    ("filtered", _I64, False), ("in_retry", _I64, False), ("missing", _I64, False),
-    ("duplicates", _I64, False), ("lag_p50_ms", _I64, True), ("lag_p95_ms", _I64, True),
-    ("lag_p99_ms", _I64, True), ("lag_in_p95_ms", _I64, True), ("process_p95_ms", _I64, True),
-    ("final", _BOOL, False), ("up", _BOOL, True), ("down_reason", _STR, True),
-    ("written_ms", _I64, False), ("missing_ids", pa.list_(_STR), True),
-)  # fmt: skip
-SCHEMAS: dict[Kind, Any] = {
-    Kind.ENTERED: ENTERED_SCHEMA,
-    Kind.OUTCOMES: OUTCOME_SCHEMA,
-    Kind.MINUTES: MINUTE_SCHEMA,
-}
-_MINUTE_NAMES = frozenset(MINUTE_SCHEMA.names)
-_ID_COLUMNS = ["minute_ms", "topic", "partition", "offset", "event_id"]
 # Outcome columns that repeat a fact's or a slice's value for each of its events: buffered once
 # per slice as runs (few list appends, and decoding runs is ~50x faster than converting lists).
 _OUTCOME_RUNS = (
@@ -130,10 +91,6 @@ class EnteredColumns:
     event_times_ms: list[int]
     kafka_ms: list[int]
     problems: list[str | None]
-
-
-class ArchiveError(HifiError):
-    """An archive file or directory that cannot be written or read; the message names it."""
 
 
 class _Rows:
@@ -188,13 +145,13 @@ class Archive:
         except FileExistsError:
             raise ConfigError(f"--archive {root}: is a file, not a directory") from None
         except OSError as exc:
-            raise ConfigError(f"--archive {root}: cannot create it: {_why(exc)}") from None
+            raise ConfigError(f"--archive {root}: cannot create it: {why(exc)}") from None
         try:
             fd, probe = tempfile.mkstemp(dir=root, prefix=".probe-", suffix=".tmp")
             os.close(fd)
             os.unlink(probe)
         except OSError as exc:
-            raise ConfigError(f"--archive {root}: not writable: {_why(exc)}") from None
+            raise ConfigError(f"--archive {root}: not writable: {why(exc)}") from None
         self.root = root
         _remove_stale_temp_files(root, time.time() - STALE_TEMP_S)
         self._entered: Buffer = {}
@@ -281,8 +238,8 @@ class Archive:
 
     def minute(self, dest: str, row: Mapping[str, Any]) -> None:
         """Buffer one row of `minutes`; its keys are exactly `MINUTE_SCHEMA.names`."""
-        if row.keys() != _MINUTE_NAMES:
-            missing, extra = _MINUTE_NAMES - row.keys(), row.keys() - _MINUTE_NAMES
+        if row.keys() != MINUTE_NAMES:
+            missing, extra = MINUTE_NAMES - row.keys(), row.keys() - MINUTE_NAMES
             raise ValueError(f"minutes row: missing {sorted(missing)}, unknown {sorted(extra)}")
         hour = row["minute_ms"] // HOUR_MS
         rows = self._minutes.get(dest, {}).get(hour)
@@ -336,7 +293,7 @@ def _new_rows(
 ) -> _Rows:
     by_hour = buffer.get(dest)
     if by_hour is None:
-        _check_name("destination", dest)
+        check_name("destination", dest)
         by_hour = buffer[dest] = {}
     rows = by_hour[hour] = _Rows(fields, run_columns)
     return rows
@@ -386,21 +343,11 @@ def _table(kind: Kind, dest: str, rows: _Rows) -> Any:
                 raise ValueError(f"column {field.name!r} holds nulls")
         return pa.Table.from_arrays(arrays, schema=schema)
     except (pa.ArrowException, TypeError, ValueError) as exc:
-        raise ArchiveError(f"archive: {kind} rows of destination {dest!r}: {_why(exc)}") from exc
-
-
-def _partition_dir(root: Path, kind: Kind, dest: str, hour: int) -> Path:
-    """The directory of an hour index, clamped to 1970-01-01 00 .. 9999-12-31 23."""
-    at = _EPOCH + timedelta(hours=min(max(hour, 0), MAX_MS // HOUR_MS))
-    return root / kind / f"dest={dest}" / f"date={at:%Y-%m-%d}" / f"hour={at:%H}"
-
-
-def _hour_of(minute_ms: int) -> int:
-    return min(max(minute_ms, 0), MAX_MS) // HOUR_MS
+        raise ArchiveError(f"archive: {kind} rows of destination {dest!r}: {why(exc)}") from exc
 
 
 def _write_part(root: Path, kind: Kind, dest: str, hour: int, table: Any) -> Path:
-    directory = _partition_dir(root, kind, dest, hour)
+    directory = partition_dir(root, kind, dest, hour)
     first_minute_ms = pc.min(table["minute_ms"]).as_py()
     final = directory / f"part-{first_minute_ms}-{uuid.uuid4().hex[:8]}.parquet"
     _make_dirs(directory)
@@ -423,7 +370,7 @@ def _write_atomic(final: Path, fill: Callable[[Path], object]) -> None:
         _fsync(final.parent)
     except (OSError, pa.ArrowException) as exc:
         temp.unlink(missing_ok=True)
-        raise ArchiveError(f"archive file {final}: cannot write it: {_why(exc)}") from exc
+        raise ArchiveError(f"archive file {final}: cannot write it: {why(exc)}") from exc
 
 
 def _fsync(path: Path) -> None:
@@ -445,9 +392,7 @@ def _make_dirs(directory: Path) -> None:
             created.mkdir(exist_ok=True)
             _fsync(created.parent)
     except OSError as exc:
-        raise ArchiveError(
-            f"archive directory {missing[0]}: cannot create it: {_why(exc)}"
-        ) from exc
+        raise ArchiveError(f"archive directory {missing[0]}: cannot create it: {why(exc)}") from exc
 
 
 def _remove_stale_temp_files(root: Path, older_than_s: float) -> None:
@@ -462,193 +407,17 @@ def _remove_stale_temp_files(root: Path, older_than_s: float) -> None:
                     pass  # gone meanwhile, or not ours to remove: readers skip it anyway
 
 
-def _why(exc: BaseException) -> str:
-    """The first line of an exception's message: errors stay one line."""
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-def _check_name(what: str, name: str) -> None:
-    if not _NAME_RE.match(name):
-        raise ArchiveError(f"archive: {what} name {name!r} is invalid; use letters, digits, . _ -")
-
-
-def _visible(path: Path) -> bool:
-    return not path.name.startswith((".", "_"))
-
-
-def _parquet_files(directory: Path) -> list[Path]:
-    if not directory.is_dir():
-        return []
-    return sorted(p for p in directory.iterdir() if _visible(p) and p.name.endswith(".parquet"))
-
-
-def _hour_dirs(base: Path, first_hour: int, last_hour: int, bad: list[Path] | None) -> list[Path]:
-    """The `date=/hour=` directories under `base` whose hour index is in [first, last]."""
-    found: list[Path] = []
-    for date_dir in sorted(p for p in base.iterdir() if _visible(p)) if base.is_dir() else []:
-        try:
-            day = (
-                datetime.strptime(date_dir.name, "date=%Y-%m-%d").replace(tzinfo=UTC) - _EPOCH
-            ).days
-        except ValueError:
-            day = None
-        if day is None or not date_dir.is_dir():
-            _bad(bad, date_dir, "not a date=YYYY-MM-DD directory")
-            continue
-        if not (first_hour <= day * 24 + 23 and day * 24 <= last_hour):
-            continue
-        for hour_dir in sorted(p for p in date_dir.iterdir() if _visible(p)):
-            hh = hour_dir.name.removeprefix("hour=")
-            if not (hh.isdigit() and len(hh) == 2 and int(hh) < 24 and hour_dir.is_dir()):
-                _bad(bad, hour_dir, "not an hour=HH directory")
-            elif first_hour <= day * 24 + int(hh) <= last_hour:
-                found.append(hour_dir)
-    return found
-
-
-def _bad(bad: list[Path] | None, path: Path, why: str) -> None:
-    if bad is None:
-        raise ArchiveError(f"archive directory {path}: {why}; move it out of the archive")
-    bad.append(path)
-
-
-def _read_file(path: Path, kind: Kind, columns: list[str], from_ms: int, to_ms: int) -> Any:
-    """`columns` of the rows with `from_ms <= minute_ms < to_ms`, skipping row groups by stats."""
-    expected = SCHEMAS[kind]
-    try:
-        with pq.ParquetFile(path) as parquet:
-            found = parquet.schema_arrow
-            for name in columns:
-                i = found.get_field_index(name)
-                want = expected.field(name).type
-                if i < 0 or not found.field(i).type.equals(want):
-                    got = "missing" if i < 0 else f"{found.field(i).type}"
-                    raise ArchiveError(
-                        f"archive file {path}: column {name!r} is {got}, expected {want}"
-                        f" (not a file of '{kind}'); move it out of the archive"
-                    )
-            groups = [
-                i
-                for i in range(parquet.num_row_groups)
-                if _may_hold(parquet.metadata.row_group(i), from_ms, to_ms)
-            ]
-            table = parquet.read_row_groups(groups, columns=columns)
-    except (OSError, pa.ArrowException) as exc:
-        raise ArchiveError(
-            f"archive file {path}: not a readable Parquet file ({_why(exc)}); move it out of"
-            " the archive"
-        ) from exc
-    minute = table["minute_ms"]
-    return table.filter(pc.and_(pc.greater_equal(minute, from_ms), pc.less(minute, to_ms)))
-
-
-def _may_hold(group: Any, from_ms: int, to_ms: int) -> bool:
-    for j in range(group.num_columns):
-        column = group.column(j)
-        if column.path_in_schema == "minute_ms":
-            stats = column.statistics
-            if stats is not None and stats.has_min_max:
-                return bool(stats.min < to_ms and stats.max >= from_ms)
-    return True
-
-
-def read_minutes(
-    root: Path,
-    dest: str,
-    *,
-    from_ms: int | None,
-    to_ms: int | None,
-    bad_files: list[Path] | None = None,
-) -> list[dict[str, Any]]:
-    """`minutes` rows of dest in [from_ms, to_ms), the latest `written_ms` per minute, by minute.
-
-    With `bad_files`, unreadable files are appended to it and skipped instead of raising.
-    """
-    _check_name("destination", dest)
-    low = -(2**63) if from_ms is None else from_ms
-    high = 2**63 - 1 if to_ms is None else to_ms
-    if low >= high:
-        return []
-    base = root / Kind.MINUTES / f"dest={dest}"
-    latest: dict[int, dict[str, Any]] = {}
-    for hour_dir in _hour_dirs(base, _hour_of(low), _hour_of(high - 1), bad_files):
-        for path in _parquet_files(hour_dir):
-            try:
-                table = _read_file(path, Kind.MINUTES, MINUTE_SCHEMA.names, low, high)
-            except ArchiveError:
-                if bad_files is None:
-                    raise
-                bad_files.append(path)
-                continue
-            for row in table.to_pylist(maps_as_pydicts="strict"):
-                seen = latest.get(row["minute_ms"])
-                if seen is None or row["written_ms"] >= seen["written_ms"]:
-                    latest[row["minute_ms"]] = row
-    return [latest[minute] for minute in sorted(latest)]
-
-
-def find_ids(
-    root: Path,
-    dest: str,
-    origins: Mapping[int, Mapping[tuple[str, int], Iterable[int]]],
-    *,
-    bad_files: list[Path] | None = None,
-) -> dict[tuple[str, int, int], str | None]:
-    """Event ids of `entered` rows: minute_ms -> (topic, partition) -> offsets.
-
-    Reads only the files of those minutes' date/hour partitions; an origin the archive does
-    not hold is absent from the result, one without a readable id maps to None.
-    """
-    _check_name("destination", dest)
-    wanted: dict[int, dict[int, dict[tuple[str, int], set[int]]]] = {}  # hour -> minute -> ...
-    for minute_ms, parts in origins.items():
-        by_part = wanted.setdefault(_hour_of(minute_ms), {}).setdefault(minute_ms, {})
-        for key, offsets in parts.items():
-            by_part.setdefault(key, set()).update(offsets)
-    found: dict[tuple[str, int, int], str | None] = {}
-    for hour, minutes in sorted(wanted.items()):
-        for path in _parquet_files(_partition_dir(root, Kind.ENTERED, dest, hour)):
-            try:
-                table = _read_file(path, Kind.ENTERED, _ID_COLUMNS, min(minutes), max(minutes) + 1)
-            except ArchiveError:
-                if bad_files is None:
-                    raise
-                bad_files.append(path)
-                continue
-            found.update(_matching_ids(table, minutes))
-    return found
-
-
-def _matching_ids(
-    table: Any, minutes: Mapping[int, Mapping[tuple[str, int], set[int]]]
-) -> Iterator[tuple[tuple[str, int, int], str | None]]:
-    for minute_ms, parts in minutes.items():
-        rows = table.filter(pc.equal(table["minute_ms"], minute_ms))
-        for (topic, partition), offsets in parts.items():
-            mask = pc.and_(
-                pc.and_(pc.equal(rows["topic"], topic), pc.equal(rows["partition"], partition)),
-                pc.is_in(rows["offset"], value_set=pa.array(list(offsets), type=pa.int64())),
-            )
-            hits = rows.filter(mask)
-            for offset, event_id in zip(
-                hits["offset"].to_pylist(), hits["event_id"].to_pylist(), strict=True
-            ):
-                yield (topic, partition, offset), event_id
-
-
 def write_settings(root: Path, dest: str, settings: Mapping[str, Any], *, now_ms: int) -> None:
     """Keep dest's accounting settings as a new version from `now_ms`, when they changed.
 
     A version applies from its `from_ms` until the next one's; versions are strictly ordered,
     so a clock that went back makes the new one apply from just after the latest.
     """
-    _check_name("destination", dest)
+    check_name("destination", dest)
     try:
         current = json.loads(json.dumps(dict(settings), sort_keys=True))
     except (TypeError, ValueError) as exc:
-        raise ArchiveError(f"archive: settings of {dest!r} are not JSON: {_why(exc)}") from exc
+        raise ArchiveError(f"archive: settings of {dest!r} are not JSON: {why(exc)}") from exc
     versions = read_settings(root, dest)
     if versions and versions[-1]["settings"] == current:
         return
@@ -659,43 +428,9 @@ def write_settings(root: Path, dest: str, settings: Mapping[str, Any], *, now_ms
     _write_atomic(directory / f"settings-{from_ms}.json", lambda temp: temp.write_bytes(doc))
 
 
-def read_settings(root: Path, dest: str) -> list[dict[str, Any]]:
-    """Every version of dest's settings, `{"from_ms": int, "settings": {...}}`, oldest first."""
-    _check_name("destination", dest)
-    directory = root / "settings" / f"dest={dest}"
-    if not directory.is_dir():
-        return []
-    versions: list[dict[str, Any]] = []
-    for path in sorted(p for p in directory.iterdir() if _visible(p) and p.suffix == ".json"):
-        try:
-            doc = json.loads(path.read_bytes())
-        except (OSError, ValueError) as exc:
-            raise ArchiveError(f"archive file {path}: cannot read it: {_why(exc)}") from exc
-        if not (
-            isinstance(doc, dict)
-            and isinstance(doc.get("from_ms"), int)
-            and isinstance(doc.get("settings"), dict)
-        ):
-            raise ArchiveError(f"archive file {path}: not a settings version (from_ms, settings)")
-        versions.append(doc)
-    return sorted(versions, key=lambda version: int(version["from_ms"]))
-
-
 def write_snapshot(root: Path, name: str, data: bytes) -> None:
     """Replace ROOT/_state/{name}.snapshot atomically (temporary file, fsync, rename)."""
-    _check_name("snapshot", name)
+    check_name("snapshot", name)
     directory = root / "_state"
     _make_dirs(directory)
     _write_atomic(directory / f"{name}.snapshot", lambda temp: temp.write_bytes(data))
-
-
-def read_snapshot(root: Path, name: str) -> bytes | None:
-    """The bytes of the latest snapshot `name`, or None when there is none."""
-    _check_name("snapshot", name)
-    path = root / "_state" / f"{name}.snapshot"
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ArchiveError(f"archive file {path}: cannot read it: {_why(exc)}") from exc

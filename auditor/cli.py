@@ -16,7 +16,8 @@ import httpx
 import orjson
 from rich.console import Console
 
-from auditor.archive import Archive, read_minutes, read_settings
+from auditor.archive import Archive
+from auditor.archive_read import read_minutes, read_settings
 from auditor.daemon import DEFAULT_ROLL_S, GROUP_ID, Auditor
 from auditor.ledger import MINUTE_MS
 from auditor.tables import day_availability, day_range_ms, render, render_availability, report_row

@@ -31,10 +31,10 @@ from auditor.archive import (
     Archive,
     EnteredColumns,
     PendingFiles,
-    find_ids,
     write_settings,
     write_snapshot,
 )
+from auditor.archive_read import find_ids
 from auditor.ledger import MINUTE_MS, Ledger, Problem, Settled, minute_of
 from auditor.progress import ProgressClock
 from auditor.tables import archive_row, iso_minute, live_rows
@@ -204,7 +204,7 @@ class _Accounting(PartitionHandler):
 
     async def restore(self) -> None:
         """Carry on from the last snapshot in the archive, if there is one."""
-        from auditor.archive import read_snapshot
+        from auditor.archive_read import read_snapshot
 
         data = await asyncio.to_thread(read_snapshot, self._archive.root, self._snapshot_name)
         if data is None:

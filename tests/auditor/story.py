@@ -38,7 +38,7 @@ import msgspec
 import orjson
 import pytest
 
-from auditor.archive import read_minutes
+from auditor.archive_read import read_minutes
 from auditor.daemon import GROUP_ID, Auditor
 from auditor.ledger import MINUTE_MS
 from auditor.tables import iso_minute

@@ -12,21 +12,10 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from auditor import archive
-from auditor.archive import (
-    ENTERED_SCHEMA,
-    MINUTE_SCHEMA,
-    OUTCOME_SCHEMA,
-    Archive,
-    ArchiveError,
-    EnteredColumns,
-    find_ids,
-    read_minutes,
-    read_settings,
-    read_snapshot,
-    write_settings,
-    write_snapshot,
-)
+from auditor import archive, archive_layout
+from auditor.archive import Archive, EnteredColumns, write_settings, write_snapshot
+from auditor.archive_layout import ENTERED_SCHEMA, MINUTE_SCHEMA, OUTCOME_SCHEMA, ArchiveError
+from auditor.archive_read import find_ids, read_minutes, read_settings, read_snapshot
 from hifi.audit import FORMAT_MAJOR, FORMAT_MINOR, Fact, Slice
 from hifi.errors import ConfigError
 
@@ -410,14 +399,14 @@ def test_timestamps_outside_partition_years_are_clamped(tmp_path: Path) -> None:
     """A minute before 1970 or after 9999 lands in the first or last hour and keeps its value."""
     arc = Archive(tmp_path)
     _enter(arc, "shop", -120_000, 1)
-    _enter(arc, "shop", archive.MAX_MS + 10 * HOUR_MS, 2)
+    _enter(arc, "shop", archive_layout.MAX_MS + 10 * HOUR_MS, 2)
     paths = arc.take().write()
     assert sorted(p.parent.relative_to(tmp_path).as_posix() for p in paths) == [
         "entered/dest=shop/date=1970-01-01/hour=00",
         "entered/dest=shop/date=9999-12-31/hour=23",
     ]
     minutes = sorted(r["minute_ms"] for r in _visible_rows(tmp_path, "entered"))
-    assert minutes == [-120_000, archive.MAX_MS + 10 * HOUR_MS]
+    assert minutes == [-120_000, archive_layout.MAX_MS + 10 * HOUR_MS]
     assert find_ids(tmp_path, "shop", {-120_000: {("orders", 3): [1]}}) == {
         ("orders", 3, 1): "id-1"
     }

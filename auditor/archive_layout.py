@@ -1,0 +1,105 @@
+"""The archive's layout and schemas: what the auditor writes, readers (`auditor.archive_read`,
+the Spark reconciliation) read, and the rules both follow.
+
+    ROOT/{kind}/dest={name}/date={YYYY-MM-DD}/hour={HH}/part-{first_minute_ms}-{uuid8}.parquet
+    ROOT/settings/dest={name}/settings-{from_ms}.json
+    ROOT/_state/{name}.snapshot
+
+`date`/`hour` are the UTC hour of each row's `minute_ms`, clamped to 1970-01-01 00 ..
+9999-12-31 23 (the row keeps its own `minute_ms`). Names beginning with `.` or `_` are never
+data (temporary files, state). `docs/accounting.md` ("The archive") describes each column.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from hifi.errors import HifiError
+
+HOUR_MS = 3_600_000
+MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant a partition can name
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")  # as config.catalog's dest names
+
+
+class Kind(StrEnum):
+    """The kinds of rows, each a folder of ROOT."""
+
+    #: one row per record the auditor saw entering a source topic
+    ENTERED = "entered"
+    #: one row per event per audit fact
+    OUTCOMES = "outcomes"
+    #: one row per destination minute each time the auditor writes its table row
+    MINUTES = "minutes"
+
+
+def _schema(*fields: tuple[str, Any, bool]) -> Any:
+    return pa.schema([pa.field(name, type_, nullable=null) for name, type_, null in fields])
+
+
+_I32, _I64, _STR, _BOOL = pa.int32(), pa.int64(), pa.string(), pa.bool_()
+ENTERED_SCHEMA = _schema(
+    ("minute_ms", _I64, False), ("topic", _STR, False), ("partition", _I32, False),
+    ("offset", _I64, False), ("event_id", _STR, True), ("event_time_ms", _I64, False),
+    ("kafka_ms", _I64, False), ("observed_ms", _I64, False), ("problem", _STR, True),
+)  # fmt: skip
+OUTCOME_SCHEMA = _schema(
+    ("minute_ms", _I64, False), ("fact_id", _STR, False), ("node", _STR, False),
+    ("outcome", _STR, False), ("reason", _STR, True), ("status", _I32, True),
+    ("outcome_ms", _I64, False), ("topic", _STR, False), ("partition", _I32, False),
+    ("offset", _I64, False), ("event_id", _STR, True), ("event_time_ms", _I64, False),
+    ("taken_ms", _I64, False),
+)  # fmt: skip
+MINUTE_SCHEMA = _schema(
+    ("minute_ms", _I64, False), ("entered", _I64, False), ("delivered", _I64, False),
+    ("dead_lettered", _I64, False),
+    ("dead_lettered_by_reason", pa.map_(_STR, _I64), False),
+    ("filtered", _I64, False), ("in_retry", _I64, False), ("missing", _I64, False),
+    ("duplicates", _I64, False), ("lag_p50_ms", _I64, True), ("lag_p95_ms", _I64, True),
+    ("lag_p99_ms", _I64, True), ("lag_in_p95_ms", _I64, True), ("process_p95_ms", _I64, True),
+    ("final", _BOOL, False), ("up", _BOOL, True), ("down_reason", _STR, True),
+    ("written_ms", _I64, False), ("missing_ids", pa.list_(_STR), True),
+)  # fmt: skip
+SCHEMAS: dict[Kind, Any] = {
+    Kind.ENTERED: ENTERED_SCHEMA,
+    Kind.OUTCOMES: OUTCOME_SCHEMA,
+    Kind.MINUTES: MINUTE_SCHEMA,
+}
+MINUTE_NAMES = frozenset(MINUTE_SCHEMA.names)
+ID_COLUMNS = ["minute_ms", "topic", "partition", "offset", "event_id"]
+
+
+class ArchiveError(HifiError):
+    """An archive file or directory that cannot be written or read; the message names it."""
+
+
+def partition_dir(root: Path, kind: Kind, dest: str, hour: int) -> Path:
+    """The directory of an hour index, clamped to 1970-01-01 00 .. 9999-12-31 23."""
+    at = EPOCH + timedelta(hours=min(max(hour, 0), MAX_MS // HOUR_MS))
+    return root / kind / f"dest={dest}" / f"date={at:%Y-%m-%d}" / f"hour={at:%H}"
+
+
+def hour_of(minute_ms: int) -> int:
+    return min(max(minute_ms, 0), MAX_MS) // HOUR_MS
+
+
+def why(exc: BaseException) -> str:
+    """The first line of an exception's message: errors stay one line."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def check_name(what: str, name: str) -> None:
+    if not NAME_RE.match(name):
+        raise ArchiveError(f"archive: {what} name {name!r} is invalid; use letters, digits, . _ -")
+
+
+def visible(path: Path) -> bool:
+    return not path.name.startswith((".", "_"))
