@@ -35,7 +35,7 @@ from auditor.archive import (
     write_snapshot,
 )
 from auditor.archive_read import find_ids
-from auditor.ledger import MINUTE_MS, Ledger, Problem, Settled, minute_of
+from auditor.ledger import MAX_MISSING_IDS, MINUTE_MS, Ledger, Problem, Settled, minute_of
 from auditor.progress import ProgressClock
 from auditor.tables import archive_row, iso_minute, live_rows
 from config.catalog import Destination
@@ -54,7 +54,6 @@ GROUP_ID = "hifi.auditor"
 DEFAULT_ROLL_S = 60.0
 ROLL_ROWS = 200_000  # roll sooner once this many rows wait: bounds the offsets tracked per roll
 MAX_BUFFERED_ROWS = 400_000  # intake pauses while this many rows wait for a roll
-MAX_MISSING_IDS = 1000  # ids resolved per final minute with missing events
 SNAPSHOT_FORMAT = 1
 _AUDIT_PARTITIONS = 4
 _offset_of = attrgetter("offset")

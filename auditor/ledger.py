@@ -47,6 +47,7 @@ LATE_RATIO_MAX = 0.05  # a final minute with more undelivered (waiting) events t
 _LAG_MAX_MS = 2**31 - 1
 _HIST_GROWTH = 1.02  # bin width of the approximate histograms
 _HIST_BINS = int(math.log(86_400_000) / math.log(_HIST_GROWTH)) + 2  # 1 ms .. 1 day
+MAX_MISSING_IDS = 1000  # ids of missing events named per final minute (live and in the reconciliation)
 SEEN_FACTS_KEEP_MS = (
     30 * MINUTE_MS
 )  # a repeated fact comes within minutes (a producer retry, a crash)
@@ -73,22 +74,27 @@ def minute_of(epoch_ms: int) -> int:
     return epoch_ms - epoch_ms % MINUTE_MS
 
 
-def nearest_rank(sorted_values: array[int] | list[int], pct: float) -> int | None:
+def rank_of(pct: int, n: int) -> int:
+    """The nearest rank of the `pct` percentile among `n` values, 1-based: ceil(pct * n / 100),
+    in integers (no float rounding), at least 1. Spark's and DuckDB's checks use the same rule."""
+    return max(1, -(-pct * n // 100))
+
+
+def nearest_rank(sorted_values: array[int] | list[int], pct: int) -> int | None:
     """The `pct` percentile by nearest rank: the smallest value with at least pct % at or below."""
     n = len(sorted_values)
     if n == 0:
         return None
-    rank = max(1, math.ceil(pct / 100 * n))
-    return int(sorted_values[rank - 1])
+    return int(sorted_values[rank_of(pct, n) - 1])
 
 
-def nearest_rank_counted(counted: list[tuple[int, int]], pct: float) -> int | None:
+def nearest_rank_counted(counted: list[tuple[int, int]], pct: int) -> int | None:
     """`nearest_rank` over (value, how many) pairs sorted by value: the same answer as over the
     values one by one."""
     total = sum(count for _, count in counted)
     if total == 0:
         return None
-    rank = max(1, math.ceil(pct / 100 * total))
+    rank = rank_of(pct, total)
     seen = 0
     for value, count in counted:
         seen += count
@@ -145,6 +151,26 @@ class Counts:
     @property
     def dead_lettered(self) -> int:
         return sum(self.dead_lettered_by_reason.values())
+
+
+def judge(
+    counts: Counts, lag_p95_ms: int | None, on_time: int, settings: Accounting
+) -> tuple[bool, str | None]:
+    """Whether a final minute was up, and if not why (`loss` or `lag`): no event missing, p95
+    end-to-end lag within `lag_sla_s`, and at most 5 % of its events (dead letters and filtered
+    ones aside) late: waiting when it became final, or delivered after (`on_time` counts the
+    first deliveries at most `settle_s` after the minute ended). The reconciliation judges
+    with this too."""
+    if counts.missing:
+        return False, "loss"
+    undelivered = counts.entered - counts.dead_lettered - counts.filtered
+    late = max(counts.in_retry + counts.missing, undelivered - on_time)
+    late_ratio = late / undelivered if undelivered > 0 else 0.0
+    if (lag_p95_ms is not None and lag_p95_ms > settings.lag_sla_s * 1000) or (
+        late_ratio > LATE_RATIO_MAX
+    ):
+        return False, "lag"
+    return True, None
 
 
 @dataclass(slots=True)
@@ -550,19 +576,7 @@ class Ledger:
         bucket.lag_in = bucket.process = LogHistogram()
         settings = self.settings
         loss_ratio = counts.missing / counts.entered if counts.entered else 0.0
-        # Waiting events are late; so are deliveries after the settle point read by an auditor
-        # that was catching up (`on_time` counts the deliveries before it).
-        undelivered = counts.entered - counts.dead_lettered - counts.filtered
-        late = max(counts.in_retry + counts.missing, undelivered - bucket.on_time)
-        late_ratio = late / undelivered if undelivered > 0 else 0.0
-        if counts.missing:
-            bucket.up, bucket.down_reason = False, "loss"
-        elif (lags.p95_ms is not None and lags.p95_ms > settings.lag_sla_s * 1000) or (
-            late_ratio > LATE_RATIO_MAX
-        ):
-            bucket.up, bucket.down_reason = False, "lag"
-        else:
-            bucket.up = True
+        bucket.up, bucket.down_reason = judge(counts, lags.p95_ms, bucket.on_time, settings)
         if not bucket.up and bucket.down_reason is not None:
             self.down_minutes[bucket.minute_ms] = bucket.down_reason
         if self.last_final_ms is None or bucket.minute_ms > self.last_final_ms:

@@ -82,15 +82,22 @@ def live_rows(
 
 
 def day_availability(
-    rows: Iterable[Mapping[str, Any]], day: date, *, final_before_ms: int | None
+    rows: Iterable[Mapping[str, Any]],
+    day: date,
+    *,
+    final_before_ms: int | None,
+    counted_from_ms: int | None = None,
 ) -> dict[str, Any]:
     """A UTC day's availability from its rows (report format); minutes without events are up.
 
     `final_before_ms`: minutes starting before this are final (the auditor's settled horizon);
     later minutes of the day are pending. None: every minute of the day is final.
+    `counted_from_ms`: minutes before this are not counted at all (a range that starts
+    within the day); they are neither up nor pending.
     """
-    start_ms = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000)
-    end_ms = start_ms + DAY_MINUTES * MINUTE_MS
+    day_start_ms = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000)
+    end_ms = day_start_ms + DAY_MINUTES * MINUTE_MS
+    start_ms = day_start_ms if counted_from_ms is None else max(day_start_ms, counted_from_ms)
     final_end = end_ms if final_before_ms is None else max(start_ms, min(end_ms, final_before_ms))
     final_minutes = (final_end - start_ms) // MINUTE_MS
     down = {"loss": 0, "lag": 0}
@@ -106,7 +113,7 @@ def day_availability(
     return {
         "day": day.isoformat(),
         "minutes": final_minutes,
-        "pending_minutes": DAY_MINUTES - final_minutes,
+        "pending_minutes": (end_ms - start_ms) // MINUTE_MS - final_minutes,
         "up_minutes": up_minutes,
         "down_minutes": down_minutes,
         "down_for_loss": down["loss"],

@@ -7,6 +7,7 @@ import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,3 +70,18 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
         if process.poll() is None:
             process.kill()
         process.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local Spark session (2 cores) for every Spark test; skipped, saying why in one line,
+    where Java or PySpark is missing (`make test` installs PySpark; Java 17 is a machine
+    package)."""
+    from spark_batch.session import java_missing, spark_session
+
+    why = java_missing()
+    if why is not None:
+        pytest.skip(why)
+    pytest.importorskip("pyspark", reason="PySpark is not installed: pip install '.[spark]'")
+    with spark_session("hifi-tests", master="local[2]") as started:
+        yield started.spark

@@ -93,6 +93,7 @@ class Story:
     outage_row_when_final: dict[str, Any] = field(default_factory=dict)
     process_rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     refused_before: dict[str, float] = field(default_factory=dict)
+    process_archive: Path | None = None  # the archive of the auditor process (killed twice)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -347,6 +348,7 @@ async def staged(
         story = Story(
             outage, lag, odd, expiry, live, tasks[-1], f"http://127.0.0.1:{live.ops.port}",
             work / "live", process, "", "", sinks, refused_before=dict(refused_before),
+            process_archive=proc_archive,
         )  # fmt: skip
         await play(settings, story, audit_topic, proc_archive)
         yield story

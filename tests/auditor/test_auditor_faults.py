@@ -12,8 +12,11 @@ from typing import Any
 import orjson
 import pytest
 
+from auditor.tables import parse_minute, report_row
 from devstack.kafka_tools import dead_letters
 from hifi.kafka_settings import KafkaSettings
+from spark_batch.archive_input import Window
+from spark_batch.reconcile import reconcile
 from tests.auditor.story import (
     EXPIRING_EVENTS,
     FAST_BATCH,
@@ -32,6 +35,7 @@ from tests.auditor.support import (
     JUDGEMENT,
     by_minute,
     differences,
+    now_ms,
     rows_of,
     run_auditor_command,
     sample,
@@ -174,3 +178,30 @@ async def test_report_on_a_destination_the_auditor_does_not_audit_fails(story: S
     assert (
         err == f"auditor report: --dest nope: the auditor at {story.live_url} does not audit it\n"
     )
+
+
+@pytest.mark.spark
+async def test_the_spark_recount_of_the_archive_equals_the_auditors_final_minutes(
+    story: Story, spark: Any
+) -> None:
+    """The auditor process, killed twice with SIGKILL and then stopped (its archive closed):
+    the Spark reconciliation of its archive, by event id, gives every final minute the same
+    entered, delivered, dead-lettered (by reason), filtered, in-retry and missing counts as its
+    own table; and no minute the auditor never saw."""
+    story.process.stop()
+    assert story.process_archive is not None
+    first = min(parse_minute(row["minute"]) for rows in story.process_rows.values() for row in rows)
+    window = Window(first - 3_600_000, now_ms() + 3_600_000)
+    recount = reconcile(spark, str(story.process_archive), window, dests=list(story.names))
+    counts = [c for c in COUNTS if c not in ("duplicates", "final")]
+    for dest in story.names:
+        theirs = {
+            minute: row
+            for minute, row in by_minute(story.process_rows[dest], [*counts, "final"]).items()
+            if row["final"]
+        }
+        ours = by_minute(
+            (report_row(row) for row in recount.minutes if row["dest"] == dest), [*counts, "final"]
+        )
+        assert set(ours) >= set(theirs), dest
+        assert differences({m: ours[m] for m in theirs}, theirs) == {}, dest

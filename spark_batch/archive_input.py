@@ -1,0 +1,150 @@
+"""The auditor's archive as Spark DataFrames: entered rows, outcome rows, settings versions.
+
+Paths go to Spark as they are (a local directory, `hdfs://`, `s3a://`), so the same job runs
+under `spark-submit` on a cluster. Only the columns a reconciliation needs are read, and only
+the `dest=`/`date=` directories of the range (Hive partition pruning). The layout is
+`auditor/archive_layout.py`'s; `docs/accounting.md` ("The archive") describes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from auditor.archive_layout import Kind
+from config.catalog import Accounting
+from hifi.errors import HifiError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+ENTERED_COLUMNS = [
+    "dest", "minute_ms", "topic", "partition", "offset", "event_id", "event_time_ms",
+    "kafka_ms", "problem",
+]  # fmt: skip
+OUTCOME_COLUMNS = [
+    "dest", "fact_id", "node", "outcome", "reason", "outcome_ms", "topic", "partition",
+    "offset", "taken_ms",
+]  # fmt: skip
+_DAY = timedelta(days=1)
+
+
+class ArchiveInputError(HifiError):
+    """The archive cannot be reconciled as asked; the message names the path and the problem."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """The event-time range to reconcile: minutes in [from_ms, to_ms)."""
+
+    from_ms: int
+    to_ms: int
+
+    def dates(self) -> list[str]:
+        """The `date=` partitions that can hold its rows (UTC dates of its minutes)."""
+        first = datetime.fromtimestamp(self.from_ms / 1000, UTC).date()
+        last = datetime.fromtimestamp((self.to_ms - 1) / 1000, UTC).date()
+        days, day = [], first
+        while day <= last:
+            days.append(day.isoformat())
+            day += _DAY
+        return days
+
+
+@dataclass(frozen=True)
+class SettingsVersion:
+    """A destination's accounting settings from `from_ms` on, as the auditor wrote them."""
+
+    dest: str
+    from_ms: int
+    settings: Accounting
+
+
+def _dataset(root: str, kind: Kind) -> str:
+    return f"{root.rstrip('/')}/{kind}"
+
+
+def _is_missing_path(exc: Exception) -> bool:
+    text = str(exc)
+    return "PATH_NOT_FOUND" in text or "Path does not exist" in text
+
+
+def read_rows(
+    spark: SparkSession,
+    root: str,
+    kind: Kind,
+    columns: list[str],
+    window: Window,
+    dests: list[str] | None,
+) -> DataFrame | None:
+    """One dataset's rows of the window's dates (and `dests`), or None when it has none."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+
+    path = _dataset(root, kind)
+    try:
+        frame = spark.read.option("basePath", path).parquet(path)
+    except AnalysisException as exc:
+        if _is_missing_path(exc) or "UNABLE_TO_INFER_SCHEMA" in str(exc):
+            return None
+        raise ArchiveInputError(f"archive {path}: cannot be read: {_first_line(exc)}") from None
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ArchiveInputError(
+            f"archive {path}: not an archive of {kind} rows (no column {', '.join(missing)})"
+        )
+    frame = frame.where(F.col("date").isin(window.dates()))
+    if dests:
+        frame = frame.where(F.col("dest").isin(dests))
+    return frame.select(*columns)
+
+
+def read_settings(spark: SparkSession, root: str) -> list[SettingsVersion]:
+    """Every settings version of every destination in the archive, oldest first per dest."""
+    from pyspark.errors import AnalysisException
+
+    path = f"{root.rstrip('/')}/settings"
+    try:
+        rows = spark.read.option("basePath", path).json(path).collect()
+    except AnalysisException as exc:
+        if _is_missing_path(exc) or "UNABLE_TO_INFER_SCHEMA" in str(exc):
+            return []
+        raise ArchiveInputError(f"archive {path}: cannot be read: {_first_line(exc)}") from None
+    versions = []
+    for row in rows:
+        values = row.asDict(recursive=True)
+        try:
+            settings = Accounting(**(values.get("settings") or {}))
+            versions.append(SettingsVersion(str(values["dest"]), int(values["from_ms"]), settings))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ArchiveInputError(
+                f"archive {path}: a settings version of {values.get('dest')!r} is not valid:"
+                f" {_first_line(exc)}"
+            ) from None
+    return sorted(versions, key=lambda v: (v.dest, v.from_ms))
+
+
+def settings_at(versions: list[SettingsVersion], dest: str, minute_ms: int) -> Accounting:
+    """The settings in force for `dest` at `minute_ms` (the first version before the first
+    one's time; the defaults when the auditor wrote none)."""
+    mine = [v for v in versions if v.dest == dest]
+    chosen: Accounting | None = mine[0].settings if mine else None
+    for version in mine:
+        if version.from_ms <= minute_ms:
+            chosen = version.settings
+    return chosen if chosen is not None else Accounting()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("JVM stacktrace", "at ", "org.", "java.")):
+            return line[:300]
+    return type(exc).__name__
+
+
+def describe(exc: Any) -> str:
+    """One line from a Spark or Py4J error (the JVM's stack trace left out)."""
+    return _first_line(exc)

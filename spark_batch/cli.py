@@ -1,0 +1,159 @@
+"""`spark-batch`: the batch jobs over the auditor's archive (PySpark).
+
+    spark-batch reconcile --archive PATH [--dest NAME ...] --from DATE [--to DATE] --out DIR
+                          [--lag-sla-s S] [--master local[*]]
+
+Run directly it starts a local Spark (`--master`, default `local[*]`); the same entry point
+runs under `spark-submit` (docs/reconciliation.md), which then decides the master. Bad input
+(an archive with no rows, a destination or range it does not hold, a corrupt Parquet file,
+bad flags) is one line on stderr and exit 2, with nothing written under `--out`; other
+failures exit 1.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from hifi.cli import EXIT_FAILURE, EXIT_USAGE, fail, parse_time, run_command, version_option
+from hifi.errors import ConfigError, HifiError
+from spark_batch.archive_input import ArchiveInputError, Window, describe
+from spark_batch.session import DEFAULT_MASTER
+
+PROG = "spark-batch"
+_DAY_MS = 86_400_000
+_MINUTE_MS = 60_000
+# the words Spark uses when a file of the input cannot be read (corrupt, truncated, not Parquet)
+_BAD_FILE = re.compile(
+    r"FAILED_READ_FILE|CANNOT_READ_FILE_FOOTER|not a Parquet file|is not a Parquet file"
+    r"|magic number|corrupt|EOFException",
+    re.IGNORECASE,
+)
+_FILE_IN_MESSAGE = re.compile(r"(?:file:)?(/[^\s,;'\"]+\.parquet)")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option(PROG)
+def cli() -> None:
+    """Batch jobs over the auditor's archive: the authoritative recount of delivery."""
+
+
+@cli.command()
+@click.option(
+    "--archive", required=True, metavar="PATH",
+    help="The auditor's archive (a directory, or any path Spark reads: hdfs://, s3a://).",
+)  # fmt: skip
+@click.option(
+    "--dest", "dests", multiple=True, metavar="NAME",
+    help="Only this destination (repeatable); default: every destination in the archive.",
+)  # fmt: skip
+@click.option(
+    "--from", "from_text", required=True, metavar="DATE",
+    help="First minute: a UTC date (2026-11-22) or an ISO 8601 time.",
+)  # fmt: skip
+@click.option(
+    "--to", "to_text", metavar="DATE",
+    help="End of the range, exclusive: a date or time; default one day after --from.",
+)  # fmt: skip
+@click.option(
+    "--out", required=True, type=click.Path(path_type=Path), metavar="DIR",
+    help="Directory for the tables, minutes.json, summary.json and report.html (replaced whole).",
+)  # fmt: skip
+@click.option(
+    "--lag-sla-s", type=click.FloatRange(min=0, min_open=True), metavar="S",
+    help="Judge minutes against this p95 lag instead of the archived lag_sla_s.",
+)  # fmt: skip
+@click.option(
+    "--master", default=None, metavar="URL",
+    help=f"Spark master when run directly [default: {DEFAULT_MASTER}]; spark-submit sets its own.",
+)  # fmt: skip
+def reconcile(
+    archive: str,
+    dests: tuple[str, ...],
+    from_text: str,
+    to_text: str | None,
+    out: Path,
+    lag_sla_s: float | None,
+    master: str | None,
+) -> None:
+    """Rebuild per-minute delivery tables from the archive, exactly and by event id.
+
+    Writes under DIR: minutes.parquet, missing.parquet (the input of connector backfill
+    --only-missing), days.parquet, nodes.parquet, minutes.json, summary.json and report.html
+    with its charts. The same input gives the same output; a rerun replaces it.
+    """
+    prog = f"{PROG} reconcile"
+    window = _window(prog, from_text, to_text)
+    if out.exists() and not out.is_dir():
+        fail(prog, f"--out {out}: is a file, not a directory")
+    started = time.monotonic()
+    try:
+        summary = _run(archive, window, list(dests), out, lag_sla_s, master)
+    except (ArchiveInputError, ConfigError) as exc:
+        fail(prog, str(exc), EXIT_USAGE)
+    except HifiError as exc:
+        fail(prog, str(exc), EXIT_FAILURE)
+    except Exception as exc:  # Spark's and Py4J's errors: one line, the JVM's trace left out
+        code, message = _spark_failure(exc, archive)
+        fail(prog, message, code)
+    for dest, about in summary["destinations"].items():
+        totals = about["totals"]
+        verdict = "lossless" if about["lossless"] else f"{totals['missing']:,} missing"
+        click.echo(
+            f"{dest}: {totals['entered']:,} entered, {totals['delivered']:,} delivered,"
+            f" {totals['dead_lettered']:,} dead-lettered, {totals['in_retry']:,} in retry:"
+            f" {verdict}; {'on time' if about['on_time'] else 'minutes down for lag'}"
+        )
+    click.echo(f"{prog}: wrote {out} in {time.monotonic() - started:.1f} s")
+
+
+def _window(prog: str, from_text: str, to_text: str | None) -> Window:
+    now_ms = int(time.time() * 1000)
+    try:
+        from_ms = parse_time(from_text, now_ms=now_ms, flag="--from")
+        to_ms = parse_time(to_text, now_ms=now_ms, flag="--to") if to_text else from_ms + _DAY_MS
+    except ConfigError as exc:
+        fail(prog, str(exc))
+    from_ms -= from_ms % _MINUTE_MS
+    to_ms += -to_ms % _MINUTE_MS
+    if to_ms <= from_ms:
+        fail(prog, f"--to {to_text!r} is not after --from {from_text!r}")
+    return Window(from_ms, to_ms)
+
+
+def _run(
+    archive: str,
+    window: Window,
+    dests: list[str],
+    out: Path,
+    lag_sla_s: float | None,
+    master: str | None,
+) -> dict[str, Any]:
+    from spark_batch.outputs import summarize, write_outputs
+    from spark_batch.reconcile import reconcile as rebuild
+    from spark_batch.session import spark_session
+
+    with spark_session("hifi-reconcile", master=master) as started:
+        result = rebuild(started.spark, archive, window, dests=dests or None, lag_sla_s=lag_sla_s)
+    summary = summarize(result, window, archive=archive)
+    write_outputs(out, result, summary)
+    return summary
+
+
+def _spark_failure(exc: Exception, archive: str) -> tuple[int, str]:
+    """Exit code and one line for an error Spark raised while reading or computing."""
+    text = str(exc)
+    if _BAD_FILE.search(text):
+        found = _FILE_IN_MESSAGE.search(text)
+        where = found.group(1) if found else archive
+        return EXIT_USAGE, f"archive file {where}: cannot be read (corrupt or not Parquet)"
+    return EXIT_FAILURE, f"spark failed: {describe(exc)}"
+
+
+def main() -> None:
+    """The `spark-batch` command."""
+    run_command(cli, PROG)
