@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv demo test check lint typecheck bench bench-auditor chaos clean
+.PHONY: help venv java demo test check lint typecheck bench bench-auditor chaos clean
 
 help:
 	@echo "make demo   - run the connector and retrier against a local broker and a flaky destination"
@@ -20,8 +20,16 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "hifi needs Python 3.11 or newer")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
+
+# PySpark needs a JVM: Java 17 from Debian when missing (as root), else one line saying so.
+java:
+	@command -v java >/dev/null 2>&1 || [ -x "$$JAVA_HOME/bin/java" ] || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    (apt-get install -y -q openjdk-17-jre-headless >/dev/null 2>&1 || \
+	     (apt-get update -q >/dev/null && apt-get install -y -q openjdk-17-jre-headless >/dev/null)); } || \
+	  echo "make: no Java runtime: the Spark tests are skipped (apt-get install openjdk-17-jre-headless)"
 
 venv: $(STAMP)
 
@@ -32,7 +40,7 @@ KEEP ?=
 demo: $(STAMP)
 	$(BIN)/python -m devstack.demo $(if $(filter-out 0,$(KEEP)),--keep,)
 
-test: $(STAMP)
+test: $(STAMP) java
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -77,8 +77,11 @@ def read_rows(
     columns: list[str],
     window: Window,
     dests: list[str] | None,
+    *,
+    any_date: bool = False,
 ) -> DataFrame | None:
-    """One dataset's rows of the window's dates (and `dests`), or None when it has none."""
+    """One dataset's rows of the window's dates (every date with `any_date`) and `dests`,
+    or None when it has none."""
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
@@ -94,7 +97,8 @@ def read_rows(
         raise ArchiveInputError(
             f"archive {path}: not an archive of {kind} rows (no column {', '.join(missing)})"
         )
-    frame = frame.where(F.col("date").isin(window.dates()))
+    if not any_date:
+        frame = frame.where(F.col("date").isin(window.dates()))
     if dests:
         frame = frame.where(F.col("dest").isin(dests))
     return frame.select(*columns)

@@ -15,8 +15,9 @@ unioned and grouped by origin. The rules are the auditor's (`auditor/ledger.py`)
   event time, lag-in the time the connector took the event in minus the event time, the
   node's process duration the first 2xx time minus that; percentiles are exact nearest-rank
   (`auditor.ledger.rank_of`), computed from counts of each distinct value per minute;
-- a minute is final when the archive reaches `settle_s` past its end (the newest Kafka
-  timestamp the auditor saw of that destination), and judged with `auditor.ledger.judge`:
+- a minute is final when the auditor wrote it as final (its `minutes` rows), or when the
+  archive reaches `settle_s` past its end (the newest Kafka timestamp entered or outcome
+  time in it), and judged with `auditor.ledger.judge`:
   first deliveries more than `settle_s` after the minute ended are late, as live.
 
 Settings (`settle_s`, `lag_sla_s`) are the versions the auditor wrote beside the rows, per
@@ -69,7 +70,7 @@ class Reconciled:
         Any  # pyarrow.Table: dest, minute_ms, event_id, topic, partition, offset, event_time_ms
     )
     nodes: list[dict[str, Any]]
-    horizon_ms: dict[str, int]  # per dest: the newest Kafka timestamp seen entering
+    horizon_ms: dict[str, int]  # per dest: how far the archive reaches (entered or outcome time)
     settings: dict[str, list[SettingsVersion]] = field(default_factory=dict)
 
 
@@ -105,6 +106,7 @@ def origins(entered: DataFrame, outcomes: DataFrame | None) -> DataFrame:
         F.max("problem").alias("problem"),
         F.size(F.collect_set(F.when(delivered, F.col("fact_id")))).alias("deliveries"),
         F.min(first_at).alias("first_2xx_ms"),
+        F.max("outcome_ms").alias("last_outcome_ms"),
         F.min_by(F.when(delivered, F.col("taken_ms")), first_at).alias("taken_ms"),
         F.min_by(F.when(delivered, F.col("node")), first_at).alias("node"),
         F.min_by(F.when(dead, F.coalesce(F.col("reason"), F.lit("unknown"))), dead_at).alias(
@@ -208,7 +210,7 @@ def minute_counts(per_origin: DataFrame, on_time: Column) -> DataFrame:
         n("missing").alias("missing"),
         F.sum("duplicates").alias("duplicates"),
         F.sum(on_time).alias("on_time"),
-        F.max("kafka_ms").alias("kafka_ms_max"),
+        F.max(F.greatest("kafka_ms", "last_outcome_ms")).alias("seen_ms_max"),
     )
 
 
@@ -239,9 +241,10 @@ def reconcile(
     entered = read_rows(spark, archive, Kind.ENTERED, ENTERED_COLUMNS, window, dests)
     if entered is None:
         raise ArchiveInputError(f"archive {archive}: no entered rows (is it an auditor's archive?)")
-    outcomes = read_rows(spark, archive, Kind.OUTCOMES, OUTCOME_COLUMNS, window, dests)
+    outcomes = _outcomes_of(spark, archive, window, dests, entered)
     in_window = (F.col("minute_ms") >= window.from_ms) & (F.col("minute_ms") < window.to_ms)
     per_origin = origins(entered, outcomes).where(in_window)
+    settled = _settled_minutes(spark, archive, window, dests)
     versions = read_settings(spark, archive)
     found = sorted({v.dest for v in versions} | set(dests or []))
     per_origin = per_origin.persist()
@@ -263,7 +266,7 @@ def reconcile(
         by_dest[version.dest].append(version)
     horizon = _horizons(rows)
     minutes = [
-        _judged(row, dead_by_reason, versions, horizon[row["dest"]], lag_sla_s)
+        _judged(row, dead_by_reason, versions, horizon[row["dest"]], lag_sla_s, settled)
         for row in sorted(rows, key=lambda r: (r["dest"], r["minute_ms"]))
     ]
     _name_missing(minutes, missing)
@@ -281,6 +284,43 @@ def _name_missing(minutes: list[dict[str, Any]], missing: Any) -> None:
         row = by_minute.get((dest, minute_ms))
         if row is not None and len(row["missing_ids"]) < MAX_MISSING_IDS:
             row["missing_ids"].append(event_id or f"{topic}/{partition}/{offset}")
+
+
+def _outcomes_of(
+    spark: SparkSession, archive: str, window: Window, dests: list[str] | None, entered: DataFrame
+) -> DataFrame | None:
+    """Outcome rows filed under the window's dates, and those of entered events whose own
+    time lies elsewhere (years off: the auditor filed them by Kafka time, the facts by the
+    event's time), found by origin."""
+    from pyspark.sql import functions as F
+
+    windowed = read_rows(spark, archive, Kind.OUTCOMES, OUTCOME_COLUMNS, window, dests)
+    if windowed is None:
+        return None
+    odd = entered.where(F.col("problem").isin("time_past", "time_future")).select(*ORIGIN)
+    if odd.isEmpty():
+        return windowed
+    everywhere = read_rows(
+        spark, archive, Kind.OUTCOMES, OUTCOME_COLUMNS, window, dests, any_date=True
+    )
+    assert everywhere is not None  # the dataset exists: `windowed` read it
+    # rows read twice (odd events filed in the window's dates) count once: every aggregate
+    # of `origins` is idempotent
+    return windowed.unionByName(everywhere.join(F.broadcast(odd), ORIGIN, "left_semi"))
+
+
+def _settled_minutes(
+    spark: SparkSession, archive: str, window: Window, dests: list[str] | None
+) -> set[tuple[str, int]]:
+    """The minutes the auditor wrote as final (its progress clock settled them: a caught-up
+    auditor's clock runs on while nothing new is archived)."""
+    from pyspark.sql import functions as F
+
+    rows = read_rows(spark, archive, Kind.MINUTES, ["dest", "minute_ms", "final"], window, dests)
+    if rows is None:
+        return set()
+    final = rows.where(F.col("final")).select("dest", "minute_ms").distinct().collect()
+    return {(row["dest"], int(row["minute_ms"])) for row in final}
 
 
 def _span(window: Window) -> str:
@@ -327,11 +367,10 @@ def _nodes(per_origin: DataFrame) -> list[dict[str, Any]]:
 
 
 def _horizons(rows: list[dict[str, Any]]) -> dict[str, int]:
-    horizon: dict[str, int] = {}
-    for row in rows:
-        latest = row["kafka_ms_max"] or 0
-        horizon[row["dest"]] = max(horizon.get(row["dest"], 0), latest)
-    return horizon
+    """How far the archive reaches, the same for every destination (as the auditor's progress
+    clock is one clock): the newest Kafka timestamp entered or outcome time it holds."""
+    latest = max((row["seen_ms_max"] or 0) for row in rows)
+    return {row["dest"]: latest for row in rows}
 
 
 def _judged(
@@ -340,6 +379,7 @@ def _judged(
     versions: list[SettingsVersion],
     horizon_ms: int,
     lag_sla_s: float | None,
+    settled: set[tuple[str, int]],
 ) -> dict[str, Any]:
     """A minute row with the archive's `minutes` columns (`auditor.tables.report_row` makes
     the report's), `dest`, and the settings it was judged by."""
@@ -356,7 +396,9 @@ def _judged(
         in_retry=int(row["in_retry"]),
         missing=int(row["missing"]),
     )
-    final = minute_ms + MINUTE_MS + round(settings.settle_s * 1000) <= horizon_ms
+    final = (dest, minute_ms) in settled or (
+        minute_ms + MINUTE_MS + round(settings.settle_s * 1000) <= horizon_ms
+    )
     up: bool | None = None
     down_reason: str | None = None
     if final:
