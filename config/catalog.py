@@ -244,8 +244,14 @@ class Destination(BaseModel):
         return f"{self.name}.dlq"
 
     @property
+    def dlq_replays_topic(self) -> str:
+        """Where the retrier records each replay of NAME.dlq: which letters, when, by whom."""
+        return f"{self.name}.dlq_replays"
+
+    @property
     def dlq_retention_ms(self) -> int:
-        """`retention.ms` of NAME.dlq: -1 (Kafka's "forever") when `dlq_retention_days` is 0."""
+        """`retention.ms` of NAME.dlq and NAME.dlq_replays: -1 (Kafka's "forever") when
+        `dlq_retention_days` is 0."""
         if self.dlq_retention_days == 0:
             return -1
         return max(1, round(self.dlq_retention_days * _DAY_S * 1000))

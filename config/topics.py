@@ -4,7 +4,8 @@ An event may wait in the retry topics for up to `max_retry_age_s`, and a dead le
 until someone acts on it: a topic that deletes them sooner loses events that nothing counts.
 So hifi creates its topics with `retention.ms` set (retry topics: `max_retry_age_s` plus a day;
 the DLQ: `dlq_retention_days`, or forever), and `--check --probe` warns about existing ones
-that keep their records for less.
+that keep their records for less. The replay marks of the DLQ (NAME.dlq_replays) are kept as
+long as the DLQ: a mark deleted before its letter would let that letter be replayed again.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ def retention_wanted(dest: Destination, tier_topics: Sequence[str] = ()) -> dict
     retry = [dest.retry_in_topic, dest.retry_out_topic, *tier_topics]
     wanted = dict.fromkeys(retry, dest.retry_retention_ms)
     wanted[dest.dlq_topic] = dest.dlq_retention_ms
+    wanted[dest.dlq_replays_topic] = dest.dlq_retention_ms
     return wanted
 
 

@@ -16,7 +16,8 @@ DAY_MS = 86_400_000
 async def test_created_topics_carry_their_retention(
     kafka_settings: KafkaSettings, catalog_dir: Path, unique: str
 ) -> None:
-    """Retry and tier topics keep records max_retry_age_s plus a day; the DLQ dlq_retention_days."""
+    """Retry and tier topics keep records max_retry_age_s plus a day; the DLQ and its replay
+    records dlq_retention_days."""
     dest = make_destination(
         catalog_dir,
         unique,
@@ -33,18 +34,21 @@ async def test_created_topics_carry_their_retention(
         dest.retry_out_topic: 7_200_000 + DAY_MS,
         tiers[0]: 7_200_000 + DAY_MS,
         dest.dlq_topic: 45 * DAY_MS,
+        dest.dlq_replays_topic: 45 * DAY_MS,
     }
 
 
 async def test_dlq_retention_zero_keeps_dead_letters_forever(
     kafka_settings: KafkaSettings, catalog_dir: Path, unique: str
 ) -> None:
-    """dlq_retention_days = 0 creates the DLQ with retention.ms -1 (no deletion by time)."""
+    """dlq_retention_days = 0 creates the DLQ and its replay records with retention.ms -1 (no
+    deletion by time)."""
     dest = make_destination(
         catalog_dir, unique, "http://127.0.0.1:1/", unique, dlq_retention_days=0
     )
     await ensure_destination_topics(kafka_settings, dest)
-    assert await kafka_admin.retention_ms(kafka_settings, [dest.dlq_topic]) == {dest.dlq_topic: -1}
+    topics = [dest.dlq_topic, dest.dlq_replays_topic]
+    assert await kafka_admin.retention_ms(kafka_settings, topics) == dict.fromkeys(topics, -1)
 
 
 def test_too_short_compares_with_what_is_wanted() -> None:

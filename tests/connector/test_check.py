@@ -126,6 +126,7 @@ async def test_retrier_check_probe_reads_its_topics(
     )  # fmt: skip
     assert code == 0, out + err
     assert f"ok      topic {unique}.retry_tier1: will be created" in out
+    assert f"ok      topic {unique}.dlq_replays: will be created with retention 30" in out
     assert out.splitlines()[-1] == "retrier check: ok"
 
 
