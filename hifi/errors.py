@@ -10,6 +10,7 @@
     └── PermanentError            will fail the same way however often it is tried
         ├── DestinationRejected       4xx other than 429, or a redirect that is not followed
         ├── MalformedRecord           a Kafka record that cannot be delivered (not JSON, too large)
+        ├── ReplayRecordRefused       a record of NAME.dlq_replays this reader cannot use
         └── BrokerRefused             Kafka refused a request for good (unknown topic, codec, version)
             └── UnknownTopic
 
@@ -85,3 +86,12 @@ class MalformedRecord(PermanentError):
     def __init__(self, message: str, *, reason: Reason) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class ReplayRecordRefused(PermanentError):
+    """A record of NAME.dlq_replays that cannot be read as a replay record; `why` says which
+    kind (a `retrier.replays.Unusable` value: undecodable, newer_major)."""
+
+    def __init__(self, message: str, *, why: str) -> None:
+        super().__init__(message)
+        self.why = why

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import getpass
+import os
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -28,7 +30,8 @@ from hifi.errors import ConfigError, HifiError
 from hifi.kafka_settings import KafkaSettings
 from hifi.vocabulary import Reason
 from retrier.daemon import Retrier
-from retrier.dlq import read_dead_letters, replay
+from retrier.dlq import plan_replay, read_marked_letters, replay, select_marked
+from retrier.replays import ReplayFilter, checked_operator
 from retrier.tiers import tier_topic
 
 PROG = "retrier"
@@ -127,6 +130,11 @@ def dlq() -> None:
 @click.option("--dest", required=True, metavar="NAME", help="Destination whose NAME.dlq to read.")
 @reason_option
 @click.option(
+    "--replayed/--not-replayed",
+    default=None,
+    help="Only dead letters replayed before, or only those never replayed (default: both).",
+)
+@click.option(
     "--limit",
     type=click.IntRange(min=1),
     default=100,
@@ -136,16 +144,28 @@ def dlq() -> None:
 @catalog_option
 @click.pass_obj
 def dlq_list(
-    group_catalog: Path | None, dest: str, reason: str | None, limit: int, catalog: Path | None
+    group_catalog: Path | None,
+    dest: str,
+    reason: str | None,
+    replayed: bool | None,
+    limit: int,
+    catalog: Path | None,
 ) -> None:
-    """Print one line per dead letter, oldest first: reason, status, error, origin, age, body."""
+    """Print one line per dead letter, oldest first: reason, status, error, origin, age, the
+    last replay (`replayed=TIME by WHO`, from NAME.dlq_replays) if any, body."""
     destination, settings = _configured(catalog or group_catalog, dest)
-    letters = _run(read_dead_letters(settings, destination, reason=reason))
+    letters, marks = _run(read_marked_letters(settings, destination, reason=reason))
+    if replayed is not None:
+        letters = select_marked(letters, marks, replayed=replayed)
     now_ms = int(time.time() * 1000)
     for letter in letters[-limit:]:
-        click.echo(letter.describe(now_ms))
+        click.echo(letter.describe(now_ms, marks.mark_of(letter.coordinate)))
     shown = f", the last {limit} shown" if len(letters) > limit else ""
-    click.echo(f"{len(letters)} dead letters in {destination.dlq_topic}{shown}", err=True)
+    marked = len(select_marked(letters, marks, replayed=True))
+    click.echo(
+        f"{len(letters)} dead letters in {destination.dlq_topic}, {marked} replayed{shown}",
+        err=True,
+    )
 
 
 @dlq.command("replay")
@@ -157,6 +177,13 @@ def dlq_list(
     metavar="T",
     help="Only dead letters written since T: an ISO timestamp, or a duration ago (30m, 2h, 1d).",
 )
+@click.option("--again", is_flag=True, help="Replay letters replayed before too.")
+@click.option(
+    "--by",
+    default=None,
+    metavar="WHO",
+    help="Who replays, recorded with the replay (default: the OS user).",
+)
 @click.option("--dry-run", is_flag=True, help="Count what would be replayed; write nothing.")
 @catalog_option
 @click.pass_obj
@@ -165,26 +192,45 @@ def dlq_replay(
     dest: str,
     reason: str | None,
     since: str | None,
+    again: bool,
+    by: str | None,
     dry_run: bool,
     catalog: Path | None,
 ) -> None:
     """Re-inject dead letters into NAME.retry_out as fresh events (attempt count reset).
 
     They keep their origin, history and own headers; the connector delivers them as it does
-    any retried event. Replaying twice delivers twice.
+    any retried event. Each replay is recorded in NAME.dlq_replays (which letters, when, by
+    whom); letters replayed before are skipped unless --again.
     """
     destination, settings = _configured(catalog or group_catalog, dest)
     try:
         since_ms = parse_time(since, now_ms=int(time.time() * 1000)) if since else None
+        operator = checked_operator(by or _os_user())
     except ConfigError as exc:
         fail(f"{PROG} dlq replay", str(exc))
-    letters = _run(read_dead_letters(settings, destination, reason=reason, since_ms=since_ms))
+    letters, marks = _run(
+        read_marked_letters(settings, destination, reason=reason, since_ms=since_ms)
+    )
+    plan = plan_replay(letters, marks, again=again)
     route = f"from {destination.dlq_topic} into {destination.retry_out_topic}"
+    skipped = f"skipped {len(plan.skipped)} dead letters replayed before (--again replays them)"
     if dry_run:
-        click.echo(f"would replay {len(letters)} dead letters {route} (dry run)")
+        click.echo(f"would replay {len(plan.letters)} dead letters {route} (dry run)")
+        click.echo(skipped)
         return
-    count = _run(replay(settings, destination, letters))
+    chosen = ReplayFilter(reason=reason, since_ms=since_ms, again=again)
+    count = _run(replay(settings, destination, plan.letters, by=operator, filter=chosen))
     click.echo(f"replayed {count} dead letters {route}")
+    click.echo(skipped)
+
+
+def _os_user() -> str:
+    """The operator's login name, or `uid N` where the system has none for the process."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return f"uid {os.getuid()}"
 
 
 def _configured(catalog_dir: Path | None, name: str) -> tuple[Destination, KafkaSettings]:

@@ -1,4 +1,9 @@
-"""Dead letters of a destination: read and filter NAME.dlq, describe each in one line, replay into NAME.retry_out."""
+"""Dead letters of a destination: read and filter NAME.dlq, describe each in one line, replay into NAME.retry_out.
+
+A replay is recorded in NAME.dlq_replays (`retrier.replays`); a letter replayed before is
+skipped by the next replay unless it asks for it again. Everything here takes the letters and
+the marks as values, so the CLI and a page served by the retrier share it.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +15,20 @@ from config.catalog import Destination
 from config.topics import ensure_destination_topics
 from hifi import kafka
 from hifi.envelope import HDR_ERROR, HDR_ORIGIN, HDR_REASON, HDR_STATUS, header_map
-from hifi.kafka import Headers
+from hifi.kafka import Headers, RecordWriter
 from hifi.kafka_settings import KafkaSettings
 from hifi.redaction import mask, short_error, shorten
 from retrier import headers
+from retrier.replays import (
+    Coordinate,
+    Mark,
+    ReplayFilter,
+    ReplayMarks,
+    ReplayRecord,
+    checked_operator,
+    read_replay_marks,
+    record_replay,
+)
 
 _REPLAY_CHUNK = 500
 _BODY_EXCERPT_CHARS = 80
@@ -31,6 +46,8 @@ class DeadLetter:
     key: bytes | None
     value: bytes | None
     headers: Headers
+    partition: int  # where the letter is in NAME.dlq: the coordinates a replay record names
+    offset: int
 
     @classmethod
     def from_record(cls, record: Any) -> DeadLetter:
@@ -45,19 +62,28 @@ class DeadLetter:
             key=record.key,
             value=record.value,
             headers=list(record.headers or ()),
+            partition=record.partition,
+            offset=record.offset,
         )
 
-    def describe(self, now_ms: int) -> str:
-        """reason, status, error, origin, age and the start of the body, on one line, masked.
+    @property
+    def coordinate(self) -> Coordinate:
+        return self.partition, self.offset
+
+    def describe(self, now_ms: int, mark: Mark | None = None) -> str:
+        """reason, status, error, origin, age, the last replay if any and the start of the body,
+        on one line, masked.
 
         Each part is masked before it is cut or its quotes replaced, which could otherwise
         leave a piece of a secret that no longer matches it.
         """
         body = shorten((self.value or b"").decode("utf-8", errors="replace"), _BODY_EXCERPT_CHARS)
         error = short_error(self.error).replace('"', "'")
+        replayed = "" if mark is None else f"{mask(mark.describe())} "
         return mask(
             f'{mask(self.reason)} status={mask(self.status)} error="{error}" '
-            f"origin={mask(self.origin)} age={format_age(now_ms - self.dead_ms)} body={body}"
+            f"origin={mask(self.origin)} age={format_age(now_ms - self.dead_ms)} "
+            f"{replayed}body={body}"
         )
 
 
@@ -79,16 +105,81 @@ async def read_dead_letters(
     ]
 
 
-async def replay(settings: KafkaSettings, dest: Destination, letters: Sequence[DeadLetter]) -> int:
-    """Re-inject dead letters into NAME.retry_out as fresh events (attempt 0); returns how many."""
+async def read_marked_letters(
+    settings: KafkaSettings,
+    dest: Destination,
+    *,
+    reason: str | None = None,
+    since_ms: int | None = None,
+) -> tuple[list[DeadLetter], ReplayMarks]:
+    """The dead letters of `dest` matching the filters, oldest first, and the replay marks."""
+    letters = await read_dead_letters(settings, dest, reason=reason, since_ms=since_ms)
+    return letters, await read_replay_marks(settings, dest)
+
+
+def select_marked(
+    letters: Sequence[DeadLetter], marks: ReplayMarks, *, replayed: bool
+) -> list[DeadLetter]:
+    """The letters replayed before (`replayed`), or those never replayed."""
+    return [letter for letter in letters if (letter.coordinate in marks) is replayed]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayPlan:
+    """What a replay of the selected letters does: re-offers `letters`, skips `skipped`."""
+
+    letters: list[DeadLetter]
+    skipped: list[DeadLetter]  # replayed before, and not asked for again
+
+
+def plan_replay(letters: Sequence[DeadLetter], marks: ReplayMarks, *, again: bool) -> ReplayPlan:
+    """Every selected letter with `again`; otherwise only those never replayed."""
+    if again:
+        return ReplayPlan(list(letters), [])
+    return ReplayPlan(
+        select_marked(letters, marks, replayed=False), select_marked(letters, marks, replayed=True)
+    )
+
+
+async def replay(
+    settings: KafkaSettings,
+    dest: Destination,
+    letters: Sequence[DeadLetter],
+    *,
+    by: str,
+    filter: ReplayFilter,
+) -> int:
+    """Re-inject dead letters into NAME.retry_out as fresh events (attempt 0) and record the
+    replay in NAME.dlq_replays; returns how many."""
+    checked_operator(by)
     await ensure_destination_topics(settings, dest)
     async with kafka.producer(settings) as producer:
-        for start in range(0, len(letters), _REPLAY_CHUNK):
-            chunk = letters[start : start + _REPLAY_CHUNK]
-            await producer.send_all(
-                [(dest.retry_out_topic, d.key, d.value, headers.replayed(d.headers)) for d in chunk]
-            )
+        await replay_with(producer, dest, letters, by=by, filter=filter)
     return len(letters)
+
+
+async def replay_with(
+    producer: RecordWriter,
+    dest: Destination,
+    letters: Sequence[DeadLetter],
+    *,
+    by: str,
+    filter: ReplayFilter,
+) -> list[ReplayRecord]:
+    """`replay` through a producer of the caller's (acks=all); returns the replay records."""
+    checked_operator(by)  # a bad name is refused before anything is written
+    for start in range(0, len(letters), _REPLAY_CHUNK):
+        chunk = letters[start : start + _REPLAY_CHUNK]
+        await producer.send_all(
+            [(dest.retry_out_topic, d.key, d.value, headers.replayed(d.headers)) for d in chunk]
+        )
+    # The mark is written only after the letters were acknowledged on NAME.retry_out. A crash
+    # between the two leaves them unmarked, so the next replay repeats them (delivered twice;
+    # destinations deduplicate by event id) instead of marking letters that never reached
+    # NAME.retry_out, which no later replay would then pick up.
+    return await record_replay(
+        producer, dest, [letter.coordinate for letter in letters], by=by, filter=filter
+    )
 
 
 def format_age(ms: int) -> str:

@@ -251,6 +251,8 @@ def test_dead_letter_describe_masks_each_part_before_cutting_it() -> None:
         key=None,
         value=json.dumps({"id": "a", "pad": "p" * 40, "auth": secret}).encode(),
         headers=[],
+        partition=0,
+        offset=7,
     )
     line = letter.describe(now_ms=1000)
     assert 'error="HTTP 401: ***"' in line

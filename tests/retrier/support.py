@@ -45,6 +45,14 @@ def handoff(
     return dest.retry_in_topic, event_id.encode(), value, headers
 
 
+def dead_letter(
+    dest: Destination, event_id: str, reason: str, *, dead_ms: int
+) -> tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]]]:
+    """A record of NAME.dlq as the retrier writes it after two failures, with `reason`."""
+    _, key, value, headers = handoff(dest, event_id, attempt=2, handoff_ms=dead_ms)
+    return dest.dlq_topic, key, value, [*headers, ("hifi-reason", reason.encode())]
+
+
 async def create_topics(settings: KafkaSettings, *dests: Destination) -> None:
     """The topics the connector and retrier would create, so tests can read them from the start."""
     for dest in dests:

@@ -35,7 +35,7 @@ async def test_dlq_list_needs_no_secret_and_a_missing_dlq_has_no_letters(
         bootstrap=kafka_settings.bootstrap,
     )  # fmt: skip
     assert (code, out) == (0, "")
-    assert err.strip().splitlines()[-1] == f"0 dead letters in {unique}.dlq"
+    assert err.strip().splitlines()[-1] == f"0 dead letters in {unique}.dlq, 0 replayed"
     assert "Traceback" not in err
 
 

@@ -19,6 +19,7 @@ from tests.retrier.support import (
     RETRIER,
     collect,
     create_topics,
+    dead_letter,
     due_ms,
     handoff,
     id_of,
@@ -93,10 +94,10 @@ async def test_dlq_list_prints_one_line_per_dead_letter(
     dest = make_destination(catalog_dir, unique, "https://x.test/", "src")
     await create_topics(kafka_settings, dest)
     now_ms = int(time.time() * 1000)
-    letters = []
-    for event_id, reason in (("a", b"expired"), ("b", b"http_4xx"), ("c", b"expired")):
-        _, key, value, headers = handoff(dest, event_id, attempt=2, handoff_ms=now_ms)
-        letters.append((dest.dlq_topic, key, value, [*headers, ("hifi-reason", reason)]))
+    letters = [
+        dead_letter(dest, event_id, reason, dead_ms=now_ms)
+        for event_id, reason in (("a", "expired"), ("b", "http_4xx"), ("c", "expired"))
+    ]
     await produce_all(kafka_settings, letters)
     base = ["dlq", "list", "--dest", unique, "--catalog", str(catalog_dir)]
     bootstrap = kafka_settings.bootstrap
