@@ -151,7 +151,6 @@ async def replay(
 ) -> int:
     """Re-inject dead letters into NAME.retry_out as fresh events (attempt 0) and record the
     replay in NAME.dlq_replays; returns how many."""
-    checked_operator(by)
     await ensure_destination_topics(settings, dest)
     async with kafka.producer(settings) as producer:
         await replay_with(producer, dest, letters, by=by, filter=filter)
