@@ -1,18 +1,23 @@
-"""The dead-letter index: filters, paging newest first, find, masking, replay marks."""
+"""The dead-letter index: filters, paging newest first, find, masking, replay marks; `indexing()` on a broker."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from dataclasses import astuple
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 from aiokafka.structs import ConsumerRecord
+from structlog.testing import capture_logs
 
 from config.catalog import Catalog
-from hifi import redaction
+from hifi import kafka, redaction
+from hifi.kafka_settings import KafkaSettings
+from retrier import dlq_indexing
 from retrier.dlq_index import (
     REASONS,
     UNKNOWN,
@@ -21,8 +26,10 @@ from retrier.dlq_index import (
     LetterFilter,
     LetterRow,
 )
+from retrier.dlq_indexing import indexing
 from retrier.dlq_letter import EXCERPT_CHARS
-from tests.helpers import write_destination
+from tests.helpers import make_destination, until, write_destination
+from tests.retrier.support import create_topics
 
 TOPIC = "shop.dlq"
 T0 = 1_700_000_000_000
@@ -285,3 +292,72 @@ def test_coordinates_of_a_filter(index: DeadLetterIndex) -> None:
     )
     assert index.coordinates(LetterFilter(reason="expired")) == {0: [1, 3, 5], 1: [1, 3, 5]}
     assert index.coordinates(LetterFilter(text="nothing like this")) == {}
+
+
+async def test_indexing_survives_an_unreachable_broker(tmp_path: Path, catalog_dir: Path) -> None:
+    """With no broker the indexing task warns and keeps trying; the block runs and ends cleanly."""
+    dest = make_destination(catalog_dir, "shop", "https://example.invalid", "shop.src")
+    with capture_logs() as logs:
+        async with indexing(
+            KafkaSettings(bootstrap="127.0.0.1:1"), [dest], spill_dir=tmp_path
+        ) as found:
+            assert await until(lambda: _warnings(logs) >= 2, 30)  # failed, waited, tried again
+            assert not found["shop"].ready.is_set()
+
+
+def _warnings(logs: list[MutableMapping[str, Any]]) -> int:
+    return sum(entry["event"] == "dlq_index_read_failed" for entry in logs)
+
+
+@pytest.mark.integration
+async def test_indexing_reaches_ready_and_follows_new_letters(
+    kafka_settings: KafkaSettings, catalog_dir: Path, tmp_path: Path, unique: str
+) -> None:
+    """`indexing()` reads every letter NAME.dlq holds, says ready, then indexes new ones."""
+    dest = make_destination(catalog_dir, unique, "https://example.invalid", f"{unique}.src")
+    await create_topics(kafka_settings, dest)
+
+    async def dead_letters(start: int, count: int) -> None:
+        records = [
+            letter(i % 2, i, dead_ms=T0 + i, event_id=f"id-{i}")
+            for i in range(start, start + count)
+        ]
+        async with kafka.producer(kafka_settings) as producer:
+            await producer.send_all(
+                [(dest.dlq_topic, r.key, r.value, list(r.headers)) for r in records]
+            )
+
+    await dead_letters(0, 30)
+    async with indexing(kafka_settings, [dest], spill_dir=tmp_path) as found:
+        index = found[unique]
+        await asyncio.wait_for(index.ready.wait(), 60)
+        assert len(index) == index.expected == 30
+        assert index.count(LetterFilter(reason="http_4xx")) == 30
+        await dead_letters(30, 5)
+        assert await until(lambda: len(index) == 35, 30)
+        [row] = index.find("id-33")
+        assert row.origin == "shop.src/1/1033"
+        assert (tmp_path / unique / "text.bin").stat().st_size > 0  # spilled where it was told
+
+
+@pytest.mark.integration
+async def test_a_dlq_created_later_is_ready_at_once_and_indexed_once_found(
+    kafka_settings: KafkaSettings,
+    catalog_dir: Path,
+    unique: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A DLQ that does not exist yet has nothing to catch up with; its letters are indexed once
+    the task finds the topic."""
+    monkeypatch.setattr(dlq_indexing, "DISCOVER_EVERY_S", 0.2)
+    dest = make_destination(catalog_dir, unique, "https://example.invalid", f"{unique}.src")
+    async with indexing(kafka_settings, [dest]) as found:
+        index = found[unique]
+        await asyncio.wait_for(index.ready.wait(), 30)
+        assert (len(index), index.expected) == (0, 0)
+        await create_topics(kafka_settings, dest)
+        async with kafka.producer(kafka_settings) as producer:
+            record = letter(0, 0, dead_ms=T0, event_id="late-1")
+            await producer.send_all([(dest.dlq_topic, None, record.value, list(record.headers))])
+        assert await until(lambda: len(index) == 1, 30)
+        assert index.find("late-1")[0].reason == "http_4xx"
