@@ -74,6 +74,18 @@ class Column:
             chunks.append(pa.Array.from_buffers(self._type, length, [None, buffer]))
         return pa.chunked_array(chunks, type=self._type)
 
+    def fill(self, where: pa.ChunkedArray, value: int) -> None:
+        """Write `value` in every row where the boolean column `where` (of the first rows) is true."""
+        for start in range(0, len(where), CHUNK_ROWS):
+            length = min(CHUNK_ROWS, len(where) - start)
+            mask = where.slice(start, length).combine_chunks()
+            if not mask.true_count:
+                continue
+            chunk = self.arrow(start + length).chunk(start >> _SHIFT)
+            filled = pc.if_else(mask, pa.scalar(value, self._type), chunk)
+            written = memoryview(filled.buffers()[1]).cast(self.typecode)
+            self._views[start >> _SHIFT][:length] = written[filled.offset : filled.offset + length]
+
     @property
     def nbytes(self) -> int:
         """Memory held, including the unused end of the last chunk."""

@@ -127,24 +127,21 @@ class DeadLetterIndex:
         """Mark the letters at these (partition, offset) as replayed at `at_ms` by `by`; returns
         how many are marked now. A mark for a letter not indexed yet is applied when it is."""
         who = self._replayers.key(by)
-        wanted: dict[int, set[int]] = {}
+        wanted: dict[int, array.array[int]] = {}
         for partition, offset in coords:
-            wanted.setdefault(partition, set()).add(offset)
+            wanted.setdefault(partition, array.array("q")).append(offset)
         n = self._count
         partitions, offsets = self._partition.arrow(n), self._offset.arrow(n)
         marked = 0
-        for partition, offsets_wanted in wanted.items():
-            hit = pc.and_(
-                pc.equal(partitions, partition),
-                pc.is_in(offsets, value_set=pa.array(sorted(offsets_wanted), pa.int64())),
-            )
-            rows = indices(hit)
-            for row in rows:
-                self._replayed_ms[row] = at_ms
-                self._replayed_by[row] = who
-            marked += len(rows)
+        for partition, listed in wanted.items():
+            asked = pa.array(listed, pa.int64())
+            hit = pc.and_(pc.equal(partitions, partition), pc.is_in(offsets, value_set=asked))
+            self._replayed_ms.fill(hit, at_ms)
+            self._replayed_by.fill(hit, who)
+            marked += true_count(hit)
+            missing = pc.filter(asked, pc.invert(pc.is_in(asked, pc.filter(offsets, hit))))
             last = self._next_offsets.get(partition, 0)
-            for offset in offsets_wanted - {self._offset[row] for row in rows}:
+            for offset in missing.to_pylist():
                 if offset >= last:
                     self._pending_marks[(partition, offset)] = (at_ms, who)
         return marked
@@ -217,10 +214,9 @@ class DeadLetterIndex:
         if selected is not None:
             partitions, offsets = pc.filter(partitions, selected), pc.filter(offsets, selected)
         found: dict[int, list[int]] = {}
-        for partition, offset in zip(partitions.to_pylist(), offsets.to_pylist(), strict=True):
-            found.setdefault(partition, []).append(offset)
-        for listed in found.values():
-            listed.sort()
+        for partition, _ in sorted(value_counts(partitions)):
+            # a partition's letters are indexed in offset order, and filtering keeps the order
+            found[partition] = pc.filter(offsets, pc.equal(partitions, partition)).to_pylist()
         return found
 
     def counts_by_reason(self, flt: LetterFilter | None = None) -> dict[str, int]:

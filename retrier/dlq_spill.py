@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from retrier.dlq_columns import Column
 
-SCAN_BATCH_BYTES = 16 * 1024 * 1024
+SCAN_BATCH_BYTES = 8 * 1024 * 1024
 SCAN_THREADS = 2  # pyarrow and file reads release the GIL: a scan uses two cores when it has them
 TEXT_FILE = "text.bin"
 ROWS_FILE = "rows.bin"
