@@ -27,7 +27,7 @@ class Column:
 
     Each chunk is a `bytearray` of `CHUNK_ROWS` values, allocated whole and never resized: a
     pyarrow view of it (`arrow()`) stays valid while values are appended after it or written
-    in place, and costs no copy. Not thread-safe: one thread appends, writes and reads.
+    in place, and costs no copy. One thread writes; others may read the rows already written.
     """
 
     def __init__(self, typecode: TypeCode) -> None:

@@ -5,21 +5,28 @@ replay mark, hashes of its event id and origin) and writes its search text and i
 spill directory (`retrier.dlq_spill`). Filters on reason, time and replay are pyarrow kernels
 over the columns; a text filter scans the spill file once and is then kept per text, extended
 as letters arrive. Listing is keyset paging on (dead_ms, partition, offset), newest first, so a
-cursor stays right while letters are appended. Not thread-safe: call it from one thread (the
-retrier's event loop); every call is synchronous and returns plain values.
+cursor stays right while letters are appended.
+
+Threads: one writer (`add`, `mark_replayed`: the indexing task on the retrier's event loop),
+and readers (every other method) in any thread, one at a time (they take a lock the writer
+does not). A reader sees the letters counted when it starts: each is written whole before the
+count moves. A cold text query over a million letters takes about half a second, so a server
+on the event loop runs the readers with `asyncio.to_thread`. Every call returns plain values.
 """
 
 from __future__ import annotations
 
 import array
 import asyncio
+import functools
 import tempfile
+import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import reduce
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -48,6 +55,21 @@ _MAX_MASK_CHUNKS = 64
 _APPEND_LETTERS = 1024  # letters read before they are appended: bounds the memory of one `add`
 _HASH_MASK = 0xFFFF_FFFF  # 32-bit hashes of ids and origins: candidates, checked on the row
 _NEVER = -(2**63)  # the sort key of a letter that is not selected: after every real one
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _one_reader(
+    method: Callable[Concatenate[DeadLetterIndex, P], R],
+) -> Callable[Concatenate[DeadLetterIndex, P], R]:
+    """Run a reading method under the index's reader lock."""
+
+    @functools.wraps(method)
+    def read(index: DeadLetterIndex, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with index._reading:
+            return method(index, *args, **kwargs)
+
+    return read
 
 
 class DeadLetterIndex:
@@ -75,6 +97,7 @@ class DeadLetterIndex:
         self._next_offsets: dict[int, int] = {}
         self._pending_marks: dict[tuple[int, int], tuple[int, int]] = {}
         self._texts: OrderedDict[str, tuple[int, list[pa.BooleanArray]]] = OrderedDict()
+        self._reading = threading.Lock()
         #: set once the letters NAME.dlq held when indexing started are all in
         self.ready = asyncio.Event()
         #: how many letters NAME.dlq held when indexing started (None until known)
@@ -148,10 +171,12 @@ class DeadLetterIndex:
 
     # --- reading ----------------------------------------------------------------------
 
+    @_one_reader
     def count(self, flt: LetterFilter) -> int:
         n = self._count
         return _selected_count(self._selection(flt, n), n)
 
+    @_one_reader
     def page(self, flt: LetterFilter, *, before: Cursor | None = None, limit: int = 50) -> Page:
         """Up to `limit` letters matching `flt`, newest first, older than `before` if given."""
         if limit < 1:
@@ -178,6 +203,7 @@ class DeadLetterIndex:
         following = Cursor(last.dead_ms, last.partition, last.offset) if last else None
         return Page(rows, following, total)
 
+    @_one_reader
     def find(self, key: str) -> list[LetterRow]:
         """The letters whose event id or origin (topic/partition/offset) is `key`, or the letter
         at `key` in NAME.dlq itself; newest first."""
@@ -206,6 +232,7 @@ class DeadLetterIndex:
         ]
         return sorted(found, key=lambda r: (r.dead_ms, r.partition, r.offset), reverse=True)
 
+    @_one_reader
     def coordinates(self, flt: LetterFilter) -> dict[int, list[int]]:
         """The (partition -> offsets, ascending) of the letters matching `flt`: what a replay reads."""
         n = self._count
@@ -219,6 +246,7 @@ class DeadLetterIndex:
             found[partition] = pc.filter(offsets, pc.equal(partitions, partition)).to_pylist()
         return found
 
+    @_one_reader
     def counts_by_reason(self, flt: LetterFilter | None = None) -> dict[str, int]:
         """Letters per reason (every reason of `REASONS`, 0 included), of those matching `flt`."""
         n = self._count
@@ -231,6 +259,7 @@ class DeadLetterIndex:
             counts[REASONS[code]] = count
         return counts
 
+    @_one_reader
     def growth(self, now_ms: int, *, bucket_s: float, buckets: int) -> list[int]:
         """Letters dead-lettered in each of the `buckets` periods of `bucket_s` before `now_ms`,
         oldest first."""
@@ -246,6 +275,7 @@ class DeadLetterIndex:
             counts[index] = count
         return counts
 
+    @_one_reader
     def failure_groups(self, since_ms: int) -> list[tuple[str, str, int]]:
         """(status, error, letters) of the letters dead since `since_ms`, most letters first;
         errors that differ only in ids and numbers (runs of 4+ digits, hex ids, UUIDs: `#`)

@@ -52,10 +52,6 @@ class Spill:
         start, end = self._row_bounds[letter], self._row_bounds[letter + 1]
         return os.pread(self._rows_fd, end - start, start)
 
-    def text(self, letter: int) -> bytes:
-        start, end = self._text_bounds[letter], self._text_bounds[letter + 1]
-        return os.pread(self._text_fd, end - start, start)
-
     def matching(self, pattern: str, start: int, stop: int) -> list[pa.BooleanArray]:
         """Whether each letter from `start` to `stop` has a match of the RE2 `pattern`, in
         batches: one boolean array per batch, in letter order."""
@@ -68,9 +64,7 @@ class Spill:
             last = max(last, first + 1)  # a letter larger than a batch is a batch of its own
             batches.append(bounds.slice(first, last - first + 1).combine_chunks())
             first = last
-        if len(batches) <= 1:
-            return [self._scan(pattern, b) for b in batches]
-        if self._threads is None:
+        if self._threads is None:  # scans run on these threads only: one buffer each
             self._threads = ThreadPoolExecutor(SCAN_THREADS, thread_name_prefix="dlq-scan")
         return list(self._threads.map(lambda b: self._scan(pattern, b), batches))
 
