@@ -33,6 +33,7 @@ RETRY_FIRST_S = 1.0
 RETRY_MAX_S = 30.0
 _FETCH_WAIT_MS = 500
 _FETCH_RECORDS = 1000  # per fetch: indexing one fetch holds the event loop for tens of ms at most
+_FETCH_PARTITION_BYTES = 1024 * 1024  # what a DLQ partition's prefetch may hold in memory
 
 
 @contextlib.asynccontextmanager
@@ -80,7 +81,10 @@ async def _tail_forever(settings: KafkaSettings, indexes: Mapping[str, DeadLette
         tail = _Tail(indexes)
         try:
             async with kafka.consumer(
-                settings, group_id=None, metadata_max_age_ms=int(DISCOVER_EVERY_S * 1000)
+                settings,
+                group_id=None,
+                metadata_max_age_ms=int(DISCOVER_EVERY_S * 1000),
+                max_partition_fetch_bytes=_FETCH_PARTITION_BYTES,
             ) as reader:
                 await tail.run(reader)
         except _NewTopic:
@@ -127,6 +131,7 @@ class _Tail:
             fetched = await reader.getmany(timeout_ms=_FETCH_WAIT_MS, max_records=_FETCH_RECORDS)
             for tp, records in fetched.items():
                 self.indexed += self._indexes[tp.topic].add(records)
+            await asyncio.sleep(0)  # a fetch served from the prefetch does not let others run
             if self._behind:
                 await self._note_progress(reader)
 
