@@ -56,6 +56,7 @@ class _Registry:
 
     whole: re.Pattern[str]  # every secret, longest first
     fragments: frozenset[str]  # every MIN_FRAGMENT_CHARS-long piece of a word of a secret
+    anchors: tuple[str, ...]  # a text holding a fragment holds one of these (`_anchors`)
     reach: int  # how far an escaped secret can extend: the bound `excerpt` keeps beyond its cut
 
 
@@ -80,15 +81,25 @@ def register(values: Iterable[str]) -> None:
     _secrets.update(added)
     ordered = sorted(_secrets, key=len, reverse=True)  # a secret inside a longer one: longest first
     n = MIN_FRAGMENT_CHARS
+    words = {word for secret in _secrets for word in secret.split() if len(word) >= n}
     _registry = _Registry(
         whole=re.compile("|".join(map(re.escape, ordered))),
-        fragments=frozenset(
-            word[i : i + n]
-            for secret in _secrets
-            for word in secret.split()
-            for i in range(len(word) - n + 1)
-        ),
+        fragments=frozenset(word[i : i + n] for word in words for i in range(len(word) - n + 1)),
+        anchors=_anchors(words),
         reach=len(ordered[0]) * _MAX_ESCAPE_CHARS**_DECODE_ROUNDS,
+    )
+
+
+def _anchors(words: Iterable[str]) -> tuple[str, ...]:
+    """The pieces of half a fragment's length at every multiple of that length in each word.
+
+    Any fragment (MIN_FRAGMENT_CHARS characters of a word from position i) holds the piece at
+    the first multiple of half its length from i, whole: a text with none of these pieces has
+    no fragment, and is checked by a few substring searches instead of a look-up per character.
+    """
+    half = MIN_FRAGMENT_CHARS // 2
+    return tuple(
+        sorted({word[k : k + half] for word in words for k in range(0, len(word) - half + 1, half)})
     )
 
 
@@ -201,7 +212,7 @@ def _found(view: str, registry: _Registry) -> list[tuple[int, int]]:
     """Whole secrets and runs of MIN_FRAGMENT_CHARS-long pieces of secrets in `view`."""
     spans = [match.span() for match in registry.whole.finditer(view)]
     fragments = registry.fragments
-    if not fragments:
+    if not fragments or not any(anchor in view for anchor in registry.anchors):
         return spans
     n = MIN_FRAGMENT_CHARS
     run_start = run_end = -1

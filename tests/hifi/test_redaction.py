@@ -88,6 +88,15 @@ def test_pieces_of_eight_or_more_characters_are_masked_anywhere() -> None:
     assert mask(f"only {seven} of it") == f"only {seven} of it"  # below the threshold
 
 
+def test_every_piece_of_eight_is_masked_whatever_its_start_in_the_word() -> None:
+    """The quick check that skips texts without a piece of a secret misses none: each run of 8
+    characters of the token, from every position, is masked in a text of other characters."""
+    register([TOKEN])
+    for start in range(len(TOKEN) - MIN_FRAGMENT_CHARS + 1):
+        piece = TOKEN[start : start + MIN_FRAGMENT_CHARS]
+        assert mask(f"{{'note': '_{piece}_'}}") == "{'note': '_***_'}", start
+
+
 def test_pieces_are_of_words_so_the_scheme_and_the_text_around_stay() -> None:
     """Only pieces of the token word are masked, not a "r T..." piece of "Bearer TOKEN"."""
     register(header_secrets(f"Bearer {TOKEN}"))
