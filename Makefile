@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv java demo test check lint typecheck bench bench-auditor chaos clean
+.PHONY: help venv java browser demo test check lint typecheck bench bench-auditor chaos clean
 
 help:
 	@echo "make demo   - run the connector and retrier against a local broker and a flaky destination"
@@ -31,6 +31,15 @@ java:
 	     (apt-get update -q >/dev/null && apt-get install -y -q openjdk-17-jre-headless >/dev/null)); } || \
 	  echo "make: no Java runtime: the Spark tests are skipped (apt-get install openjdk-17-jre-headless)"
 
+# The dashboard's browser tests drive Debian's Chromium (never a browser download by the test
+# tool): installed from Debian when missing (as root), else one line saying so.
+browser:
+	@command -v chromium >/dev/null 2>&1 || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    (apt-get install -y -q chromium >/dev/null 2>&1 || \
+	     (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)); } || \
+	  echo "make: no chromium: the dashboard's browser tests are skipped (apt-get install chromium)"
+
 venv: $(STAMP)
 
 # KEEP=1: leave the broker, destination, connector and retrier running after the summary and
@@ -40,7 +49,7 @@ KEEP ?=
 demo: $(STAMP)
 	$(BIN)/python -m devstack.demo $(if $(filter-out 0,$(KEEP)),--keep,)
 
-test: $(STAMP) java
+test: $(STAMP) java browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

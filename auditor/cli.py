@@ -6,7 +6,6 @@ import asyncio
 import os
 import sys
 import time
-from collections.abc import Mapping
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from rich.console import Console
 
 from auditor.archive import Archive
 from auditor.archive_read import read_minutes, read_settings
+from auditor.client import HTTP_TIMEOUT_S, AuditorTables, base_url, fetch_tables
 from auditor.daemon import DEFAULT_ROLL_S, GROUP_ID, Auditor
 from auditor.ledger import MINUTE_MS
 from auditor.tables import day_availability, day_range_ms, render, render_availability, report_row
@@ -37,12 +37,10 @@ from hifi.cli import (
 )
 from hifi.errors import ConfigError, HifiError
 from hifi.kafka_settings import KafkaSettings
-from hifi.redaction import short_error
 
 PROG = "auditor"
 ARCHIVE_ENV_VAR = "HIFI_ARCHIVE_DIR"
 DEFAULT_ARCHIVE = "hifi-archive"
-_HTTP_TIMEOUT_S = 10.0
 
 
 def _archive_default() -> Path:
@@ -248,35 +246,19 @@ def _day(text: str | None, now_ms: int) -> date:
 def _from_auditor(
     url: str, dest: str, from_ms: int | None, to_ms: int | None
 ) -> tuple[list[dict[str, Any]], int | None]:
-    base = url.rstrip("/")
-    if not base.startswith(("http://", "https://")):
-        raise ConfigError(f"--url {url!r}: use the auditor's ops address, http://HOST:PORT")
-    params = {"dest": dest}
-    if from_ms is not None:
-        params["from"] = str(from_ms)
-    if to_ms is not None:
-        params["to"] = str(to_ms)
+    base = base_url(url)
+
+    async def fetch() -> AuditorTables:
+        async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_S) as client:
+            return await fetch_tables(client, base, dest, from_ms=from_ms, to_ms=to_ms)
+
     try:
-        with httpx.Client(timeout=_HTTP_TIMEOUT_S) as client:
-            tables = client.get(f"{base}/tables", params=params)
-            status = client.get(f"{base}/status")
-    except httpx.HTTPError as exc:
-        raise HifiError(f"--url {base}: {short_error(f'{type(exc).__name__}: {exc}')}") from None
-    for response in (tables, status):
-        if response.status_code != 200:
-            raise HifiError(
-                f"--url {base}: {response.request.url.path} answered HTTP {response.status_code};"
-                " is this an auditor's ops address?"
-            )
-    try:
-        found: Mapping[str, Any] = tables.json()
-        state = status.json()["dests"]
-    except (ValueError, KeyError, TypeError):
-        raise HifiError(f"--url {base}: the answer is not an auditor's tables") from None
-    if dest not in found:
-        raise ConfigError(f"--dest {dest}: the auditor at {base} does not audit it")
-    final_before = state.get(dest, {}).get("final_before_ms")
-    return list(found[dest]), final_before
+        found = asyncio.run(fetch())
+    except HifiError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise HifiError(f"--url {exc}") from None
+    return found.rows, found.final_before_ms
 
 
 def _from_archive(

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import (
+    AsyncGenerator,
     AsyncIterator,
     Awaitable,
     Callable,
@@ -43,6 +44,7 @@ log = structlog.get_logger(__name__)
 
 Headers = list[tuple[str, bytes]]
 Record = tuple[str, bytes | None, bytes | None, Headers]  # topic, key, value, headers
+_SEEK_GAP_RECORDS = 1000  # read_at seeks over a gap wider than this
 _READ_POLL_MS = 300
 START_TIMEOUT_S = 15.0  # a client that cannot start by then fails with the cause
 MAX_REQUEST_BYTES = 16 * 1024 * 1024  # the largest produce request hifi sends
@@ -418,6 +420,72 @@ async def read_topic(
         if at_least:
             return records
         raise TimeoutError(f"reading {topic} did not reach its end in {timeout_s}s")
+
+
+async def read_at(
+    settings: KafkaSettings,
+    topic: str,
+    offsets: Mapping[int, Sequence[int]],
+    *,
+    chunk_records: int = 500,
+    timeout_s: float = 60.0,
+) -> AsyncGenerator[list[Any], None]:
+    """The records of `topic` at `offsets` (partition -> offsets), in chunks of at most
+    `chunk_records`, partition by partition in offset order.
+
+    Reads without a consumer group. Between wanted offsets more than a fetch apart it seeks
+    instead of reading through; an offset no longer in the topic (retention, compaction) is
+    skipped. Raises `TimeoutError` when a partition makes no progress for `timeout_s`. Close it
+    (`contextlib.aclosing`) when leaving before the end.
+    """
+    async with consumer(settings, group_id=None, isolation_level="read_uncommitted") as reader:
+        chunk: list[Any] = []
+        for partition, wanted_offsets in sorted(offsets.items()):
+            tp = TopicPartition(topic, partition)
+            async for record in _read_partition_at(
+                reader, tp, sorted(set(wanted_offsets)), timeout_s
+            ):
+                chunk.append(record)
+                if len(chunk) >= chunk_records:
+                    yield chunk
+                    chunk = []
+        if chunk:
+            yield chunk
+
+
+async def _read_partition_at(
+    reader: Consumer, tp: TopicPartition, wanted: list[int], timeout_s: float
+) -> AsyncIterator[Any]:
+    """The records of one partition at the sorted offsets `wanted` (those still in the topic).
+
+    The partition's end is taken from the fetch responses (some brokers answer ListOffsets
+    short of the end): reading stops once the position reaches the high watermark.
+    """
+    if not wanted:
+        return
+    loop = asyncio.get_running_loop()
+    reader.assign([tp])
+    index = 0
+    reader.seek(tp, wanted[0])
+    deadline = loop.time() + timeout_s
+    while index < len(wanted):
+        fetched = (await reader.getmany(timeout_ms=_READ_POLL_MS)).get(tp, [])
+        if not fetched:
+            highwater = reader.highwater(tp)
+            if highwater is not None and await reader.position(tp) >= highwater:
+                return  # the rest of `wanted` is past the end
+            if loop.time() > deadline:
+                raise TimeoutError(f"reading {tp.topic}/{tp.partition} made no progress")
+            continue
+        deadline = loop.time() + timeout_s
+        for record in fetched:
+            while index < len(wanted) and wanted[index] < record.offset:
+                index += 1  # gone from the topic
+            if index < len(wanted) and wanted[index] == record.offset:
+                index += 1
+                yield record
+        if index < len(wanted) and wanted[index] > fetched[-1].offset + _SEEK_GAP_RECORDS:
+            reader.seek(tp, wanted[index])
 
 
 async def _at_end(reader: Consumer, tps: Sequence[TopicPartition]) -> bool:

@@ -13,7 +13,7 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from hifi.errors import ConfigError
 from hifi.version import VERSION
@@ -32,7 +32,9 @@ class _QuietServer(uvicorn.Server):
 DEFAULT_HOST = "127.0.0.1"  # reachable from outside only when asked (--metrics-host)
 
 BUILD_INFO = prometheus_client.Gauge(
-    "hifi_build_info", "Always 1: the hifi version and the component running.", ["version", "component"]
+    "hifi_build_info",
+    "Always 1: the hifi version and the component running.",
+    ["version", "component"],
 )
 
 
@@ -63,6 +65,10 @@ class OpsServer:
     def on_port(cls, port: int | None, *, host: str, component: str) -> OpsServer | None:
         """The ops server of a daemon, or None when it serves none (`port` None: in tests)."""
         return None if port is None else cls(port=port, host=host, component=component)
+
+    def mount(self, routes: list[BaseRoute]) -> None:
+        """Serve `routes` too (a dashboard's page and API); may be called while serving."""
+        self._app.router.routes.extend(routes)
 
     def serve_json(self, path: str, provider: JsonProvider) -> None:
         """Answer GET `path` with the JSON `provider` returns; may be called while serving."""

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
+from auditor.client import AUDITOR_URL_ENV
 from config.catalog import Catalog, Destination, default_catalog_dir
 from config.topics import audit_line, audit_retention_wanted, retention_wanted
 from hifi.check import CheckReport, probe_kafka
@@ -29,7 +30,8 @@ from hifi.cli import (
 from hifi.errors import ConfigError, HifiError
 from hifi.kafka_settings import KafkaSettings
 from hifi.vocabulary import Reason
-from retrier.daemon import Retrier
+from retrier.daemon import DashboardOptions, Retrier
+from retrier.dashboard.access import read_token
 from retrier.dlq import plan_replay, read_marked_letters, replay, select_marked
 from retrier.replays import ReplayFilter, checked_operator
 from retrier.tiers import tier_topic
@@ -50,11 +52,41 @@ F = TypeVar("F", bound=Callable[..., Any])
 )
 @daemon_options(
     metrics_port=9401,
-    metrics_help="Port for /metrics, /healthz, /readyz and /status (0 picks a free one).",
+    metrics_help="Port for the dashboard (/), /metrics, /healthz, /readyz and /status"
+    " (0 picks a free one).",
     idle_help="Exit cleanly once nothing arrived, waits or is in flight for this long.",
 )
+@click.option(
+    "--auditor-url",
+    envvar=AUDITOR_URL_ENV,
+    default=None,
+    metavar="URL",
+    help="The auditor's ops address ($HIFI_AUDITOR_URL): the dashboard shows its loss and lag.",
+)
+@click.option(
+    "--dashboard-token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="PATH",
+    help="File holding the dashboard token (else $HIFI_DASHBOARD_TOKEN); without one the"
+    " dashboard is read-only.",
+)
+@click.option(
+    "--dlq-index-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Where the dashboard's DLQ index keeps its search text (default: a temporary directory).",
+)
 @click.pass_context
-def cli(ctx: click.Context, dests: tuple[str, ...], flags: DaemonFlags) -> None:
+def cli(
+    ctx: click.Context,
+    dests: tuple[str, ...],
+    flags: DaemonFlags,
+    auditor_url: str | None,
+    dashboard_token_file: Path | None,
+    dlq_index_dir: Path | None,
+) -> None:
     """Hold failed events for the delay of their retry tier, then offer them to the connector again.
 
     Reads hand-offs from NAME.retry_in (consumer group hifi.retrier). The first hand-off of
@@ -85,6 +117,11 @@ def cli(ctx: click.Context, dests: tuple[str, ...], flags: DaemonFlags) -> None:
             metrics_port=flags.metrics_port,
             metrics_host=flags.metrics_host,
             until_idle_s=flags.until_idle_s,
+            dashboard=DashboardOptions(
+                token=read_token(dashboard_token_file),
+                auditor_url=auditor_url,
+                index_dir=dlq_index_dir,
+            ),
         )
     except ConfigError as exc:
         fail(PROG, str(exc))

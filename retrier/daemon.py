@@ -6,11 +6,14 @@ import contextlib
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import structlog
 from aiokafka import TopicPartition
 from starlette.requests import Request
+from starlette.routing import BaseRoute
 
 from config.catalog import Destination
 from config.topics import ensure_destination_topics
@@ -22,6 +25,12 @@ from hifi.ops_http import DEFAULT_HOST, JsonProvider, OpsServer
 from hifi.vocabulary import Outcome, Reason
 from hifi.worker import PartitionHandler, PartitionWorker, Work, WorkerOptions
 from retrier import metrics, status
+from retrier.dashboard.access import Access, is_loopback
+from retrier.dashboard.api import Dashboard
+from retrier.dashboard.auditor_feed import AuditorFeed
+from retrier.dashboard.marks_feed import following_marks
+from retrier.dashboard.replay_jobs import ReplayJobs
+from retrier.dlq_indexing import indexing
 from retrier.holds import Holds
 from retrier.plan import Outgoing, plan_reoffers, plan_routing
 from retrier.status import Backlog, RecentFailures, measured_topics
@@ -64,6 +73,7 @@ class Retrier:
         group_id: str = GROUP_ID,
         max_in_flight_records: int = MAX_IN_FLIGHT_RECORDS,
         audit_topic: str | None = None,
+        dashboard: DashboardOptions | None = None,
     ) -> None:
         if not dests:
             raise ConfigError("retrier: no destination to serve; add NAME.toml to the catalog")
@@ -74,6 +84,9 @@ class Retrier:
         #: where the audit facts go (`HIFI_AUDIT_TOPIC` by default), for destinations that audit
         self.audit_topic = audit_topic or audit.audit_topic()
         self.ops = OpsServer.on_port(metrics_port, host=metrics_host, component="retrier")
+        self._dashboard = dashboard or DashboardOptions()
+        self._access = Access(self._dashboard.token, loopback=is_loopback(metrics_host))
+        self._auditor = AuditorFeed.at(self._dashboard.auditor_url)
         for dest in dests:
             metrics.create_series(dest.name, len(dest.retry_tiers_s), audit=dest.accounting.audit)
         options = WorkerOptions(
@@ -116,9 +129,48 @@ class Retrier:
                 )
             )
             if self.ops is not None:
-                self.ops.serve_json("/status", _status_page(sorted(self.dests), backlog, routing))
+                status_page = _status_page(sorted(self.dests), backlog, routing)
+                self.ops.serve_json("/status", status_page)
+                self.ops.mount(await self._dashboard_routes(stack, backlog, routing))
             log.info("retrier_started", dests=sorted(self.dests), group=self.group_id)
             await self._worker.run(routing, topics=sorted(sources))
+
+    async def _dashboard_routes(
+        self, stack: contextlib.AsyncExitStack, backlog: Backlog, routing: _Routing
+    ) -> list[BaseRoute]:
+        """The dashboard on the ops port: an index of every DLQ, kept current by a task that
+        ends with the run, and the replays started from the page."""
+        dests = list(self.dests.values())
+        indexes = await stack.enter_async_context(
+            indexing(self._settings, dests, spill_dir=self._dashboard.index_dir)
+        )
+        await stack.enter_async_context(following_marks(self._settings, dests, indexes))
+        jobs = ReplayJobs(
+            self._settings,
+            self.dests,
+            mark=lambda name: indexes[name].mark_replayed,
+        )
+        await stack.enter_async_context(jobs.running())
+
+        def tiers() -> dict[str, Any]:
+            return status.document(
+                sorted(self.dests),
+                backlog=backlog,
+                heads=routing.holds.heads(),
+                recent=routing.recent,
+                now_ms=_now_ms(),
+            )
+
+        dashboard = Dashboard(
+            dests=self.dests,
+            settings=self._settings,
+            access=self._access,
+            status_document=tiers,
+            indexes=indexes,
+            jobs=jobs,
+            auditor=self._auditor,
+        )
+        return dashboard.routes()
 
     async def _create_topics(self) -> set[str]:
         """Create every destination's topics; returns the topics of the cluster."""
@@ -251,6 +303,17 @@ async def _record_facts(trail: audit.AuditTrail, outgoing: list[Outgoing]) -> No
             named[item.outcome].append(item.event)
     await trail.record(Outcome.RE_OFFERED, named[Outcome.RE_OFFERED])
     await trail.record(Outcome.DEAD_LETTERED, named[Outcome.DEAD_LETTERED], reason=Reason.EXPIRED)
+
+
+@dataclass(frozen=True)
+class DashboardOptions:
+    """The dashboard's settings: its token (None: read-only), the auditor it shows the loss and
+    lag of (None: no such panel), where the DLQ index keeps its search text (None: a temporary
+    directory)."""
+
+    token: str | None = None
+    auditor_url: str | None = None
+    index_dir: Path | None = None
 
 
 def _status_page(dests: list[str], backlog: Backlog, routing: _Routing) -> JsonProvider:

@@ -64,6 +64,9 @@ class ReplayFilter(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unkno
     reason: str | None = None  # a `Reason` value
     since_ms: int | None = None  # dead-lettered at or after
     again: bool = False  # letters replayed before were included
+    until_ms: int | None = None  # dead-lettered before (the dashboard's time range)
+    text: str | None = None  # the dashboard's text search, masked
+    letter: str | None = None  # one letter chosen on the dashboard: "partition/offset"
 
 
 class ReplayRecord(msgspec.Struct, frozen=True):

@@ -1,0 +1,71 @@
+"""A running auditor's tables over its ops port: `auditor report --url` and the retrier's dashboard."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from hifi.errors import ConfigError, HifiError
+from hifi.redaction import short_error
+
+AUDITOR_URL_ENV = "HIFI_AUDITOR_URL"
+HTTP_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class AuditorTables:
+    """One destination's per-minute rows (report format) and the auditor's settled horizon."""
+
+    rows: list[dict[str, Any]]
+    final_before_ms: int | None
+    settings: Mapping[str, Any]
+
+
+def base_url(url: str, *, option: str = "--url") -> str:
+    """`url` without its trailing slash; a `ConfigError` naming `option` unless it is http(s)."""
+    base = url.rstrip("/")
+    if not base.startswith(("http://", "https://")):
+        raise ConfigError(f"{option} {url!r}: use the auditor's ops address, http://HOST:PORT")
+    return base
+
+
+async def fetch_tables(
+    client: httpx.AsyncClient,
+    base: str,
+    dest: str,
+    *,
+    from_ms: int | None = None,
+    to_ms: int | None = None,
+) -> AuditorTables:
+    """`/tables` and `/status` of the auditor at `base` for `dest`; one-line `HifiError`s for an
+    unreachable auditor or an answer that is not an auditor's, a `ConfigError` for a
+    destination it does not audit."""
+    params = {"dest": dest}
+    if from_ms is not None:
+        params["from"] = str(from_ms)
+    if to_ms is not None:
+        params["to"] = str(to_ms)
+    try:
+        tables = await client.get(f"{base}/tables", params=params)
+        status = await client.get(f"{base}/status")
+    except httpx.HTTPError as exc:
+        raise HifiError(f"{base}: {short_error(f'{type(exc).__name__}: {exc}')}") from None
+    for response in (tables, status):
+        if response.status_code != 200:
+            raise HifiError(
+                f"{base}: {response.request.url.path} answered HTTP {response.status_code};"
+                " is this an auditor's ops address?"
+            )
+    try:
+        found: Mapping[str, Any] = tables.json()
+        state = status.json()["dests"]
+        rows = list(found[dest]) if dest in found else None
+        dest_state = state.get(dest, {})
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise HifiError(f"{base}: the answer is not an auditor's tables") from None
+    if rows is None:
+        raise ConfigError(f"--dest {dest}: the auditor at {base} does not audit it")
+    return AuditorTables(rows, dest_state.get("final_before_ms"), dest_state.get("settings", {}))

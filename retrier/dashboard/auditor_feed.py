@@ -1,0 +1,73 @@
+"""The loss and lag of every minute for the page, from a running auditor (`--auditor-url`).
+
+The page polls every few seconds; the auditor is asked at most once per `refresh_s` per
+destination, and an auditor that is down or slow costs the page one line, never the retrier.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from typing import Any
+
+import httpx
+
+from auditor.client import AuditorTables, base_url, fetch_tables
+from auditor.ledger import MINUTE_MS
+from auditor.tables import day_availability, parse_minute
+from hifi.errors import HifiError
+
+HOURS_SHOWN = 3
+_TIMEOUT_S = 3.0
+_REFRESH_S = 2.0
+
+
+@dataclass
+class AuditorFeed:
+    """Per-minute rows of the last `HOURS_SHOWN` hours and today's availability, cached briefly."""
+
+    base: str
+    refresh_s: float = _REFRESH_S
+    _cache: dict[str, tuple[float, dict[str, Any]]] = field(default_factory=dict)
+
+    @classmethod
+    def at(cls, url: str | None) -> AuditorFeed | None:
+        """The feed of the auditor at `url` (`--auditor-url`/`HIFI_AUDITOR_URL`); None without."""
+        return cls(base_url(url, option="--auditor-url")) if url else None
+
+    async def minutes(self, dest: str, *, now_ms: int) -> dict[str, Any]:
+        cached = self._cache.get(dest)
+        if cached is not None and time.monotonic() - cached[0] < self.refresh_s:
+            return cached[1]
+        answer = await self._ask(dest, now_ms)
+        self._cache[dest] = (time.monotonic(), answer)
+        return answer
+
+    async def _ask(self, dest: str, now_ms: int) -> dict[str, Any]:
+        day_start_ms = now_ms - now_ms % (24 * 3600 * 1000)
+        from_ms = min(day_start_ms, now_ms - HOURS_SHOWN * 3600 * 1000)
+        try:
+            async with httpx.AsyncClient(timeout=_TIMEOUT_S) as client:
+                found = await fetch_tables(client, self.base, dest, from_ms=from_ms)
+        except HifiError as exc:
+            return {"available": False, "why": f"auditor {exc}"}
+        shown_from = now_ms - HOURS_SHOWN * 3600 * 1000
+        shown_from -= shown_from % MINUTE_MS
+        today = datetime.fromtimestamp(now_ms / 1000, tz=UTC).date()
+        try:
+            return self._shown(found, shown_from, today)
+        except (KeyError, ValueError, TypeError, AttributeError):
+            return {"available": False, "why": f"auditor {self.base}: rows it answered do not read"}
+
+    @staticmethod
+    def _shown(found: AuditorTables, shown_from: int, today: date) -> dict[str, Any]:
+        return {
+            "available": True,
+            "final_before_ms": found.final_before_ms,
+            "lag_sla_s": found.settings.get("lag_sla_s"),
+            "rows": [row for row in found.rows if parse_minute(row["minute"]) >= shown_from],
+            "availability": day_availability(
+                found.rows, today, final_before_ms=found.final_before_ms
+            ),
+        }

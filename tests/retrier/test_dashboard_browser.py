@@ -1,0 +1,189 @@
+"""The retrier's dashboard in a real browser (Playwright driving Debian's chromium) against a
+real connector and retrier: an outage fills the tiers on the page, dead letters are filtered,
+counted and replayed from it, one is found by its id, and an action without the token is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from playwright.async_api import expect
+
+from devstack.destination import TestDestination
+from devstack.ports import free_port
+from devstack.processes import start_daemon
+from hifi import kafka
+from hifi.kafka_settings import KafkaSettings
+from retrier.dashboard.access import TOKEN_ENV
+from tests.helpers import make_destination, until, wait_exit
+
+pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.slow]
+
+CHROMIUM = shutil.which("chromium")
+TOKEN = "Tq7-browser-9fK2xLm4Zp8Wv3"
+REJECTED = [f"p-{i}" for i in range(6)]
+DURING_OUTAGE = [f"o-{i}" for i in range(20)]
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Any]:
+    if CHROMIUM is None:
+        pytest.skip("no chromium: `make test` installs Debian's package (make browser)")
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+async def _produce(settings: KafkaSettings, topic: str, ids: list[str]) -> None:
+    async with kafka.producer(settings) as producer:
+        await producer.send_all(
+            [(topic, None, orjson.dumps(event), []) for event in events_of(ids)]
+        )
+
+
+async def _tiers_waiting(page: Any) -> bool:
+    cells = await page.locator("#tiers tbody td.n").all_text_contents()
+    return any(cell.replace(",", "").isdigit() and int(cell.replace(",", "")) > 0 for cell in cells)
+
+
+async def _eventually(page: Any, check: Any, timeout_s: float) -> bool:
+    for _ in range(int(timeout_s * 4)):
+        if await check(page):
+            return True
+        await asyncio.sleep(0.25)
+    return False
+
+
+def events_of(ids: list[str]) -> list[dict[str, Any]]:
+    return [{"id": event_id, "payload": "x" * 50} for event_id in ids]
+
+
+def _daemon(module: str, args: list[str], bootstrap: str, log: Path) -> subprocess.Popen[bytes]:
+    os.environ[TOKEN_ENV] = TOKEN
+    try:
+        return start_daemon(module, args, bootstrap=bootstrap, log_path=log)
+    finally:
+        del os.environ[TOKEN_ENV]
+
+
+async def test_outage_filter_replay_find_and_refusal_in_the_browser(
+    browser: Any,
+    kafka_settings: KafkaSettings,
+    destination: TestDestination,
+    catalog_dir: Path,
+    unique: str,
+    tmp_path: Path,
+    processes: list[subprocess.Popen[bytes]],
+) -> None:
+    """The page an operator keeps open during an incident does what the issue asks of it."""
+    make_destination(
+        catalog_dir,
+        unique,
+        destination.url,
+        f"{unique}.src",
+        retry_tiers_s=[3, 30],
+        local_retry_attempts=1,
+        max_batch_records=10,
+    )
+    args = ["--dest", unique, "--catalog", str(catalog_dir)]
+    bootstrap = kafka_settings.bootstrap
+    port = free_port()
+    retrier = _daemon(
+        "retrier", [*args, "--metrics-port", str(port)], bootstrap, tmp_path / "r.log"
+    )
+    connector = _daemon("connector", [*args, "--metrics-port", "0"], bootstrap, tmp_path / "c.log")
+    processes.extend([retrier, connector])
+    base = f"http://127.0.0.1:{port}"
+    try:
+        # dead letters: the destination refuses these events themselves (400, isolated)
+        destination.reject_ids(REJECTED)
+        await _produce(kafka_settings, f"{unique}.src", REJECTED)
+        assert await until(lambda: destination.request_count > 0, 60)
+
+        page = await browser.new_page()
+        await page.goto(f"{base}/?dest={unique}")
+        await page.fill("#operator", "alice")
+        await page.fill("#token", TOKEN)
+        await page.click("#token-form button")
+        await expect(page.locator("#dlq-size")).to_have_text("6", timeout=60_000)
+
+        # an outage: hand-offs fill the tiers, and the page shows them waiting
+        await destination.set_down(True)
+        await _produce(kafka_settings, f"{unique}.src", DURING_OUTAGE)
+        assert await _eventually(page, _tiers_waiting, 60), "the tiers never filled on the page"
+        # HIFI_DASHBOARD_SCREENSHOT=docs/dashboard.png refreshes the README's picture
+        shot = os.environ.get("HIFI_DASHBOARD_SCREENSHOT") or str(tmp_path / "outage.png")
+        await page.set_viewport_size({"width": 1280, "height": 900})
+        await page.screenshot(path=shot, full_page=True)
+        await destination.set_down(False)
+        assert await destination.wait_for_ids(DURING_OUTAGE, 90)
+
+        # filter by reason, see the count, confirm, and the events arrive
+        destination.reset_script()
+        await page.select_option("#f-reason", "http_4xx")
+        await page.click("#filters button[type=submit]")
+        await expect(page.locator("#match-count")).to_have_text("6")
+        rows = await page.locator("#letter-list tbody tr").count()
+        assert rows == 6
+        await page.click("#replay-matching")
+        await expect(page.locator("#c-text")).to_contain_text("Replay 6 dead letters")
+        await page.click("#c-yes")
+        await expect(page.locator("#c-result")).to_have_text("replayed 6", timeout=60_000)
+        assert await destination.wait_for_ids(REJECTED, 60)
+        await page.click("#c-no")
+        await expect(page.locator("#letter-list tbody tr")).to_have_count(6)
+        await expect(
+            page.locator("#letter-list tbody tr").filter(has_text="by alice@")
+        ).to_have_count(6)
+
+        # a second replay of the same filter skips what was replayed
+        await page.click("#replay-matching")
+        await expect(page.locator("#c-text")).to_contain_text("Replay 0 dead letters")
+        await expect(page.locator("#c-skipped")).to_contain_text("6 already replayed are skipped")
+        await page.click("#c-no")
+
+        # search by id finds one letter, and it opens with its history
+        await page.fill("#find-key", "p-3")
+        await page.click("#find button")
+        await expect(page.locator("#match-count")).to_have_text("1")
+        await page.click("#letter-list tbody tr a")
+        await expect(page.locator("#l-body")).to_contain_text('"id": "p-3"')
+        await expect(page.locator("#l-history")).to_contain_text("400")
+        await page.click("#l-close")
+
+        # without the token: the page offers no action and the server refuses one
+        stranger = await browser.new_page()
+        await stranger.goto(f"{base}/?dest={unique}")
+        await expect(stranger.locator("#mode")).to_contain_text("enter the token")
+        assert await stranger.is_disabled("#replay-matching")
+        refused = await stranger.request.post(
+            f"{base}/api/replays", data={"dest": unique, "dry_run": False}
+        )
+        assert refused.status == 401
+        forged = await stranger.request.post(
+            f"{base}/api/replays",
+            data={"dest": unique, "dry_run": True},
+            headers={"X-Hifi-Token": TOKEN, "Origin": "https://evil.example"},
+        )
+        assert forged.status == 403
+    finally:
+        for process in (connector, retrier):
+            process.send_signal(signal.SIGTERM)
+        for process in (connector, retrier):
+            await wait_exit(process, 60)
+    log = (tmp_path / "r.log").read_text()
+    assert "dashboard_replay" in log
+    assert TOKEN not in log
