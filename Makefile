@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv java browser demo test check lint typecheck bench bench-auditor chaos clean
+.PHONY: help venv java browser demo test check lint typecheck bench bench-auditor bench-dlq chaos clean
 
 help:
 	@echo "make demo   - run the connector and retrier against a local broker and a flaky destination"
@@ -14,6 +14,7 @@ help:
 	@echo "make check  - ruff, mypy --strict, tests"
 	@echo "make bench  - throughput, lag and scale benchmark (results in bench/results/)"
 	@echo "make bench-auditor - the auditor's RSS with 1 M events waiting, and its throughput and RSS at 50k/s"
+	@echo "make bench-dlq - the retrier's dashboard with 1 M dead letters: list, count, RSS, tiers during a replay"
 	@echo "make chaos  - fault-injection runs that count loss by event id"
 
 $(STAMP): pyproject.toml
@@ -65,6 +66,10 @@ bench: $(STAMP)
 
 bench-auditor: $(STAMP)
 	$(BIN)/python -m bench.auditor
+
+LETTERS ?= 1000000
+bench-dlq: $(STAMP)
+	$(BIN)/python -m bench.dlq --letters $(LETTERS)
 
 chaos: $(STAMP)
 	$(BIN)/python -m chaos
