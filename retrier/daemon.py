@@ -33,7 +33,7 @@ from retrier.dashboard.replay_jobs import ReplayJobs
 from retrier.dlq_indexing import indexing
 from retrier.holds import Holds
 from retrier.plan import Outgoing, plan_reoffers, plan_routing
-from retrier.status import Backlog, RecentFailures, measured_topics
+from retrier.status import Backlog, RecentFailures, RecentOutcomes, measured_topics
 from retrier.tiers import Source, sources_for, tier_topic
 
 log = structlog.get_logger(__name__)
@@ -159,6 +159,7 @@ class Retrier:
                 heads=routing.holds.heads(),
                 recent=routing.recent,
                 now_ms=_now_ms(),
+                outcomes=routing.outcomes,
             )
 
         dashboard = Dashboard(
@@ -216,6 +217,7 @@ class _Routing(PartitionHandler):
         self._max_in_flight_records = max_in_flight_records
         self.holds = Holds(wake)
         self.recent = RecentFailures()
+        self.outcomes = RecentOutcomes()
         self._planned: dict[str, list[Outgoing]] = defaultdict(list)
         self._in_flight: Counter[str] = Counter()
 
@@ -291,6 +293,8 @@ class _Routing(PartitionHandler):
         for item in outgoing:
             item.count(dest_name, now_ms)
         expired = [item for item in outgoing if item.outcome is Outcome.DEAD_LETTERED]
+        reoffered = sum(1 for item in outgoing if item.outcome is Outcome.RE_OFFERED)
+        self.outcomes.note(dest_name, now_ms, reoffered=reoffered, expired=len(expired))
         if expired:
             log.info("expired", dest=dest_name, events=len(expired), first=expired[0].why)
 
@@ -324,6 +328,7 @@ def _status_page(dests: list[str], backlog: Backlog, routing: _Routing) -> JsonP
             heads=routing.holds.heads(),
             recent=routing.recent,
             now_ms=_now_ms(),
+            outcomes=routing.outcomes,
         )
 
     return page

@@ -158,6 +158,42 @@ class RecentFailures:
         return masked(text) if text is not None else None
 
 
+class RecentOutcomes:
+    """Re-offers and expiries per destination: totals since start and the last minute's, for the
+    rate on the status page (one entry per acknowledged produce, not per event)."""
+
+    WINDOW_MS = 60_000
+
+    def __init__(self) -> None:
+        self._recent: dict[str, deque[tuple[int, int, int]]] = {}
+        self._totals: dict[str, list[int]] = {}
+
+    def note(self, dest: str, now_ms: int, *, reoffered: int, expired: int) -> None:
+        if not reoffered and not expired:
+            return
+        recent = self._recent.setdefault(dest, deque())
+        recent.append((now_ms, reoffered, expired))
+        totals = self._totals.setdefault(dest, [0, 0])
+        totals[0] += reoffered
+        totals[1] += expired
+        self._forget(recent, now_ms)
+
+    def of(self, dest: str, now_ms: int) -> dict[str, Any]:
+        recent = self._recent.get(dest, deque())
+        self._forget(recent, now_ms)
+        reoffered_total, expired_total = self._totals.get(dest, (0, 0))
+        return {
+            "reoffered_per_s": sum(n for _, n, _ in recent) / (self.WINDOW_MS / 1000),
+            "expired_last_minute": sum(n for _, _, n in recent),
+            "reoffered_since_start": reoffered_total,
+            "expired_since_start": expired_total,
+        }
+
+    def _forget(self, recent: deque[tuple[int, int, int]], now_ms: int) -> None:
+        while recent and recent[0][0] < now_ms - self.WINDOW_MS:
+            recent.popleft()
+
+
 def oldest_age_s(heads: Iterable[Head], now_ms: int) -> float | None:
     """Seconds since the first failure of the oldest held event; None when nothing is held."""
     first = min((head.first_failure_ms for head in heads), default=None)
@@ -171,8 +207,10 @@ def document(
     heads: Iterable[Head],
     recent: RecentFailures,
     now_ms: int,
+    outcomes: RecentOutcomes | None = None,
 ) -> dict[str, Any]:
-    """The `/status` JSON: per destination, waiting per tier, oldest age, next due, DLQ size, failures."""
+    """The `/status` JSON: per destination, waiting per tier, oldest age, next due, re-offers
+    and expiries, DLQ size, failures."""
     held: dict[str, list[Head]] = defaultdict(list)
     for head in heads:
         held[head.dest].append(head)
@@ -191,6 +229,7 @@ def document(
             "held_partitions": len(held[dest]),
             "dlq_size": backlog.dlq_size(dest) if backlog else None,
             "recent_failures": recent.of(dest),
+            **(outcomes.of(dest, now_ms) if outcomes is not None else {}),
         }
     refreshed = backlog.refreshed_ms if backlog else None
     return {

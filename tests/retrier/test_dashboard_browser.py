@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -130,6 +131,8 @@ async def test_outage_filter_replay_find_and_refusal_in_the_browser(
         await page.screenshot(path=shot, full_page=True)
         await destination.set_down(False)
         assert await destination.wait_for_ids(DURING_OUTAGE, 90)
+        since_start = re.compile(r"\((\d{3,}|[2-9]\d) since start\)")  # 20 re-offered at least
+        await expect(page.locator("#reoffer-rate")).to_contain_text(since_start, timeout=15_000)
 
         # filter by reason, see the count, confirm, and the events arrive
         destination.reset_script()

@@ -153,6 +153,10 @@ function showTiers(t, measured) {
   $("oldest").textContent = age(t.oldest_waiting_age_s);
   $("next-due").textContent = t.next_due ? `${t.next_due.slice(11, 19)} UTC (in ${age(t.next_due_in_s)})` : "-";
   $("held").textContent = num(t.held_partitions);
+  $("reoffer-rate").textContent = t.reoffered_per_s === undefined ? "-" :
+    `${t.reoffered_per_s.toFixed(1)}/s over the last minute (${num(t.reoffered_since_start)} since start)`;
+  $("expired").textContent = t.expired_last_minute === undefined ? "-" :
+    `${num(t.expired_last_minute)} in the last minute (${num(t.expired_since_start)} since start)`;
   $("measured").textContent = measured ? measured.slice(11, 19) + " UTC" : "-";
   fill("recent", (t.recent_failures || []).slice(0, 5).map((f) => row([f.at.slice(11, 19), f.attempt, f.status || "-", { text: f.error || "", attrs: { class: "err", title: f.error || "" } }])), "no hand-off since the retrier started");
 }
