@@ -16,12 +16,38 @@ HTTP_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
+class DestinationHealth:
+    """A destination's last 2xx and its failed requests lately, as the auditor's `/status` has
+    them (`auditor/health.py`)."""
+
+    last_delivered_ms: int | None
+    window_s: int
+    requests: int
+    failed_requests: int
+    failed_share: float | None  # failed_requests / requests; None without requests
+
+    @classmethod
+    def from_status(cls, found: Mapping[str, Any]) -> DestinationHealth:
+        """The `health` of one destination in `/status`; `TypeError`/`KeyError` if it is not one."""
+        last, share = found["last_delivered_ms"], found["failed_share"]
+        return cls(
+            None if last is None else int(last),
+            int(found["window_s"]),
+            int(found["requests"]),
+            int(found["failed_requests"]),
+            None if share is None else float(share),
+        )
+
+
+@dataclass(frozen=True)
 class AuditorTables:
-    """One destination's per-minute rows (report format) and the auditor's settled horizon."""
+    """One destination's per-minute rows (report format), the auditor's settled horizon, and
+    the destination's health (None from an auditor that does not give it)."""
 
     rows: list[dict[str, Any]]
     final_before_ms: int | None
     settings: Mapping[str, Any]
+    health: DestinationHealth | None = None
 
 
 def base_url(url: str, *, option: str = "--url") -> str:
@@ -64,8 +90,12 @@ async def fetch_tables(
         state = status.json()["dests"]
         rows = list(found[dest]) if dest in found else None
         dest_state = state.get(dest, {})
+        given = dest_state.get("health")
+        health = None if given is None else DestinationHealth.from_status(given)
     except (ValueError, KeyError, TypeError, AttributeError):
         raise HifiError(f"{base}: the answer is not an auditor's tables") from None
     if rows is None:
         raise ConfigError(f"--dest {dest}: the auditor at {base} does not audit it")
-    return AuditorTables(rows, dest_state.get("final_before_ms"), dest_state.get("settings", {}))
+    return AuditorTables(
+        rows, dest_state.get("final_before_ms"), dest_state.get("settings", {}), health
+    )

@@ -35,6 +35,7 @@ from auditor.archive import (
     write_snapshot,
 )
 from auditor.archive_read import find_ids
+from auditor.health import Health
 from auditor.ledger import MAX_MISSING_IDS, MINUTE_MS, Ledger, Problem, Settled, minute_of
 from auditor.progress import ProgressClock
 from auditor.tables import archive_row, iso_minute, live_rows
@@ -190,6 +191,7 @@ class _Accounting(PartitionHandler):
         self._snapshot_name = snapshot_name
         self._now_ms = now_ms
         self.ledgers = {name: Ledger(name, dest.accounting) for name, dest in dests.items()}
+        self.health = {name: Health() for name in dests}
         self._readers: dict[str, list[Destination]] = defaultdict(list)
         for dest in dests.values():
             for topic in dest.source_topics:
@@ -216,6 +218,9 @@ class _Accounting(PartitionHandler):
             for name, ledger_state in state["ledgers"].items():
                 if name in self.ledgers:
                     self.ledgers[name].restore(ledger_state)
+            for name, health_state in state.get("health", {}).items():  # older snapshots have none
+                if name in self.health:
+                    self.health[name].restore(health_state)
             self._clock.restore(state["progress"])
         except (msgspec.DecodeError, ValueError, KeyError, TypeError) as exc:
             raise HifiError(
@@ -270,7 +275,7 @@ class _Accounting(PartitionHandler):
                 metrics.PROBLEMS.labels(name, problem).inc(count)
 
     def _take_facts(self, records: list[Any]) -> None:
-        archive = self._archive
+        archive, read_ms = self._archive, self._now_ms()
         for record in records:
             try:
                 fact = decode_fact(record.value, record.headers)
@@ -285,6 +290,7 @@ class _Accounting(PartitionHandler):
             if ledger.repeated_facts != repeated:
                 metrics.REPEATED.labels(fact.dest).inc()
                 continue
+            self.health[fact.dest].note(fact, read_ms)
             for part in fact.slices:
                 archive.outcomes(
                     fact.dest, [t - t % MINUTE_MS for t in part.event_times_ms], fact, part
@@ -359,6 +365,7 @@ class _Accounting(PartitionHandler):
             "format": SNAPSHOT_FORMAT,
             "written_ms": self._now_ms(),
             "ledgers": {name: ledger.snapshot() for name, ledger in self.ledgers.items()},
+            "health": {name: health.snapshot() for name, health in self.health.items()},
             "progress": self._clock.state(),
         }
         return msgspec.msgpack.encode(state)
@@ -476,6 +483,7 @@ class _Accounting(PartitionHandler):
         }
 
     async def status_page(self, request: Request) -> Any:
+        now_ms = self._now_ms()
         return {
             "dests": {
                 name: {
@@ -483,6 +491,7 @@ class _Accounting(PartitionHandler):
                     "tracked_events": ledger.waiting_events(),
                     "final_before_ms": ledger.closed_before_ms or None,
                     "settings": ledger.settings.model_dump(),
+                    "health": self.health[name].view(now_ms),
                 }
                 for name, ledger in self.ledgers.items()
             },

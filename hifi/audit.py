@@ -71,6 +71,11 @@ def node_name(component: str) -> str:
     return f"{component}@{socket.gethostname()}:{os.getpid()}"
 
 
+def component_of(node: str) -> str:
+    """The component of a fact's node: `connector` for `connector@host:pid`."""
+    return node.partition("@")[0]
+
+
 class Slice(msgspec.Struct, array_like=True, gc=False):
     """The events of one fact that entered hifi on one partition, as columns of equal length."""
 

@@ -61,7 +61,8 @@ F = TypeVar("F", bound=Callable[..., Any])
     envvar=AUDITOR_URL_ENV,
     default=None,
     metavar="URL",
-    help="The auditor's ops address ($HIFI_AUDITOR_URL): the dashboard shows its loss and lag.",
+    help="The auditor's ops address ($HIFI_AUDITOR_URL): the dashboard shows its loss and lag"
+    " and the destinations' health.",
 )
 @click.option(
     "--dashboard-token-file",

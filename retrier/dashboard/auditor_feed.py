@@ -1,4 +1,5 @@
-"""The loss and lag of every minute for the page, from a running auditor (`--auditor-url`).
+"""The loss and lag of every minute, and the destination's health, for the page, from a
+running auditor (`--auditor-url`).
 
 The page polls every few seconds; the auditor is asked at most once per `refresh_s` per
 destination, and an auditor that is down or slow costs the page one line, never the retrier.
@@ -7,7 +8,7 @@ destination, and an auditor that is down or slow costs the page one line, never 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -25,7 +26,8 @@ _REFRESH_S = 2.0
 
 @dataclass
 class AuditorFeed:
-    """Per-minute rows of the last `HOURS_SHOWN` hours and today's availability, cached briefly."""
+    """Per-minute rows of the last `HOURS_SHOWN` hours, today's availability and the
+    destination's health (its last 2xx, its failed requests lately), cached briefly."""
 
     base: str
     refresh_s: float = _REFRESH_S
@@ -70,4 +72,5 @@ class AuditorFeed:
             "availability": day_availability(
                 found.rows, today, final_before_ms=found.final_before_ms
             ),
+            "health": None if found.health is None else asdict(found.health),
         }

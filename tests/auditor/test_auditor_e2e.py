@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import httpx
 import structlog
 from prometheus_client import REGISTRY
 
@@ -14,7 +15,7 @@ from devstack.destination import TestDestination
 from devstack.kafka_tools import move_committed, produce_events
 from hifi import kafka_admin
 from hifi.kafka_settings import KafkaSettings
-from tests.auditor.support import audited_destination, running, settled
+from tests.auditor.support import audited_destination, now_ms, running, settled
 from tests.helpers import events
 
 
@@ -25,7 +26,9 @@ async def test_a_deliberate_gap_is_reported_as_exactly_its_missing_ids(
     tmp_path: Path,
     unique: str,
 ) -> None:
-    """Offsets moved past K records: the tables name exactly those ids, in their minutes, and alarm."""
+    """Offsets moved past K records: the tables name exactly those ids, in their minutes, and
+    alarm; `/status` shows the destination's last 2xx and its requests, none failed."""
+    started_ms = now_ms()
     audit_topic = f"{unique}.audit"
     await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
     dest = audited_destination(catalog_dir, unique, destination.url, unique)
@@ -43,12 +46,20 @@ async def test_a_deliberate_gap_is_reported_as_exactly_its_missing_ids(
 
     auditor = Auditor(
         [dest], kafka_settings, archive_dir=tmp_path / "archive", roll_s=0.5, topic=audit_topic,
-        group_id=f"{unique}.auditor",
+        group_id=f"{unique}.auditor", metrics_port=0,
     )  # fmt: skip
     with structlog.testing.capture_logs() as logs:
         async with running(auditor):
             ledger = await settled(auditor, unique, 400)
             await asyncio.sleep(3)  # a roll writes the rows the missing ids are resolved from
+            assert auditor.ops is not None
+            async with httpx.AsyncClient(timeout=10) as client:
+                status = await client.get(f"http://127.0.0.1:{auditor.ops.port}/status")
+    health = status.json()["dests"][unique]["health"]
+    assert started_ms <= health["last_delivered_ms"] <= now_ms()
+    assert health["window_s"] == 300
+    assert health["requests"] > 0
+    assert (health["failed_requests"], health["failed_share"]) == (0, 0.0)
     rows = [(ledger.tally(b), b) for b in ledger.rows()]
     assert sum(c.entered for c, _ in rows) == 400
     assert sum(c.delivered for c, _ in rows) == 393

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 
@@ -137,6 +138,30 @@ async def test_a_killed_auditor_judges_its_minutes_the_same(story: Story) -> Non
         restarted = by_minute(story.process_rows[dest], JUDGEMENT)
         uninterrupted = by_minute(rows_of(story.live, dest), JUDGEMENT)
         assert differences(restarted, uninterrupted) == {}, dest
+
+
+async def _health(url: str) -> dict[str, dict[str, Any]]:
+    async with httpx.AsyncClient(timeout=10) as client:
+        status = (await client.get(f"{url}/status")).json()
+    return {dest: found["health"] for dest, found in status["dests"].items()}
+
+
+async def test_health_counts_the_connectors_failed_requests_and_knows_the_last_2xx(
+    story: Story,
+) -> None:
+    """During the outage requests failed and then 2xx came back; the destination that never
+    answered 2xx has only failed requests; a killed auditor knows the same last 2xx."""
+    live = await _health(story.live_url)
+    outage = live[story.outage]
+    assert outage["last_delivered_ms"] > parse_minute(story.minute_b)  # after the outage
+    assert 0 < outage["failed_requests"] < outage["requests"]
+    assert outage["failed_share"] == round(outage["failed_requests"] / outage["requests"], 4)
+    expiry = live[story.expiry]
+    assert expiry["last_delivered_ms"] is None
+    assert expiry["failed_requests"] == expiry["requests"]
+    restarted = await _health(story.process.url)
+    for dest in story.names:
+        assert restarted[dest]["last_delivered_ms"] == live[dest]["last_delivered_ms"], dest
 
 
 async def test_report_from_the_archive_equals_the_running_auditor(story: Story) -> None:

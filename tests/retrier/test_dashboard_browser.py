@@ -1,6 +1,7 @@
 """The retrier's dashboard in a real browser (Playwright driving Debian's chromium) against a
-real connector and retrier: an outage fills the tiers on the page, dead letters are filtered,
-counted and replayed from it, one is found by its id, and an action without the token is refused."""
+real connector, retrier and auditor: an outage fills the tiers on the page and shows in the
+destination's health, dead letters are filtered, counted and replayed from it, one is found by
+its id, and an action without the token is refused."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from devstack.destination import TestDestination
 from devstack.ports import free_port
 from devstack.processes import start_daemon
 from hifi import kafka
+from hifi.audit import AUDIT_TOPIC_ENV_VAR
 from hifi.kafka_settings import KafkaSettings
 from retrier.dashboard.access import TOKEN_ENV
 from tests.helpers import make_destination, until, wait_exit
@@ -72,12 +74,16 @@ def events_of(ids: list[str]) -> list[dict[str, Any]]:
     return [{"id": event_id, "payload": "x" * 50} for event_id in ids]
 
 
-def _daemon(module: str, args: list[str], bootstrap: str, log: Path) -> subprocess.Popen[bytes]:
+def _daemon(
+    module: str, args: list[str], bootstrap: str, log: Path, audit_topic: str
+) -> subprocess.Popen[bytes]:
     os.environ[TOKEN_ENV] = TOKEN
+    os.environ[AUDIT_TOPIC_ENV_VAR] = audit_topic  # this test's facts only
     try:
         return start_daemon(module, args, bootstrap=bootstrap, log_path=log)
     finally:
         del os.environ[TOKEN_ENV]
+        del os.environ[AUDIT_TOPIC_ENV_VAR]
 
 
 async def test_outage_filter_replay_find_and_refusal_in_the_browser(
@@ -101,12 +107,21 @@ async def test_outage_filter_replay_find_and_refusal_in_the_browser(
     )
     args = ["--dest", unique, "--catalog", str(catalog_dir)]
     bootstrap = kafka_settings.bootstrap
-    port = free_port()
+    port, auditor_port, audit_topic = free_port(), free_port(), f"{unique}.audit"
+    auditor = _daemon(
+        "auditor",
+        [*args, "--metrics-port", str(auditor_port), "--archive", str(tmp_path / "archive")],
+        bootstrap, tmp_path / "a.log", audit_topic,
+    )  # fmt: skip
+    auditor_url = f"http://127.0.0.1:{auditor_port}"
     retrier = _daemon(
-        "retrier", [*args, "--metrics-port", str(port)], bootstrap, tmp_path / "r.log"
+        "retrier", [*args, "--metrics-port", str(port), "--auditor-url", auditor_url],
+        bootstrap, tmp_path / "r.log", audit_topic,
+    )  # fmt: skip
+    connector = _daemon(
+        "connector", [*args, "--metrics-port", "0"], bootstrap, tmp_path / "c.log", audit_topic
     )
-    connector = _daemon("connector", [*args, "--metrics-port", "0"], bootstrap, tmp_path / "c.log")
-    processes.extend([retrier, connector])
+    processes.extend([retrier, connector, auditor])
     base = f"http://127.0.0.1:{port}"
     try:
         # dead letters: the destination refuses these events themselves (400, isolated)
@@ -133,6 +148,11 @@ async def test_outage_filter_replay_find_and_refusal_in_the_browser(
         assert await destination.wait_for_ids(DURING_OUTAGE, 90)
         since_start = re.compile(r"\((\d{3,}|[2-9]\d) since start\)")  # 20 re-offered at least
         await expect(page.locator("#reoffer-rate")).to_contain_text(since_start, timeout=15_000)
+
+        # the destination's health, from the auditor: failed requests in red, a 2xx just now
+        await expect(page.locator("#failed-share")).to_have_class("bad", timeout=30_000)
+        await expect(page.locator("#health-requests")).to_contain_text("failed of")
+        await expect(page.locator("#last-2xx")).to_contain_text("ago")
 
         # filter by reason, see the count, confirm, and the events arrive
         destination.reset_script()
@@ -183,9 +203,9 @@ async def test_outage_filter_replay_find_and_refusal_in_the_browser(
         )
         assert forged.status == 403
     finally:
-        for process in (connector, retrier):
+        for process in (connector, retrier, auditor):
             process.send_signal(signal.SIGTERM)
-        for process in (connector, retrier):
+        for process in (connector, retrier, auditor):
             await wait_exit(process, 60)
     log = (tmp_path / "r.log").read_text()
     assert "dashboard_replay" in log

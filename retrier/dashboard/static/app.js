@@ -3,6 +3,7 @@
 
 const REFRESH_MS = 3000;
 const PAGE_ROWS = 50;
+const FAILED_SHARE_ALARM = 0.05; // a share of failed requests above this shows red
 const $ = (id) => document.getElementById(id);
 
 const state = {
@@ -182,6 +183,7 @@ function showDlq(dlq) {
 async function refreshAccounting() {
   if (!state.dest) return;
   const acc = await api(`/api/accounting?${query({ dest: state.dest })}`);
+  showHealth(acc);
   const note = $("accounting-note");
   if (!acc.available) {
     note.textContent = `(${acc.why})`;
@@ -219,6 +221,33 @@ async function refreshAccounting() {
       { text: p95, attrs: { class: r.lag_p95_ms > lagLimit ? "n bad" : "n" } },
       r.final ? (r.up === false ? `down (${r.down_reason || "loss"})` : "up") : "provisional"], { class: cls });
   }), "no minutes yet");
+}
+
+// --- the destination's health, from the auditor ------------------------------------------------
+
+function showHealth(acc) {
+  const h = acc.available ? acc.health : null;
+  const share = $("failed-share");
+  share.className = "";
+  if (!h) {
+    for (const id of ["last-2xx", "failed-share", "health-requests"]) $(id).textContent = "-";
+    $("health-source").textContent = !state.overview.auditor
+      ? "The last 2xx and the failed requests come from the auditor, which reads the connector's audit facts: start the retrier with --auditor-url URL (or HIFI_AUDITOR_URL)."
+      : acc.available ? "This auditor does not report the destination's health; upgrade it." : `No health: ${acc.why}.`;
+    return;
+  }
+  const status = `${state.overview.auditor}/status`;
+  const last = h.last_delivered_ms;
+  $("last-2xx").textContent = last
+    ? `${iso(last).slice(0, 19)} UTC (${age(Math.max(0, (state.overview.now_ms - last) / 1000))} ago)`
+    : "none seen";
+  if (h.failed_share === null || h.failed_share === undefined) share.textContent = "no request";
+  else {
+    share.replaceChildren(link(`${(h.failed_share * 100).toFixed(1)} %`, null, status));
+    if (h.failed_share > FAILED_SHARE_ALARM) share.className = "bad";
+  }
+  $("health-requests").replaceChildren(link(`${num(h.failed_requests)} failed of ${num(h.requests)}`, null, status));
+  $("health-source").textContent = `From the auditor: the connector's request outcomes of the last ${Math.round(h.window_s / 60)} min (2xx, hand-offs, refusals).`;
 }
 
 // --- browsing letters --------------------------------------------------------------------------
