@@ -136,7 +136,7 @@ async function refreshOverview() {
     fillReasons(overview.reasons);
     loadLetters(true);
   }
-  $("updated").textContent = `updated ${iso(overview.now_ms).slice(11)} UTC`;
+  $("updated").textContent = `updated ${iso(overview.now_ms).slice(11, 19)} UTC`;
   const mode = $("mode");
   if (!overview.can_act) { mode.textContent = "read-only: no dashboard token configured"; mode.className = "badge"; }
   else if (overview.has_token) { mode.textContent = "token accepted: actions enabled"; mode.className = "badge can-act"; }
