@@ -42,6 +42,7 @@ log = structlog.get_logger(__name__)
 
 STATIC_DIR = Path(__file__).parent / "static"
 PAGE_LIMIT_MAX = 200
+_WITHHELD = "(the error text needs the dashboard token)"
 _GROWTH_BUCKET_S = 300
 _GROWTH_BUCKETS = 12  # the last hour, in 5-minute buckets
 _FAILURE_WINDOW_MS = 3600 * 1000
@@ -107,11 +108,13 @@ class Dashboard:
         now_ms = _now_ms()
         tiers = self.status_document()
         destinations = {}
+        # failure groups quote the letters' error headers: beyond loopback, token holders only
+        quote_errors = not self.access.letters_need_token or self.access.has_token(request)
         for name in sorted(self.dests):
             index = self.indexes[name]
             destinations[name] = {
                 "tiers": tiers["destinations"].get(name, {}),
-                "dlq": await self._read(_dlq_summary, index, now_ms),
+                "dlq": await self._read(_dlq_summary, index, now_ms, quote_errors=quote_errors),
                 "replays": [job.as_json() for job in self.jobs.recent(name)[:5]],
             }
         return {
@@ -305,7 +308,7 @@ def _error(status: int, reason: str) -> Response:
     )
 
 
-def _dlq_summary(index: DeadLetterIndex, now_ms: int) -> dict[str, Any]:
+def _dlq_summary(index: DeadLetterIndex, now_ms: int, *, quote_errors: bool) -> dict[str, Any]:
     """The DLQ panel of one destination: size, indexing progress, reasons, growth, failures."""
     return {
         "size": len(index),
@@ -316,7 +319,7 @@ def _dlq_summary(index: DeadLetterIndex, now_ms: int) -> dict[str, Any]:
         "growth": index.growth(now_ms, bucket_s=_GROWTH_BUCKET_S, buckets=_GROWTH_BUCKETS),
         "growth_bucket_s": _GROWTH_BUCKET_S,
         "failure_groups": [
-            {"status": status, "error": error, "count": count}
+            {"status": status, "error": error if quote_errors else _WITHHELD, "count": count}
             for status, error, count in index.failure_groups(now_ms - _FAILURE_WINDOW_MS)[:10]
         ],
     }

@@ -113,3 +113,27 @@ def test_bad_tokens_are_one_line_naming_where(tmp_path: Path, content: str, expe
 def test_a_missing_token_file_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="No such file"):
         read_token(tmp_path / "absent")
+
+
+def test_failure_groups_quote_errors_only_when_letters_may_be_read() -> None:
+    """Beyond loopback without the token, the DLQ panel counts failures but withholds the error
+    text (an error header may quote personal data)."""
+    from aiokafka.structs import ConsumerRecord
+
+    from retrier.dashboard.api import _dlq_summary
+    from retrier.dlq_index import DeadLetterIndex
+
+    headers = [
+        ("hifi-reason", b"http_4xx"),
+        ("hifi-status", b"400"),
+        ("hifi-error", b"bad email x@y.z"),
+    ]
+    record = ConsumerRecord("t.dlq", 0, 0, 1_000, 0, b"k", b"{}", None, 0, 2, headers)
+    with DeadLetterIndex("t.dlq") as index:
+        index.add([record])
+        quoted = _dlq_summary(index, 2_000, quote_errors=True)["failure_groups"]
+        withheld = _dlq_summary(index, 2_000, quote_errors=False)["failure_groups"]
+    assert [(g["status"], g["count"]) for g in quoted] == [("400", 1)]
+    assert "x@y.z" in quoted[0]["error"]
+    assert [(g["status"], g["count"]) for g in withheld] == [("400", 1)]
+    assert "x@y.z" not in withheld[0]["error"]
