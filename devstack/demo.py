@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import re
+import secrets
 import signal
 import sys
 import time
@@ -158,6 +159,16 @@ def shielded_from_ctrl_c(shield: bool) -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+def dashboard_token_file() -> Path:
+    """A fresh token for the retrier's dashboard, in a file only its owner reads (never printed:
+    the demo's hints point at the file)."""
+    path = WORK_DIR / "dashboard-token"
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(secrets.token_hex(24) + "\n")
+    return path
+
+
 @contextlib.asynccontextmanager
 async def daemons(
     catalog: Path, bootstrap: str, ports: tuple[int, int, int], *, keep: bool = False
@@ -175,7 +186,11 @@ async def daemons(
             ),
             start_daemon(
                 "retrier",
-                ["--dest", DEST, *common, "--metrics-port", str(ports[1])],
+                [
+                    *("--dest", DEST, *common, "--metrics-port", str(ports[1])),
+                    *("--auditor-url", f"http://127.0.0.1:{ports[2]}"),
+                    *("--dashboard-token-file", str(dashboard_token_file())),
+                ],
                 bootstrap=bootstrap,
                 log_path=WORK_DIR / "retrier.log",
             ),
@@ -283,6 +298,8 @@ def keep_hints(running: Running) -> str:
             f"Try, from {Path.cwd()}:",
             f"  connector     curl -s {connector}/metrics | grep ^hifi_connector_records_total",
             f"                curl -s {connector}/status",
+            f"  dashboard     {retrier}/  (to replay from it: the token in"
+            f" {shown(running.work_dir / 'dashboard-token')})",
             f"  retrier       curl -s {retrier}/status",
             f"                curl -s {retrier}/readyz",
             f"                curl -s {retrier}/metrics | grep ^hifi_retrier_",
@@ -334,8 +351,8 @@ async def run(bootstrap: str, *, keep: bool = False) -> int:
         ports = (free_port(), free_port(), free_port())
         print(f"broker {bootstrap}; destination {destination.url} (8% faults: 5xx, 429, slow);")
         print(
-            f"connector metrics http://127.0.0.1:{ports[0]}/metrics, retrier "
-            f"http://127.0.0.1:{ports[1]}/status, auditor http://127.0.0.1:{ports[2]}/tables;"
+            f"connector metrics http://127.0.0.1:{ports[0]}/metrics, retrier dashboard "
+            f"http://127.0.0.1:{ports[1]}/, auditor http://127.0.0.1:{ports[2]}/tables;"
             f" logs in {WORK_DIR}/"
         )
         async with (

@@ -89,6 +89,21 @@ def test_hints_carry_the_real_addresses(tmp_path: Path) -> None:
     for log in ("connector.log", "retrier.log", "auditor.log", "tansu.log"):
         assert str(tmp_path / ".demo" / log) in hints
     assert "Ctrl-C" in hints
+    dashboard = next(line for line in hints.splitlines() if "dashboard" in line)
+    assert "http://127.0.0.1:19401/" in dashboard
+    assert str(tmp_path / ".demo" / "dashboard-token") in dashboard
+
+
+def test_the_dashboard_token_is_a_file_only_its_owner_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    demo.WORK_DIR.mkdir()
+    path = demo.dashboard_token_file()
+    token = path.read_text().strip()
+    assert len(token) >= 32
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert demo.dashboard_token_file().read_text().strip() != token  # fresh for every demo
 
 
 def _command(hints: str, label: str) -> list[str]:
