@@ -353,13 +353,34 @@ async def _started(
 async def _stop(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
     """Stop a client. A consumer stopped soon after it started can raise the cancellation of its
     own internal task (the coordinator's committed-offsets refresh); that is not a cancellation
-    of ours, so it is absorbed unless this task is being cancelled itself."""
+    of ours, so it is absorbed unless this task is being cancelled itself.
+
+    aiokafka's `stop()` marks the client closed before it closes anything, so one that gave up
+    half-way cannot be stopped again: what it did not reach (the fetcher, the network client
+    with its metadata task and sockets) is closed here, or it would outlive the client and
+    refresh metadata every few minutes for the life of the process.
+    """
     try:
         await client.stop()
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             raise
+        await _close_the_rest(client)
+
+
+async def _close_the_rest(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
+    """Close a consumer's fetcher and network client after an interrupted `stop()` (both close
+    idempotently; a producer's `stop()` closes its network client last as well)."""
+    for part in (getattr(client, "_fetcher", None), getattr(client, "_client", None)):
+        if part is None:
+            continue
+        try:
+            await part.close()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
 
 
 async def start_client(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -34,3 +35,28 @@ async def test_produce_consume_round_trip(kafka_settings: KafkaSettings, unique:
             assert await consumer.committed(tp) == offset
     assert len(await kafka.read_topic(kafka_settings, unique)) == 50
     assert len(await kafka.read_topic(kafka_settings, unique, at_least=10)) >= 10
+
+
+async def test_a_stop_interrupted_by_an_internal_cancellation_still_closes_the_client(
+    kafka_settings: KafkaSettings, unique: str
+) -> None:
+    """aiokafka's consumer.stop() marks itself closed, then its coordinator's close can raise the
+    cancellation of an internal task: the network client (its metadata task, its sockets) must be
+    closed all the same, or it refreshes metadata for the life of the process."""
+    from hifi.kafka import _stop
+
+    async with kafka.consumer(kafka_settings, group_id=f"{unique}.g") as consumer:
+        client = consumer._client  # the aiokafka consumer under hifi's
+        network = client._client
+        assert network._sync_task is not None  # the metadata task runs
+
+        close_coordinator = client._coordinator.close
+
+        async def coordinator_close_cancelled() -> None:
+            await close_coordinator()
+            raise asyncio.CancelledError  # as its committed-offsets refresh task's can
+
+        client._coordinator.close = coordinator_close_cancelled
+        await _stop(client)
+        assert network._sync_task is None  # closed: no metadata task left
+        assert not any(conn.connected() for conn in network._conns.values())
