@@ -92,7 +92,10 @@ async def _follow(
 
 
 def _apply(index: DeadLetterIndex, tp: TopicPartition, records: list[object]) -> None:
+    """One fetch's replay records as one mark per operator (the latest time of theirs): a mark
+    scans the index's columns, so it is applied once per fetch, not once per record."""
     skipped, first = 0, ""
+    by_operator: dict[str, tuple[int, list[tuple[int, int]]]] = {}
     for record in records:
         try:
             replay = decode_replay(getattr(record, "value", None))
@@ -100,6 +103,10 @@ def _apply(index: DeadLetterIndex, tp: TopicPartition, records: list[object]) ->
             skipped += 1
             first = first or f"{tp.topic}/{tp.partition}/{getattr(record, 'offset', '?')}: {exc}"
             continue
-        index.mark_replayed(replay.coordinates(), at_ms=replay.at_ms, by=replay.by)
+        at_ms, coords = by_operator.get(replay.by, (0, []))
+        coords.extend(replay.coordinates())
+        by_operator[replay.by] = (max(at_ms, replay.at_ms), coords)
+    for by, (at_ms, coords) in by_operator.items():
+        index.mark_replayed(coords, at_ms=at_ms, by=by)
     if skipped:
         log.warning("replay_records_skipped", topic=tp.topic, skipped=skipped, first=first)

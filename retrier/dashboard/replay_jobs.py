@@ -31,6 +31,9 @@ from retrier.replays import ReplayFilter
 log = structlog.get_logger(__name__)
 
 CHUNK_RECORDS = 500
+# The index is marked every this many letters: a mark scans the index's columns (tens of ms
+# with a million letters, on the event loop), so it is done in a few large steps, not per chunk.
+MARK_EVERY_LETTERS = 10_000
 _FINISHED_KEPT = 20  # finished jobs still answered by id
 
 Coordinates = Mapping[int, list[int]]  # NAME.dlq partition -> offsets
@@ -146,16 +149,19 @@ class ReplayJobs:
                     self.settings, dest.dlq_topic, coordinates, chunk_records=self.chunk_records
                 )
                 async with contextlib.aclosing(reading) as chunks:
+                    unmarked: list[tuple[int, int]] = []
                     async for chunk in chunks:
                         letters = [DeadLetter.from_record(record) for record in chunk]
                         # re-offered, acknowledged, then recorded: the marks follow what was sent
-                        records = await replay_with(
-                            producer, dest, letters, by=job.by, filter=job.selection
-                        )
-                        at_ms = records[0].at_ms if records else _now_ms()
-                        mark((letter.coordinate for letter in letters), at_ms=at_ms, by=job.by)
+                        await replay_with(producer, dest, letters, by=job.by, filter=job.selection)
+                        unmarked.extend(letter.coordinate for letter in letters)
                         job.replayed += len(letters)
+                        if len(unmarked) >= MARK_EVERY_LETTERS:
+                            mark(unmarked, at_ms=_now_ms(), by=job.by)
+                            unmarked = []
                         await asyncio.sleep(0)  # the tiers' work goes first
+                    if unmarked:
+                        mark(unmarked, at_ms=_now_ms(), by=job.by)
         except asyncio.CancelledError:
             job.state, job.error = "failed", "the retrier stopped during the replay"
             raise
