@@ -261,6 +261,22 @@ def reconcile(
         nodes = _nodes(per_origin)
     finally:
         per_origin.unpersist()
+    return finish(rows, dead_by_reason, missing, nodes, versions, settled, lag_sla_s)
+
+
+def finish(
+    rows: list[dict[str, Any]],
+    dead_by_reason: dict[tuple[str, int], dict[str, int]],
+    missing: Any,
+    nodes: list[dict[str, Any]],
+    versions: list[SettingsVersion],
+    settled: set[tuple[str, int]],
+    lag_sla_s: float | None,
+) -> Reconciled:
+    """The reconciliation from what the query counted: `rows` (per destination and minute the
+    counts, `on_time`, `seen_ms_max` and the percentiles of `minute_table`), dead letters by
+    reason, the missing events, the nodes; judged in Python (the bench's DuckDB reference
+    finishes its own counts with this too)."""
     by_dest: dict[str, list[SettingsVersion]] = defaultdict(list)
     for version in versions:
         by_dest[version.dest].append(version)
