@@ -52,12 +52,11 @@ ORIGIN = ["dest", "topic", "partition", "offset"]
 PERCENTILES = (50, 95, 99)
 LAG_MAX_MS = 2**31 - 1  # as the ledger clamps
 FUTURE_TOLERANCE_MS = 60_000
-# minute-table columns the bench compares with its DuckDB reference
-COMPARED = [
-    "dest", "minute_ms", "entered", "delivered", "dead_lettered", "filtered", "in_retry",
-    "missing", "duplicates", "lag_p50_ms", "lag_p95_ms", "lag_p99_ms",
-]  # fmt: skip
 _HANDED = (str(Outcome.HANDED_OFF), str(Outcome.RE_OFFERED))
+_MISSING_COLUMNS = [
+    ("dest", "string"), ("minute_ms", "int64"), ("event_id", "string"), ("topic", "string"),
+    ("partition", "int32"), ("offset", "int64"), ("event_time_ms", "int64"),
+]  # fmt: skip
 
 
 @dataclass
@@ -74,73 +73,190 @@ class Reconciled:
     settings: dict[str, list[SettingsVersion]] = field(default_factory=dict)
 
 
-def origins(entered: DataFrame, outcomes: DataFrame | None) -> DataFrame:
-    """One row per origin that entered: where it counts and what became of it."""
+# The union of entered and outcome rows carries only fixed-width columns besides the origin
+# and the fact id, so Spark aggregates it in hash maps (a string or set in an aggregation
+# buffer makes it sort every row): what a row is goes in the bits of `code`, and its three
+# times in `a`, `b`, `c`:
+#   entered rows:  kind _ROW_ENTERED and problem flags; a = minute_ms, b = event_time_ms,
+#                  c = kafka_ms
+#   outcome rows:  kind of outcome, the codes of its reason and node (`Names`);
+#                  a = outcome_ms, b = taken_ms
+_ROW_ENTERED, _ROW_DELIVERED, _ROW_DEAD, _ROW_FILTERED, _ROW_HANDED, _ROW_OTHER = range(6)
+_KIND = 0x0F
+_FUTURE = 0x10  # an entered row whose problem is time_future
+_AFTER_FUTURE = 0x20  # one whose problem sorts after time_future (then max(problem) is not it)
+_REASON_SHIFT, _REASON_MASK = 8, (1 << 24) - 1
+_NODE_SHIFT = 32
+# an origin's status, by the auditor's precedence
+STATUSES = ("delivered", "dead_lettered", "filtered", "in_retry", "missing")
+DELIVERED, DEAD_LETTERED, FILTERED, IN_RETRY, MISSING = range(len(STATUSES))
+_UNKNOWN_REASON = "unknown"
+_BROADCAST_MISSING_MAX = 1_000_000  # missing origins joined to their entered rows by broadcast
+
+
+@dataclass(frozen=True)
+class Names:
+    """The node names and dead-letter reasons of the outcome rows, by the codes the rows carry
+    (a reason code names `coalesce(reason, 'unknown')`)."""
+
+    nodes: list[str]
+    reasons: list[str]
+
+
+def names_of(spark: SparkSession, outcomes: DataFrame | None) -> tuple[Names, DataFrame | None]:
+    """The distinct nodes and reasons of `outcomes` (a small aggregation), and a table of
+    (node, reason_key, named): the code bits of each pair, for a broadcast join."""
     from pyspark.sql import functions as F
 
-    e = entered.select(
-        *ORIGIN, "minute_ms", "event_id", "event_time_ms", "kafka_ms", "problem",
-        F.lit(None).cast("string").alias("fact_id"), F.lit(None).cast("string").alias("node"),
-        F.lit(None).cast("string").alias("outcome"), F.lit(None).cast("string").alias("reason"),
-        F.lit(None).cast("long").alias("outcome_ms"), F.lit(None).cast("long").alias("taken_ms"),
+    if outcomes is None:
+        return Names([], []), None
+    pairs = outcomes.select("node", _reason_key().alias("reason_key")).distinct().collect()
+    nodes = sorted({row["node"] for row in pairs})
+    reasons = sorted({row["reason_key"] for row in pairs})
+    node_code = {name: i for i, name in enumerate(nodes)}
+    reason_code = {name: i for i, name in enumerate(reasons)}
+    if len(reasons) > _REASON_MASK:
+        raise ArchiveInputError(f"the outcome rows name {len(reasons):,} reasons: too many")
+    codes = spark.createDataFrame(
+        [
+            (row["node"], row["reason_key"],
+             node_code[row["node"]] << _NODE_SHIFT | reason_code[row["reason_key"]] << _REASON_SHIFT)
+            for row in pairs
+        ],
+        "node string, reason_key string, named long",
     )  # fmt: skip
-    rows = e
-    if outcomes is not None:
-        o = outcomes.select(
-            *ORIGIN, F.lit(None).cast("long").alias("minute_ms"),
-            F.lit(None).cast("string").alias("event_id"),
-            F.lit(None).cast("long").alias("event_time_ms"),
-            F.lit(None).cast("long").alias("kafka_ms"), F.lit(None).cast("string").alias("problem"),
-            "fact_id", "node", "outcome", "reason", "outcome_ms", "taken_ms",
-        )  # fmt: skip
-        rows = e.unionByName(o)
-    delivered = F.col("outcome") == str(Outcome.DELIVERED)
-    dead = F.col("outcome") == str(Outcome.DEAD_LETTERED)
-    first_at = F.when(delivered, F.col("outcome_ms"))
-    dead_at = F.when(dead, F.col("outcome_ms"))
-    grouped = rows.groupBy(*ORIGIN).agg(
+    return Names(nodes, reasons), F.broadcast(codes)
+
+
+def _reason_key() -> Column:
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.col("reason"), F.lit(_UNKNOWN_REASON))
+
+
+def _rows(entered: DataFrame, outcomes: DataFrame | None, codes: DataFrame | None) -> DataFrame:
+    """Entered and outcome rows in one frame of fixed-width columns (see `_ROW_ENTERED`)."""
+    from pyspark.sql import functions as F
+
+    problem = F.col("problem")
+    flags = F.when(problem == "time_future", _FUTURE).otherwise(0) + F.when(
+        problem > "time_future", _AFTER_FUTURE
+    ).otherwise(0)
+    rows = entered.select(
+        *ORIGIN, F.lit(None).cast("string").alias("fact_id"),
+        (F.lit(_ROW_ENTERED) + flags).cast("long").alias("code"),
+        F.col("minute_ms").alias("a"), F.col("event_time_ms").alias("b"),
+        F.col("kafka_ms").alias("c"),
+    )  # fmt: skip
+    if outcomes is None or codes is None:
+        return rows
+    outcome = F.col("outcome")
+    kind = (
+        F.when(outcome == str(Outcome.DELIVERED), _ROW_DELIVERED)
+        .when(outcome == str(Outcome.DEAD_LETTERED), _ROW_DEAD)
+        .when(outcome == str(Outcome.FILTERED), _ROW_FILTERED)
+        .when(outcome.isin(*_HANDED), _ROW_HANDED)
+        .otherwise(_ROW_OTHER)
+    )
+    o = outcomes.withColumn("reason_key", _reason_key()).join(codes, ["node", "reason_key"])
+    return rows.unionByName(
+        o.select(
+            *ORIGIN,
+            "fact_id",
+            (F.col("named") + kind).alias("code"),
+            F.col("outcome_ms").alias("a"),
+            F.col("taken_ms").alias("b"),
+            F.lit(None).cast("long").alias("c"),
+        )
+    )
+
+
+def origins(entered: DataFrame, outcomes: DataFrame | None, codes: DataFrame | None) -> DataFrame:
+    """One row per origin that entered: where it counts and what became of it.
+
+    One shuffle, by origin; then two hash aggregations in place (the partitioning by origin
+    serves both): per origin and fact id (a fact archived twice counts once), then per origin.
+    """
+    from pyspark.sql import functions as F
+
+    code = F.col("code")
+    kind = code.bitwiseAND(_KIND)
+
+    def of(which: int, column: Column) -> Column:
+        return F.when(kind == which, column)
+
+    def flag(which: int) -> Column:
+        return F.max((kind == which).cast("int"))
+
+    a, b, c = F.col("a"), F.col("b"), F.col("c")
+    per_fact = (
+        _rows(entered, outcomes, codes)
+        .repartition(*ORIGIN)
+        .groupBy(*ORIGIN, "fact_id")
+        .agg(
+            F.min(of(_ROW_ENTERED, a)).alias("minute_ms"),
+            F.min(of(_ROW_ENTERED, b)).alias("event_time_ms"),
+            F.max(of(_ROW_ENTERED, c)).alias("kafka_ms"),
+            F.max(of(_ROW_ENTERED, code.bitwiseAND(_FUTURE))).alias("future"),
+            F.max(of(_ROW_ENTERED, code.bitwiseAND(_AFTER_FUTURE))).alias("after_future"),
+            flag(_ROW_DELIVERED).alias("delivered"),
+            F.min(of(_ROW_DELIVERED, a)).alias("first_2xx_ms"),
+            F.min_by(of(_ROW_DELIVERED, b), of(_ROW_DELIVERED, a)).alias("taken_ms"),
+            F.min_by(
+                of(_ROW_DELIVERED, F.shiftright(code, _NODE_SHIFT)), of(_ROW_DELIVERED, a)
+            ).alias("node"),
+            F.min(of(_ROW_DEAD, a)).alias("dead_ms"),
+            F.min_by(
+                of(_ROW_DEAD, F.shiftright(code, _REASON_SHIFT).bitwiseAND(_REASON_MASK)),
+                of(_ROW_DEAD, a),
+            ).alias("reason"),
+            flag(_ROW_DEAD).alias("dead"),
+            flag(_ROW_FILTERED).alias("filtered"),
+            flag(_ROW_HANDED).alias("handed"),
+            F.max(F.when(kind != _ROW_ENTERED, a)).alias("last_outcome_ms"),
+        )
+    )
+    first_2xx = F.col("first_2xx_ms")
+    grouped = per_fact.groupBy(*ORIGIN).agg(
         F.min("minute_ms").alias("minute_ms"),
-        F.max("event_id").alias("event_id"),
         F.min("event_time_ms").alias("event_time_ms"),
         F.max("kafka_ms").alias("kafka_ms"),
-        F.max("problem").alias("problem"),
-        F.size(F.collect_set(F.when(delivered, F.col("fact_id")))).alias("deliveries"),
-        F.min(first_at).alias("first_2xx_ms"),
-        F.max("outcome_ms").alias("last_outcome_ms"),
-        F.min_by(F.when(delivered, F.col("taken_ms")), first_at).alias("taken_ms"),
-        F.min_by(F.when(delivered, F.col("node")), first_at).alias("node"),
-        F.min_by(F.when(dead, F.coalesce(F.col("reason"), F.lit("unknown"))), dead_at).alias(
-            "dead_reason"
-        ),
-        F.max(dead.cast("int")).alias("dead"),
-        F.max((F.col("outcome") == str(Outcome.FILTERED)).cast("int")).alias("filtered"),
-        F.max(F.col("outcome").isin(*_HANDED).cast("int")).alias("handed"),
+        F.max("future").alias("future"),
+        F.max("after_future").alias("after_future"),
+        F.sum("delivered").alias("deliveries"),  # distinct delivered fact ids
+        F.min(first_2xx).alias("first_2xx_ms"),
+        F.min_by("taken_ms", first_2xx).alias("taken_ms"),
+        F.min_by("node", first_2xx).alias("node"),
+        F.min_by("reason", "dead_ms").alias("reason"),
+        F.max("dead").alias("dead"),
+        F.max("filtered").alias("filtered"),
+        F.max("handed").alias("handed"),
+        F.max("last_outcome_ms").alias("last_outcome_ms"),
     )
     status = (
-        F.when(F.col("deliveries") > 0, "delivered")
-        .when(F.col("dead") == 1, "dead_lettered")
-        .when(F.col("filtered") == 1, "filtered")
-        .when(F.col("handed") == 1, "in_retry")
-        .otherwise("missing")
+        F.when(F.col("deliveries") > 0, DELIVERED)
+        .when(F.col("dead") == 1, DEAD_LETTERED)
+        .when(F.col("filtered") == 1, FILTERED)
+        .when(F.col("handed") == 1, IN_RETRY)
+        .otherwise(MISSING)
     )
-    lag_ok = F.col("first_2xx_ms").isNotNull() & ~F.coalesce(
-        F.col("problem") == "time_future", F.lit(False)
-    )
+    # as `problem != 'time_future'` of the greatest problem of the origin's entered rows
+    future = (F.col("future") > 0) & (F.col("after_future") == 0)
+    lag_ok = first_2xx.isNotNull() & ~F.coalesce(future, F.lit(False))
     taken_ok = (
         lag_ok
         & (F.col("taken_ms") > 0)
         & (F.col("event_time_ms") <= F.col("taken_ms") + FUTURE_TOLERANCE_MS)
     )
-    return (
-        grouped.where(F.col("minute_ms").isNotNull())
-        .withColumn("status", status)
-        .withColumn("duplicates", F.greatest(F.col("deliveries") - 1, F.lit(0)))
-        .withColumn(
-            "lag_ms", F.when(lag_ok, _clamp(F.col("first_2xx_ms") - F.col("event_time_ms")))
-        )
-        .withColumn("lag_in_ms", F.when(taken_ok, F.col("taken_ms") - F.col("event_time_ms")))
-        .withColumn("process_ms", F.when(taken_ok, F.col("first_2xx_ms") - F.col("taken_ms")))
-    )
+    return grouped.where(F.col("minute_ms").isNotNull()).select(
+        *ORIGIN, "minute_ms", "event_time_ms", "first_2xx_ms", "node", "reason",
+        status.alias("status"),
+        F.greatest(F.coalesce(F.col("deliveries"), F.lit(0)) - 1, F.lit(0)).alias("duplicates"),
+        F.greatest("kafka_ms", "last_outcome_ms").alias("seen_ms"),
+        F.when(lag_ok, _clamp(first_2xx - F.col("event_time_ms"))).alias("lag_ms"),
+        F.when(taken_ok, F.col("taken_ms") - F.col("event_time_ms")).alias("lag_in_ms"),
+        F.when(taken_ok, first_2xx - F.col("taken_ms")).alias("process_ms"),
+    )  # fmt: skip
 
 
 def _clamp(column: Column) -> Column:
@@ -149,29 +265,58 @@ def _clamp(column: Column) -> Column:
     return F.least(F.greatest(column, F.lit(0)), F.lit(LAG_MAX_MS))
 
 
-def nearest_ranks(
-    values: DataFrame, keys: list[str], value: str, pcts: tuple[int, ...], prefix: str
-) -> DataFrame:
-    """Exact nearest-rank percentiles of `value` per `keys`: counts of each distinct value,
-    a running sum in value order, and the smallest value whose running count reaches
-    ceil(pct * n / 100), in integers (cum * 100 >= pct * n)."""
+# the nearest-rank percentiles computed in one pass: (name, per what, of which value, pcts)
+_RANKED = (
+    ("lag", "minute_ms", "lag_ms", PERCENTILES),
+    ("lag_in", "minute_ms", "lag_in_ms", (95,)),
+    ("process", "minute_ms", "process_ms", (95,)),
+    ("node", "node", "process_ms", PERCENTILES),
+)
+
+
+def nearest_ranks(per_origin: DataFrame) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """Exact nearest-rank percentiles of each `_RANKED` value, per destination and minute (or
+    node): counts of each distinct value, a running sum in value order, and the smallest value
+    whose running count reaches ceil(pct * n / 100), in integers (cum * 100 >= pct * n).
+    Keyed by (name, dest, minute or node code): `n` and `p{pct}`."""
+    from functools import reduce
+
     from pyspark.sql import Window as W
     from pyspark.sql import functions as F
 
-    counted = values.where(F.col(value).isNotNull()).groupBy(*keys, value).count()
-    ordered = W.partitionBy(*keys).orderBy(value).rowsBetween(W.unboundedPreceding, W.currentRow)
-    whole = W.partitionBy(*keys)
-    ranked = counted.withColumn("cum", F.sum("count").over(ordered)).withColumn(
-        "n", F.sum("count").over(whole)
-    )
-    return ranked.groupBy(*keys).agg(
-        *(
-            F.min(F.when(F.col("cum") * 100 >= F.col("n") * pct, F.col(value))).alias(
-                f"{prefix}_p{pct}_ms"
+    stacked = reduce(
+        lambda x, y: x.unionByName(y),
+        [
+            per_origin.where(F.col(value).isNotNull()).select(
+                "dest",
+                F.col(key).alias("key"),
+                F.lit(i).alias("which"),
+                F.col(value).alias("value"),
             )
-            for pct in pcts
-        )
+            for i, (_, key, value, _) in enumerate(_RANKED)
+        ],
     )
+    keys = ["dest", "key", "which"]
+    counted = stacked.groupBy(*keys, "value").count()
+    ordered = W.partitionBy(*keys).orderBy("value").rowsBetween(W.unboundedPreceding, W.currentRow)
+    ranked = counted.withColumn("cum", F.sum("count").over(ordered)).withColumn(
+        "n", F.sum("count").over(W.partitionBy(*keys))
+    )
+    pcts = sorted({pct for *_, wanted in _RANKED for pct in wanted})
+    rows = (
+        ranked.groupBy(*keys)
+        .agg(
+            F.max("n").alias("n"),
+            *(
+                F.min(F.when(F.col("cum") * 100 >= F.col("n") * pct, F.col("value"))).alias(
+                    f"p{pct}"
+                )
+                for pct in pcts
+            ),
+        )
+        .collect()
+    )
+    return {(_RANKED[row["which"]][0], row["dest"], row["key"]): row.asDict() for row in rows}
 
 
 def on_time_expression(versions: list[SettingsVersion], dests: list[str]) -> Column:
@@ -194,37 +339,32 @@ def on_time_expression(versions: list[SettingsVersion], dests: list[str]) -> Col
     return (F.col("first_2xx_ms").isNotNull() & (F.col("first_2xx_ms") <= deadline)).cast("int")
 
 
-def minute_counts(per_origin: DataFrame, on_time: Column) -> DataFrame:
-    """The count columns per destination and minute."""
+def minute_counts(per_origin: DataFrame, on_time: Column, names: Names) -> list[dict[str, Any]]:
+    """The count columns per destination and minute, and its dead letters per reason code
+    (`dead_{code}`)."""
     from pyspark.sql import functions as F
 
-    def n(status: str) -> Column:
-        return F.sum((F.col("status") == status).cast("long"))
+    status = F.col("status")
 
-    return per_origin.groupBy("dest", "minute_ms").agg(
-        F.count(F.lit(1)).alias("entered"),
-        n("delivered").alias("delivered"),
-        n("dead_lettered").alias("dead_lettered"),
-        n("filtered").alias("filtered"),
-        n("in_retry").alias("in_retry"),
-        n("missing").alias("missing"),
-        F.sum("duplicates").alias("duplicates"),
-        F.sum(on_time).alias("on_time"),
-        F.max(F.greatest("kafka_ms", "last_outcome_ms")).alias("seen_ms_max"),
-    )
+    def n(which: Column) -> Column:
+        return F.sum(which.cast("long"))
 
-
-def minute_table(per_origin: DataFrame, on_time: Column) -> DataFrame:
-    """Counts and exact lag percentiles per destination and minute (no judgement yet)."""
-    keys = ["dest", "minute_ms"]
-    table = minute_counts(per_origin, on_time)
-    for value, prefix, pcts in (
-        ("lag_ms", "lag", PERCENTILES),
-        ("lag_in_ms", "lag_in", (95,)),
-        ("process_ms", "process", (95,)),
-    ):
-        table = table.join(nearest_ranks(per_origin, keys, value, pcts, prefix), keys, "left")
-    return table
+    return [
+        row.asDict()
+        for row in per_origin.groupBy("dest", "minute_ms")
+        .agg(
+            F.count(F.lit(1)).alias("entered"),
+            *(n(status == i).alias(name) for i, name in enumerate(STATUSES)),
+            F.sum("duplicates").alias("duplicates"),
+            F.sum(on_time).alias("on_time"),
+            F.max("seen_ms").alias("seen_ms_max"),
+            *(
+                n((status == DEAD_LETTERED) & (F.col("reason") == code)).alias(f"dead_{code}")
+                for code in range(len(names.reasons))
+            ),
+        )
+        .collect()
+    ]
 
 
 def reconcile(
@@ -242,26 +382,93 @@ def reconcile(
     if entered is None:
         raise ArchiveInputError(f"archive {archive}: no entered rows (is it an auditor's archive?)")
     outcomes = _outcomes_of(spark, archive, window, dests, entered)
+    names, codes = names_of(spark, outcomes)
     in_window = (F.col("minute_ms") >= window.from_ms) & (F.col("minute_ms") < window.to_ms)
-    per_origin = origins(entered, outcomes).where(in_window)
+    per_origin = origins(entered, outcomes, codes).where(in_window)
     settled = _settled_minutes(spark, archive, window, dests)
     versions = read_settings(spark, archive)
     found = sorted({v.dest for v in versions} | set(dests or []))
     per_origin = per_origin.persist()
     try:
-        on_time = on_time_expression(versions, found)
-        rows = [r.asDict() for r in minute_table(per_origin, on_time).collect()]
-        if not rows:
+        counted = minute_counts(per_origin, on_time_expression(versions, found), names)
+        if not counted:
             what = f"destination {', '.join(dests)}" if dests else "any destination"
             raise ArchiveInputError(
                 f"archive {archive}: no entered rows of {what} in {_span(window)}"
             )
-        dead_by_reason = _dead_by_reason(per_origin)
-        missing = _missing(per_origin)
-        nodes = _nodes(per_origin)
+        ranks = nearest_ranks(per_origin)
+        missing = _missing(per_origin, entered, sum(int(row["missing"]) for row in counted))
     finally:
         per_origin.unpersist()
+    rows, dead_by_reason = _minute_rows(counted, ranks, names)
+    nodes = _nodes(ranks, names)
     return finish(rows, dead_by_reason, missing, nodes, versions, settled, lag_sla_s)
+
+
+def _minute_rows(
+    counted: list[dict[str, Any]],
+    ranks: dict[tuple[str, str, int], dict[str, Any]],
+    names: Names,
+) -> tuple[list[dict[str, Any]], dict[tuple[str, int], dict[str, int]]]:
+    """The minute rows `finish` takes (counts and percentiles), and the dead letters by reason."""
+    rows = []
+    dead_by_reason: dict[tuple[str, int], dict[str, int]] = {}
+    for row in counted:
+        dest, minute_ms = row["dest"], row["minute_ms"]
+        by_reason = {
+            reason: int(row.pop(f"dead_{code}") or 0) for code, reason in enumerate(names.reasons)
+        }
+        by_reason = {reason: n for reason, n in by_reason.items() if n}
+        if by_reason:
+            dead_by_reason[dest, minute_ms] = by_reason
+        for name, _, _, pcts in _RANKED[:3]:
+            ranked = ranks.get((name, dest, minute_ms), {})
+            for pct in pcts:
+                row[f"{name}_p{pct}_ms"] = ranked.get(f"p{pct}")
+        rows.append(row)
+    return rows, dead_by_reason
+
+
+def _nodes(ranks: dict[tuple[str, str, int], dict[str, Any]], names: Names) -> list[dict[str, Any]]:
+    """The lag contribution of each node that delivered: its process duration, exactly."""
+    nodes = [
+        {
+            "dest": dest,
+            "node": names.nodes[code],
+            "delivered": int(ranked["n"]),
+            **{f"process_p{pct}_ms": ranked[f"p{pct}"] for pct in PERCENTILES},
+        }
+        for (name, dest, code), ranked in ranks.items()
+        if name == "node"
+    ]
+    return sorted(nodes, key=lambda node: (node["dest"], node["node"]))
+
+
+def _missing(per_origin: DataFrame, entered: DataFrame, count: int) -> Any:
+    """The missing events, with their ids from their entered rows (the greatest, as the rows of
+    an origin normally agree)."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    if count == 0:
+        return pa.table({name: pa.array([], type) for name, type in _MISSING_COLUMNS})
+    lost = per_origin.where(F.col("status") == MISSING).select(
+        "dest", "minute_ms", *ORIGIN[1:], "event_time_ms"
+    )
+    origins = lost.select(*ORIGIN)
+    if count <= _BROADCAST_MISSING_MAX:
+        origins = F.broadcast(origins)
+    ids = (
+        entered.join(origins, ORIGIN, "left_semi")
+        .groupBy(*ORIGIN)
+        .agg(F.max("event_id").alias("event_id"))
+    )
+    return (
+        lost.join(ids, ORIGIN, "left")
+        .select([name for name, _ in _MISSING_COLUMNS])
+        .orderBy("dest", "topic", "partition", "offset")
+        .toArrow()
+    )
 
 
 def finish(
@@ -343,43 +550,6 @@ def _span(window: Window) -> str:
     from auditor.tables import iso_minute
 
     return f"[{iso_minute(window.from_ms)}, {iso_minute(window.to_ms)})"
-
-
-def _dead_by_reason(per_origin: DataFrame) -> dict[tuple[str, int], dict[str, int]]:
-    from pyspark.sql import functions as F
-
-    found: dict[tuple[str, int], dict[str, int]] = defaultdict(dict)
-    counted = (
-        per_origin.where(F.col("status") == "dead_lettered")
-        .groupBy("dest", "minute_ms", "dead_reason")
-        .count()
-        .collect()
-    )
-    for row in counted:
-        found[row["dest"], row["minute_ms"]][row["dead_reason"]] = int(row["count"])
-    return found
-
-
-def _missing(per_origin: DataFrame) -> Any:
-    from pyspark.sql import functions as F
-
-    return (
-        per_origin.where(F.col("status") == "missing")
-        .select("dest", "minute_ms", "event_id", "topic", "partition", "offset", "event_time_ms")
-        .orderBy("dest", "topic", "partition", "offset")
-        .toArrow()
-    )
-
-
-def _nodes(per_origin: DataFrame) -> list[dict[str, Any]]:
-    """The lag contribution of each node that delivered: its process duration, exactly."""
-    from pyspark.sql import functions as F
-
-    delivered = per_origin.where(F.col("process_ms").isNotNull())
-    counts = delivered.groupBy("dest", "node").agg(F.count(F.lit(1)).alias("delivered"))
-    ranks = nearest_ranks(delivered, ["dest", "node"], "process_ms", PERCENTILES, "process")
-    rows = counts.join(ranks, ["dest", "node"], "left").orderBy("dest", "node").collect()
-    return [row.asDict() for row in rows]
 
 
 def _horizons(rows: list[dict[str, Any]]) -> dict[str, int]:
