@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv java demo test check lint typecheck bench bench-auditor chaos clean
+.PHONY: help venv java demo test check lint typecheck bench bench-auditor bench-reconcile chaos clean
 
 help:
 	@echo "make demo   - run the connector and retrier against a local broker and a flaky destination"
@@ -14,6 +14,7 @@ help:
 	@echo "make check  - ruff, mypy --strict, tests"
 	@echo "make bench  - throughput, lag and scale benchmark (results in bench/results/)"
 	@echo "make bench-auditor - the auditor's RSS with 1 M events waiting, and its throughput and RSS at 50k/s"
+	@echo "make bench-reconcile - spark-batch reconcile of a synthetic day of 10 M events on local[2], checked against DuckDB"
 	@echo "make chaos  - fault-injection runs that count loss by event id"
 
 $(STAMP): pyproject.toml
@@ -56,6 +57,12 @@ bench: $(STAMP)
 
 bench-auditor: $(STAMP)
 	$(BIN)/python -m bench.auditor
+
+# EVENTS=N: another size than the 10 million of the target
+EVENTS ?= 10000000
+
+bench-reconcile: $(STAMP) java
+	$(BIN)/python -m bench.reconcile --events $(EVENTS)
 
 chaos: $(STAMP)
 	$(BIN)/python -m chaos

@@ -117,7 +117,7 @@ def against_truth(result: Reconciled, truth: Truth) -> list[str]:
     return found
 
 
-def _archive(work: Path, plan: Plan) -> tuple[Path, Truth, float | None]:
+def prepare(work: Path, plan: Plan) -> tuple[Path, Truth, float | None]:
     """The archive of `plan` under `work`: generated, or the one a previous run left there."""
     root = work / f"archive-{plan.events}-{plan.seed}"
     stamp = root / "_state" / _PLAN_FILE
@@ -205,7 +205,7 @@ def main(events: int, seed: int, work: Path | None, master: str, results_dir: Pa
     temporary = work is None
     work = Path(tempfile.mkdtemp(prefix="hifi-bench-reconcile-")) if work is None else work
     try:
-        root, truth, generate_s = _archive(work, plan)
+        root, truth, generate_s = prepare(work, plan)
         window = Window(plan.start_ms, plan.start_ms + DAY_MS)
         spark_result, reference, startup_s, query_s, duckdb_s = measure(root, window, master)
     finally:
