@@ -73,20 +73,22 @@ class Reconciled:
     settings: dict[str, list[SettingsVersion]] = field(default_factory=dict)
 
 
-# The union of entered and outcome rows carries only fixed-width columns besides the origin
-# and the fact id, so Spark aggregates it in hash maps (a string or set in an aggregation
-# buffer makes it sort every row): what a row is goes in the bits of `code`, and its three
-# times in `a`, `b`, `c`:
-#   entered rows:  kind _ROW_ENTERED and problem flags; a = minute_ms, b = event_time_ms,
+# Entered and outcome rows become fixed-width rows besides the origin (and the fact id), so
+# Spark aggregates them in hash maps (a string or a set in an aggregation buffer makes it sort
+# every row instead): what a row is goes in the bits of `code`, its times in `a`, `b`, `c`:
+#   entered rows:  _ROW_ENTERED and the problem bits; a = minute_ms, b = event_time_ms,
 #                  c = kafka_ms
-#   outcome rows:  kind of outcome, the codes of its reason and node (`Names`);
+#   outcome rows:  the bit of its outcome, the codes of its reason and node (`Names`);
 #                  a = outcome_ms, b = taken_ms
-_ROW_ENTERED, _ROW_DELIVERED, _ROW_DEAD, _ROW_FILTERED, _ROW_HANDED, _ROW_OTHER = range(6)
-_KIND = 0x0F
-_FUTURE = 0x10  # an entered row whose problem is time_future
-_AFTER_FUTURE = 0x20  # one whose problem sorts after time_future (then max(problem) is not it)
+_ROW_ENTERED, _ROW_DELIVERED, _ROW_DEAD, _ROW_FILTERED, _ROW_HANDED, _ROW_OTHER = (
+    1, 2, 4, 8, 16, 32,
+)  # fmt: skip
+_FUTURE = 64  # an entered row whose problem is time_future
+_AFTER_FUTURE = 128  # one whose problem sorts after time_future (then max(problem) is not it)
+_BITS = 0xFF
 _REASON_SHIFT, _REASON_MASK = 8, (1 << 24) - 1
 _NODE_SHIFT = 32
+_PARTITION_BYTES = 16 * 2**20  # of input per partition of the shuffle by origin
 # an origin's status, by the auditor's precedence
 STATUSES = ("delivered", "dead_lettered", "filtered", "in_retry", "missing")
 DELIVERED, DEAD_LETTERED, FILTERED, IN_RETRY, MISSING = range(len(STATUSES))
@@ -134,22 +136,25 @@ def _reason_key() -> Column:
     return F.coalesce(F.col("reason"), F.lit(_UNKNOWN_REASON))
 
 
-def _rows(entered: DataFrame, outcomes: DataFrame | None, codes: DataFrame | None) -> DataFrame:
-    """Entered and outcome rows in one frame of fixed-width columns (see `_ROW_ENTERED`)."""
+def _entered_rows(entered: DataFrame) -> DataFrame:
+    """Entered rows as fixed-width rows (see `_ROW_ENTERED`)."""
     from pyspark.sql import functions as F
 
     problem = F.col("problem")
     flags = F.when(problem == "time_future", _FUTURE).otherwise(0) + F.when(
         problem > "time_future", _AFTER_FUTURE
     ).otherwise(0)
-    rows = entered.select(
-        *ORIGIN, F.lit(None).cast("string").alias("fact_id"),
-        (F.lit(_ROW_ENTERED) + flags).cast("long").alias("code"),
+    return entered.select(
+        *ORIGIN, (F.lit(_ROW_ENTERED) + flags).cast("long").alias("code"),
         F.col("minute_ms").alias("a"), F.col("event_time_ms").alias("b"),
         F.col("kafka_ms").alias("c"),
     )  # fmt: skip
-    if outcomes is None or codes is None:
-        return rows
+
+
+def _outcome_rows(outcomes: DataFrame, codes: DataFrame) -> DataFrame:
+    """Outcome rows as fixed-width rows and their fact id (see `_ROW_ENTERED`)."""
+    from pyspark.sql import functions as F
+
     outcome = F.col("outcome")
     kind = (
         F.when(outcome == str(Outcome.DELIVERED), _ROW_DELIVERED)
@@ -158,91 +163,86 @@ def _rows(entered: DataFrame, outcomes: DataFrame | None, codes: DataFrame | Non
         .when(outcome.isin(*_HANDED), _ROW_HANDED)
         .otherwise(_ROW_OTHER)
     )
-    o = outcomes.withColumn("reason_key", _reason_key()).join(codes, ["node", "reason_key"])
-    return rows.unionByName(
-        o.select(
-            *ORIGIN,
-            "fact_id",
-            (F.col("named") + kind).alias("code"),
-            F.col("outcome_ms").alias("a"),
-            F.col("taken_ms").alias("b"),
-            F.lit(None).cast("long").alias("c"),
+    named = outcomes.withColumn("reason_key", _reason_key()).join(codes, ["node", "reason_key"])
+    return named.select(
+        *ORIGIN, "fact_id", (F.col("named") + kind).alias("code"),
+        F.col("outcome_ms").alias("a"), F.col("taken_ms").alias("b"),
+    )  # fmt: skip
+
+
+def shuffle_partitions(spark: SparkSession, *frames: DataFrame) -> int:
+    """Partitions for the shuffle by origin: one per `_PARTITION_BYTES` of input (Spark's
+    estimate, after pruning), so that a task's hash maps stay in memory; at least the
+    session's `spark.sql.shuffle.partitions`."""
+    least = int(spark.conf.get("spark.sql.shuffle.partitions") or 1)
+    try:
+        size = sum(
+            int(str(frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+            for frame in frames
         )
-    )
+    except Exception:  # an estimate only: without it, the session's number
+        return least
+    return max(least, -(-size // _PARTITION_BYTES))
 
 
-def origins(entered: DataFrame, outcomes: DataFrame | None, codes: DataFrame | None) -> DataFrame:
+def origins(
+    entered: DataFrame, outcomes: DataFrame | None, codes: DataFrame | None, partitions: int
+) -> DataFrame:
     """One row per origin that entered: where it counts and what became of it.
 
-    One shuffle, by origin; then two hash aggregations in place (the partitioning by origin
-    serves both): per origin and fact id (a fact archived twice counts once), then per origin.
+    Entered and outcome rows are shuffled by origin into the same `partitions`, so what
+    follows needs no other exchange: outcome rows are grouped per origin and fact (a fact
+    archived twice counts once: its rows are the same), then, with the entered rows, per
+    origin.
     """
     from pyspark.sql import functions as F
 
-    code = F.col("code")
-    kind = code.bitwiseAND(_KIND)
-
-    def of(which: int, column: Column) -> Column:
-        return F.when(kind == which, column)
-
-    def flag(which: int) -> Column:
-        return F.max((kind == which).cast("int"))
-
-    a, b, c = F.col("a"), F.col("b"), F.col("c")
-    per_fact = (
-        _rows(entered, outcomes, codes)
-        .repartition(*ORIGIN)
-        .groupBy(*ORIGIN, "fact_id")
-        .agg(
-            F.min(of(_ROW_ENTERED, a)).alias("minute_ms"),
-            F.min(of(_ROW_ENTERED, b)).alias("event_time_ms"),
-            F.max(of(_ROW_ENTERED, c)).alias("kafka_ms"),
-            F.max(of(_ROW_ENTERED, code.bitwiseAND(_FUTURE))).alias("future"),
-            F.max(of(_ROW_ENTERED, code.bitwiseAND(_AFTER_FUTURE))).alias("after_future"),
-            flag(_ROW_DELIVERED).alias("delivered"),
-            F.min(of(_ROW_DELIVERED, a)).alias("first_2xx_ms"),
-            F.min_by(of(_ROW_DELIVERED, b), of(_ROW_DELIVERED, a)).alias("taken_ms"),
-            F.min_by(
-                of(_ROW_DELIVERED, F.shiftright(code, _NODE_SHIFT)), of(_ROW_DELIVERED, a)
-            ).alias("node"),
-            F.min(of(_ROW_DEAD, a)).alias("dead_ms"),
-            F.min_by(
-                of(_ROW_DEAD, F.shiftright(code, _REASON_SHIFT).bitwiseAND(_REASON_MASK)),
-                of(_ROW_DEAD, a),
-            ).alias("reason"),
-            flag(_ROW_DEAD).alias("dead"),
-            flag(_ROW_FILTERED).alias("filtered"),
-            flag(_ROW_HANDED).alias("handed"),
-            F.max(F.when(kind != _ROW_ENTERED, a)).alias("last_outcome_ms"),
+    rows = _entered_rows(entered).repartition(partitions, *ORIGIN)
+    if outcomes is not None and codes is not None:
+        facts = (
+            _outcome_rows(outcomes, codes)
+            .repartition(partitions, *ORIGIN)
+            .groupBy(*ORIGIN, "fact_id", "code")
+            .agg(F.min("a").alias("a"), F.min("b").alias("b"))
+            .select(*ORIGIN, "code", "a", "b", F.lit(None).cast("long").alias("c"))
         )
+        rows = rows.unionByName(facts)
+    code, a, b = F.col("code"), F.col("a"), F.col("b")
+
+    def of(bit: int, column: Column) -> Column:
+        return F.when(code.bitwiseAND(bit) != 0, column)
+
+    first_at = of(_ROW_DELIVERED, a)
+    grouped = rows.groupBy(*ORIGIN).agg(
+        F.min(of(_ROW_ENTERED, a)).alias("minute_ms"),
+        F.min(of(_ROW_ENTERED, b)).alias("event_time_ms"),
+        F.max("c").alias("kafka_ms"),
+        F.bit_or(code.bitwiseAND(_BITS)).alias("flags"),
+        F.count(first_at).alias("deliveries"),  # distinct delivered facts
+        F.min(first_at).alias("first_2xx_ms"),
+        F.min_by(of(_ROW_DELIVERED, b), first_at).alias("taken_ms"),
+        F.min_by(of(_ROW_DELIVERED, F.shiftright(code, _NODE_SHIFT)), first_at).alias("node"),
+        F.min_by(
+            of(_ROW_DEAD, F.shiftright(code, _REASON_SHIFT).bitwiseAND(_REASON_MASK)),
+            of(_ROW_DEAD, a),
+        ).alias("reason"),
+        F.max(F.when(code.bitwiseAND(_ROW_ENTERED) == 0, a)).alias("last_outcome_ms"),
     )
+    flags = F.col("flags")
+
+    def has(bit: int) -> Column:
+        return flags.bitwiseAND(bit) != 0
+
     first_2xx = F.col("first_2xx_ms")
-    grouped = per_fact.groupBy(*ORIGIN).agg(
-        F.min("minute_ms").alias("minute_ms"),
-        F.min("event_time_ms").alias("event_time_ms"),
-        F.max("kafka_ms").alias("kafka_ms"),
-        F.max("future").alias("future"),
-        F.max("after_future").alias("after_future"),
-        F.sum("delivered").alias("deliveries"),  # distinct delivered fact ids
-        F.min(first_2xx).alias("first_2xx_ms"),
-        F.min_by("taken_ms", first_2xx).alias("taken_ms"),
-        F.min_by("node", first_2xx).alias("node"),
-        F.min_by("reason", "dead_ms").alias("reason"),
-        F.max("dead").alias("dead"),
-        F.max("filtered").alias("filtered"),
-        F.max("handed").alias("handed"),
-        F.max("last_outcome_ms").alias("last_outcome_ms"),
-    )
     status = (
         F.when(F.col("deliveries") > 0, DELIVERED)
-        .when(F.col("dead") == 1, DEAD_LETTERED)
-        .when(F.col("filtered") == 1, FILTERED)
-        .when(F.col("handed") == 1, IN_RETRY)
+        .when(has(_ROW_DEAD), DEAD_LETTERED)
+        .when(has(_ROW_FILTERED), FILTERED)
+        .when(has(_ROW_HANDED), IN_RETRY)
         .otherwise(MISSING)
     )
     # as `problem != 'time_future'` of the greatest problem of the origin's entered rows
-    future = (F.col("future") > 0) & (F.col("after_future") == 0)
-    lag_ok = first_2xx.isNotNull() & ~F.coalesce(future, F.lit(False))
+    lag_ok = first_2xx.isNotNull() & ~(has(_FUTURE) & ~has(_AFTER_FUTURE))
     taken_ok = (
         lag_ok
         & (F.col("taken_ms") > 0)
@@ -251,7 +251,7 @@ def origins(entered: DataFrame, outcomes: DataFrame | None, codes: DataFrame | N
     return grouped.where(F.col("minute_ms").isNotNull()).select(
         *ORIGIN, "minute_ms", "event_time_ms", "first_2xx_ms", "node", "reason",
         status.alias("status"),
-        F.greatest(F.coalesce(F.col("deliveries"), F.lit(0)) - 1, F.lit(0)).alias("duplicates"),
+        F.greatest(F.col("deliveries") - 1, F.lit(0)).alias("duplicates"),
         F.greatest("kafka_ms", "last_outcome_ms").alias("seen_ms"),
         F.when(lag_ok, _clamp(first_2xx - F.col("event_time_ms"))).alias("lag_ms"),
         F.when(taken_ok, F.col("taken_ms") - F.col("event_time_ms")).alias("lag_in_ms"),
@@ -265,58 +265,95 @@ def _clamp(column: Column) -> Column:
     return F.least(F.greatest(column, F.lit(0)), F.lit(LAG_MAX_MS))
 
 
-# the nearest-rank percentiles computed in one pass: (name, per what, of which value, pcts)
-_RANKED = (
-    ("lag", "minute_ms", "lag_ms", PERCENTILES),
-    ("lag_in", "minute_ms", "lag_in_ms", (95,)),
-    ("process", "minute_ms", "process_ms", (95,)),
-    ("node", "node", "process_ms", PERCENTILES),
-)
+# What each row of the one aggregation after the per-origin rows stands for (`tally`): an
+# origin's status (its value: the status, and for a dead letter the reason's code too), a lag
+# value of a minute, a process duration of a node, a missing origin (partition, offset, topic).
+_W_STATUS, _W_LAG, _W_LAG_IN, _W_PROCESS, _W_NODE, _W_MISSING = range(6)
+# the exact nearest-rank percentiles, of values counted per (dest, which, key)
+_RANKED = {
+    _W_LAG: ("lag", PERCENTILES),
+    _W_LAG_IN: ("lag_in", (95,)),
+    _W_PROCESS: ("process", (95,)),
+    _W_NODE: ("process", PERCENTILES),  # per node, not per minute
+}
+_DEAD_REASON = 8  # a dead letter's status value: DEAD_LETTERED + 8 * (1 + its reason's code)
 
 
-def nearest_ranks(per_origin: DataFrame) -> dict[tuple[str, str, int], dict[str, Any]]:
-    """Exact nearest-rank percentiles of each `_RANKED` value, per destination and minute (or
-    node): counts of each distinct value, a running sum in value order, and the smallest value
-    whose running count reaches ceil(pct * n / 100), in integers (cum * 100 >= pct * n).
-    Keyed by (name, dest, minute or node code): `n` and `p{pct}`."""
-    from functools import reduce
-
+def tally(per_origin: DataFrame, on_time: Column) -> Any:
+    """Everything the tables need from the per-origin rows, in one job and without caching
+    them: each origin becomes a few rows (`_W_STATUS` ...), counted per (dest, which, key,
+    topic, value) with its duplicates, on-time first deliveries and latest time; the lag
+    values then get their exact nearest-rank percentiles per (dest, which, key): a running
+    sum of the counts in value order, and the smallest value whose running count reaches
+    ceil(pct * n / 100), in integers (cum * 100 >= pct * n). An Arrow table: the status and
+    missing rows as counted, then one row per ranked (dest, which, key) with `n` and `p{pct}`.
+    """
     from pyspark.sql import Window as W
     from pyspark.sql import functions as F
 
-    stacked = reduce(
-        lambda x, y: x.unionByName(y),
-        [
-            per_origin.where(F.col(value).isNotNull()).select(
-                "dest",
-                F.col(key).alias("key"),
-                F.lit(i).alias("which"),
-                F.col(value).alias("value"),
-            )
-            for i, (_, key, value, _) in enumerate(_RANKED)
-        ],
+    status = F.col("status")
+    prepared = per_origin.select(
+        "dest", "topic", "partition", "offset", "minute_ms", "event_time_ms", "node",
+        "lag_ms", "lag_in_ms", "process_ms", "duplicates", "seen_ms",
+        F.when(status == DEAD_LETTERED, status + _DEAD_REASON * (F.col("reason") + 1))
+        .otherwise(status).cast("long").alias("status_value"),
+        on_time.cast("long").alias("on_time"),
+        F.when(status == MISSING, F.col("offset")).alias("missing_offset"),
+    )  # fmt: skip
+    none, no_topic = "CAST(NULL AS BIGINT)", "CAST(NULL AS STRING)"
+    counted_only = f"{no_topic}, {none}, {none}, {none}, {none}, {none}"
+    stacked = prepared.select(
+        "dest",
+        F.expr(
+            f"stack(6,"
+            f" {_W_STATUS}, minute_ms, status_value, {no_topic}, duplicates, on_time, seen_ms,"
+            f" {none}, {none},"
+            f" {_W_LAG}, minute_ms, lag_ms, {counted_only},"
+            f" {_W_LAG_IN}, minute_ms, lag_in_ms, {counted_only},"
+            f" {_W_PROCESS}, minute_ms, process_ms, {counted_only},"
+            f" {_W_NODE}, node, process_ms, {counted_only},"
+            f" {_W_MISSING}, CAST(partition AS BIGINT), missing_offset, topic, {none}, {none},"
+            f" {none}, minute_ms, event_time_ms"
+            f") AS (which, key, value, topic, duplicates, on_time, seen_ms, minute_ms,"
+            f" event_time_ms)"
+        ),
+    ).where(F.col("value").isNotNull())
+    counted = stacked.groupBy("dest", "which", "key", "topic", "value").agg(
+        F.count(F.lit(1)).alias("n"),
+        F.sum("duplicates").alias("duplicates"),
+        F.sum("on_time").alias("on_time"),
+        F.max("seen_ms").alias("seen_ms"),
+        F.min("minute_ms").alias("minute_ms"),
+        F.min("event_time_ms").alias("event_time_ms"),
     )
-    keys = ["dest", "key", "which"]
-    counted = stacked.groupBy(*keys, "value").count()
+    # one pipeline from `counted` (two branches would each repeat everything before it): the
+    # window runs over every counted row, then status and missing rows stay as they are (one
+    # group each: `single` is their value) and ranked rows become one per (dest, which, key)
+    pcts = sorted({pct for _, wanted in _RANKED.values() for pct in wanted})
+    keys = ["dest", "which", "key"]
     ordered = W.partitionBy(*keys).orderBy("value").rowsBetween(W.unboundedPreceding, W.currentRow)
-    ranked = counted.withColumn("cum", F.sum("count").over(ordered)).withColumn(
-        "n", F.sum("count").over(W.partitionBy(*keys))
-    )
-    pcts = sorted({pct for *_, wanted in _RANKED for pct in wanted})
-    rows = (
-        ranked.groupBy(*keys)
+    ranked = F.col("which").isin(*_RANKED)
+    cum, total, value = F.col("cum"), F.col("total"), F.col("value")
+    return (
+        counted.withColumn("cum", F.sum("n").over(ordered))
+        .withColumn("total", F.sum("n").over(W.partitionBy(*keys)))
+        .withColumn("single", F.when(~ranked, value))
+        .groupBy(*keys, "topic", "single")
         .agg(
-            F.max("n").alias("n"),
+            F.max(F.when(ranked, total).otherwise(F.col("n"))).alias("n"),
+            F.max(F.when(~ranked, value)).alias("value"),
+            F.sum("duplicates").alias("duplicates"),
+            F.sum("on_time").alias("on_time"),
+            F.max("seen_ms").alias("seen_ms"),
+            F.min("minute_ms").alias("minute_ms"),
+            F.min("event_time_ms").alias("event_time_ms"),
             *(
-                F.min(F.when(F.col("cum") * 100 >= F.col("n") * pct, F.col("value"))).alias(
-                    f"p{pct}"
-                )
+                F.min(F.when(ranked & (cum * 100 >= total * pct), value)).alias(f"p{pct}")
                 for pct in pcts
             ),
         )
-        .collect()
+        .toArrow()
     )
-    return {(_RANKED[row["which"]][0], row["dest"], row["key"]): row.asDict() for row in rows}
 
 
 def on_time_expression(versions: list[SettingsVersion], dests: list[str]) -> Column:
@@ -339,34 +376,6 @@ def on_time_expression(versions: list[SettingsVersion], dests: list[str]) -> Col
     return (F.col("first_2xx_ms").isNotNull() & (F.col("first_2xx_ms") <= deadline)).cast("int")
 
 
-def minute_counts(per_origin: DataFrame, on_time: Column, names: Names) -> list[dict[str, Any]]:
-    """The count columns per destination and minute, and its dead letters per reason code
-    (`dead_{code}`)."""
-    from pyspark.sql import functions as F
-
-    status = F.col("status")
-
-    def n(which: Column) -> Column:
-        return F.sum(which.cast("long"))
-
-    return [
-        row.asDict()
-        for row in per_origin.groupBy("dest", "minute_ms")
-        .agg(
-            F.count(F.lit(1)).alias("entered"),
-            *(n(status == i).alias(name) for i, name in enumerate(STATUSES)),
-            F.sum("duplicates").alias("duplicates"),
-            F.sum(on_time).alias("on_time"),
-            F.max("seen_ms").alias("seen_ms_max"),
-            *(
-                n((status == DEAD_LETTERED) & (F.col("reason") == code)).alias(f"dead_{code}")
-                for code in range(len(names.reasons))
-            ),
-        )
-        .collect()
-    ]
-
-
 def reconcile(
     spark: SparkSession,
     archive: str,
@@ -384,91 +393,121 @@ def reconcile(
     outcomes = _outcomes_of(spark, archive, window, dests, entered)
     names, codes = names_of(spark, outcomes)
     in_window = (F.col("minute_ms") >= window.from_ms) & (F.col("minute_ms") < window.to_ms)
-    per_origin = origins(entered, outcomes, codes).where(in_window)
+    partitions = shuffle_partitions(spark, entered, *([outcomes] if outcomes else []))
+    per_origin = origins(entered, outcomes, codes, partitions).where(in_window)
     settled = _settled_minutes(spark, archive, window, dests)
     versions = read_settings(spark, archive)
     found = sorted({v.dest for v in versions} | set(dests or []))
-    per_origin = per_origin.persist()
-    try:
-        counted = minute_counts(per_origin, on_time_expression(versions, found), names)
-        if not counted:
-            what = f"destination {', '.join(dests)}" if dests else "any destination"
-            raise ArchiveInputError(
-                f"archive {archive}: no entered rows of {what} in {_span(window)}"
-            )
-        ranks = nearest_ranks(per_origin)
-        missing = _missing(per_origin, entered, sum(int(row["missing"]) for row in counted))
-    finally:
-        per_origin.unpersist()
-    rows, dead_by_reason = _minute_rows(counted, ranks, names)
-    nodes = _nodes(ranks, names)
+    tallied = tally(per_origin, on_time_expression(versions, found)).to_pylist()
+    rows, dead_by_reason, lost = _minute_rows(tallied, names)
+    if not rows:
+        what = f"destination {', '.join(dests)}" if dests else "any destination"
+        raise ArchiveInputError(f"archive {archive}: no entered rows of {what} in {_span(window)}")
+    missing = _missing(spark, entered, lost)
+    nodes = _nodes(tallied, names)
     return finish(rows, dead_by_reason, missing, nodes, versions, settled, lag_sla_s)
 
 
 def _minute_rows(
-    counted: list[dict[str, Any]],
-    ranks: dict[tuple[str, str, int], dict[str, Any]],
-    names: Names,
-) -> tuple[list[dict[str, Any]], dict[tuple[str, int], dict[str, int]]]:
-    """The minute rows `finish` takes (counts and percentiles), and the dead letters by reason."""
-    rows = []
-    dead_by_reason: dict[tuple[str, int], dict[str, int]] = {}
-    for row in counted:
-        dest, minute_ms = row["dest"], row["minute_ms"]
-        by_reason = {
-            reason: int(row.pop(f"dead_{code}") or 0) for code, reason in enumerate(names.reasons)
-        }
-        by_reason = {reason: n for reason, n in by_reason.items() if n}
-        if by_reason:
-            dead_by_reason[dest, minute_ms] = by_reason
-        for name, _, _, pcts in _RANKED[:3]:
-            ranked = ranks.get((name, dest, minute_ms), {})
+    tallied: list[dict[str, Any]], names: Names
+) -> tuple[list[dict[str, Any]], dict[tuple[str, int], dict[str, int]], list[dict[str, Any]]]:
+    """From `tally`'s rows: the minute rows `finish` takes (counts and percentiles), the dead
+    letters by reason, and the missing origins."""
+    minutes: dict[tuple[str, int], dict[str, Any]] = {}
+    dead_by_reason: dict[tuple[str, int], dict[str, int]] = defaultdict(dict)
+    for counted in tallied:
+        if counted["which"] == _W_STATUS:
+            dest, minute_ms = counted["dest"], counted["key"]
+            row = minutes.get((dest, minute_ms)) or minutes.setdefault(
+                (dest, minute_ms), _empty_minute(dest, minute_ms)
+            )
+            n, value = int(counted["n"]), int(counted["value"])
+            row["entered"] += n
+            row[STATUSES[value % _DEAD_REASON]] += n
+            if value >= _DEAD_REASON:
+                dead_by_reason[dest, minute_ms][names.reasons[value // _DEAD_REASON - 1]] = n
+            row["duplicates"] += int(counted["duplicates"] or 0)
+            row["on_time"] += int(counted["on_time"] or 0)
+            row["seen_ms_max"] = max(row["seen_ms_max"] or 0, counted["seen_ms"] or 0)
+    for counted in tallied:
+        ranked = _RANKED.get(counted["which"])
+        found = minutes.get((counted["dest"], counted["key"]))
+        if ranked is not None and counted["which"] != _W_NODE and found is not None:
+            name, pcts = ranked
             for pct in pcts:
-                row[f"{name}_p{pct}_ms"] = ranked.get(f"p{pct}")
-        rows.append(row)
-    return rows, dead_by_reason
+                found[f"{name}_p{pct}_ms"] = counted[f"p{pct}"]
+    lost = [counted for counted in tallied if counted["which"] == _W_MISSING]
+    return list(minutes.values()), dict(dead_by_reason), lost
 
 
-def _nodes(ranks: dict[tuple[str, str, int], dict[str, Any]], names: Names) -> list[dict[str, Any]]:
+def _empty_minute(dest: str, minute_ms: int) -> dict[str, Any]:
+    return {
+        "dest": dest, "minute_ms": minute_ms, "entered": 0, **dict.fromkeys(STATUSES, 0),
+        "duplicates": 0, "on_time": 0, "seen_ms_max": None,
+        **{
+            f"{name}_p{pct}_ms": None
+            for which, (name, pcts) in _RANKED.items()
+            if which != _W_NODE
+            for pct in pcts
+        },
+    }  # fmt: skip
+
+
+def _nodes(tallied: list[dict[str, Any]], names: Names) -> list[dict[str, Any]]:
     """The lag contribution of each node that delivered: its process duration, exactly."""
     nodes = [
         {
-            "dest": dest,
-            "node": names.nodes[code],
-            "delivered": int(ranked["n"]),
-            **{f"process_p{pct}_ms": ranked[f"p{pct}"] for pct in PERCENTILES},
+            "dest": row["dest"],
+            "node": names.nodes[row["key"]],
+            "delivered": int(row["n"]),
+            **{f"process_p{pct}_ms": row[f"p{pct}"] for pct in PERCENTILES},
         }
-        for (name, dest, code), ranked in ranks.items()
-        if name == "node"
+        for row in tallied
+        if row["which"] == _W_NODE
     ]
     return sorted(nodes, key=lambda node: (node["dest"], node["node"]))
 
 
-def _missing(per_origin: DataFrame, entered: DataFrame, count: int) -> Any:
-    """The missing events, with their ids from their entered rows (the greatest, as the rows of
-    an origin normally agree)."""
+def _missing(spark: SparkSession, entered: DataFrame, lost: list[dict[str, Any]]) -> Any:
+    """The missing events as an Arrow table, ordered by origin, with their ids from their
+    entered rows (the greatest, as the rows of an origin normally agree)."""
     import pyarrow as pa
     from pyspark.sql import functions as F
 
-    if count == 0:
-        return pa.table({name: pa.array([], type) for name, type in _MISSING_COLUMNS})
-    lost = per_origin.where(F.col("status") == MISSING).select(
-        "dest", "minute_ms", *ORIGIN[1:], "event_time_ms"
-    )
-    origins = lost.select(*ORIGIN)
-    if count <= _BROADCAST_MISSING_MAX:
-        origins = F.broadcast(origins)
-    ids = (
-        entered.join(origins, ORIGIN, "left_semi")
-        .groupBy(*ORIGIN)
-        .agg(F.max("event_id").alias("event_id"))
-    )
-    return (
-        lost.join(ids, ORIGIN, "left")
-        .select([name for name, _ in _MISSING_COLUMNS])
-        .orderBy("dest", "topic", "partition", "offset")
-        .toArrow()
-    )
+    ids: dict[tuple[str, str, int, int], str | None] = {}
+    if lost:
+        origins = spark.createDataFrame(
+            [(row["dest"], row["topic"], int(row["key"]), int(row["value"])) for row in lost],
+            "dest string, topic string, partition int, offset long",
+        )
+        if len(lost) <= _BROADCAST_MISSING_MAX:
+            origins = F.broadcast(origins)
+        found = (
+            entered.join(origins, ORIGIN, "left_semi")
+            .groupBy(*ORIGIN)
+            .agg(F.max("event_id").alias("event_id"))
+            .toArrow()
+            .to_pylist()
+        )
+        ids = {
+            (row["dest"], row["topic"], row["partition"], row["offset"]): row["event_id"]
+            for row in found
+        }
+    events = sorted(
+        (row["dest"], row["topic"], int(row["key"]), int(row["value"]), row["minute_ms"],
+         row["event_time_ms"])
+        for row in lost
+    )  # fmt: skip
+    columns = {
+        "dest": [e[0] for e in events],
+        "minute_ms": [e[4] for e in events],
+        "event_id": [ids.get(e[:4]) for e in events],
+        "topic": [e[1] for e in events],
+        "partition": [e[2] for e in events],
+        "offset": [e[3] for e in events],
+        "event_time_ms": [e[5] for e in events],
+    }
+    return pa.table({name: pa.array(columns[name], type) for name, type in _MISSING_COLUMNS})
 
 
 def finish(
