@@ -157,7 +157,7 @@ def measure(
     return spark_result, answer.result, started.startup_s, query_s, answer.seconds
 
 
-def _table(figures: Figures, truth: Truth) -> Any:
+def _table(figures: Figures, truth: Truth, master: str) -> Any:
     from rich.table import Table
 
     table = Table(title=f"bench-reconcile: {figures.events:,} events, one day of minutes")
@@ -167,7 +167,7 @@ def _table(figures: Figures, truth: Truth) -> Any:
     ):  # fmt: skip
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     table.add_row(
-        f"spark {MASTER}", f"{figures.startup_s:.1f}", f"{figures.query_s:.1f}",
+        f"spark {master}", f"{figures.startup_s:.1f}", f"{figures.query_s:.1f}",
         f"{figures.spark_s:.1f}", f"{_rate(figures.events, figures.spark_s)}",
         f"{_rate(figures.events, figures.query_s)}",
     )  # fmt: skip
@@ -234,7 +234,7 @@ def main(events: int, seed: int, work: Path | None, master: str, results_dir: Pa
     path = results_dir / f"bench-reconcile-{start.strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
     console = Console(width=120)
-    console.print(_table(figures, truth))
+    console.print(_table(figures, truth, master))
     if generate_s is not None:
         print(f"archive generated in {generate_s:.1f} s (not counted)")
     for line in found[:SHOWN_DIFFERENCES]:
