@@ -88,7 +88,7 @@ _AFTER_FUTURE = 128  # one whose problem sorts after time_future (then max(probl
 _BITS = 0xFF
 _REASON_SHIFT, _REASON_MASK = 8, (1 << 24) - 1
 _NODE_SHIFT = 32
-_PARTITION_BYTES = 16 * 2**20  # of input per partition of the shuffle by origin
+_PARTITION_BYTES = 32 * 2**20  # of input per partition of the shuffle by origin
 # an origin's status, by the auditor's precedence
 STATUSES = ("delivered", "dead_lettered", "filtered", "in_retry", "missing")
 DELIVERED, DEAD_LETTERED, FILTERED, IN_RETRY, MISSING = range(len(STATUSES))
@@ -172,8 +172,9 @@ def _outcome_rows(outcomes: DataFrame, codes: DataFrame) -> DataFrame:
 
 def shuffle_partitions(spark: SparkSession, *frames: DataFrame) -> int:
     """Partitions for the shuffle by origin: one per `_PARTITION_BYTES` of input (Spark's
-    estimate, after pruning), so that a task's hash maps stay in memory; at least the
-    session's `spark.sql.shuffle.partitions`."""
+    estimate, after pruning), so that a task's hash maps stay in memory (fewer make the
+    aggregations after it cheaper), rounded up to a multiple of the default parallelism (no
+    core idle in the last wave); at least the session's `spark.sql.shuffle.partitions`."""
     least = int(spark.conf.get("spark.sql.shuffle.partitions") or 1)
     try:
         size = sum(
@@ -182,7 +183,8 @@ def shuffle_partitions(spark: SparkSession, *frames: DataFrame) -> int:
         )
     except Exception:  # an estimate only: without it, the session's number
         return least
-    return max(least, -(-size // _PARTITION_BYTES))
+    wave = max(1, spark.sparkContext.defaultParallelism)
+    return max(least, -(-size // _PARTITION_BYTES // wave) * wave)
 
 
 def origins(
@@ -300,31 +302,30 @@ def tally(per_origin: DataFrame, on_time: Column) -> Any:
         on_time.cast("long").alias("on_time"),
         F.when(status == MISSING, F.col("offset")).alias("missing_offset"),
     )  # fmt: skip
+    # beside the count, three sums or maxima per counted row: of a status row, its duplicates,
+    # on-time first deliveries and latest time; of a missing origin (a group of one), its
+    # minute and event time; nothing for a lag value
     none, no_topic = "CAST(NULL AS BIGINT)", "CAST(NULL AS STRING)"
-    counted_only = f"{no_topic}, {none}, {none}, {none}, {none}, {none}"
+    counted_only = f"{no_topic}, {none}, {none}, {none}"
     stacked = prepared.select(
         "dest",
         F.expr(
             f"stack(6,"
             f" {_W_STATUS}, minute_ms, status_value, {no_topic}, duplicates, on_time, seen_ms,"
-            f" {none}, {none},"
             f" {_W_LAG}, minute_ms, lag_ms, {counted_only},"
             f" {_W_LAG_IN}, minute_ms, lag_in_ms, {counted_only},"
             f" {_W_PROCESS}, minute_ms, process_ms, {counted_only},"
             f" {_W_NODE}, node, process_ms, {counted_only},"
-            f" {_W_MISSING}, CAST(partition AS BIGINT), missing_offset, topic, {none}, {none},"
-            f" {none}, minute_ms, event_time_ms"
-            f") AS (which, key, value, topic, duplicates, on_time, seen_ms, minute_ms,"
-            f" event_time_ms)"
+            f" {_W_MISSING}, CAST(partition AS BIGINT), missing_offset, topic, minute_ms,"
+            f" event_time_ms, {none}"
+            f") AS (which, key, value, topic, sum_a, sum_b, max_c)"
         ),
     ).where(F.col("value").isNotNull())
     counted = stacked.groupBy("dest", "which", "key", "topic", "value").agg(
         F.count(F.lit(1)).alias("n"),
-        F.sum("duplicates").alias("duplicates"),
-        F.sum("on_time").alias("on_time"),
-        F.max("seen_ms").alias("seen_ms"),
-        F.min("minute_ms").alias("minute_ms"),
-        F.min("event_time_ms").alias("event_time_ms"),
+        F.sum("sum_a").alias("sum_a"),
+        F.sum("sum_b").alias("sum_b"),
+        F.max("max_c").alias("max_c"),
     )
     # one pipeline from `counted` (two branches would each repeat everything before it): the
     # window runs over every counted row, then status and missing rows stay as they are (one
@@ -342,11 +343,9 @@ def tally(per_origin: DataFrame, on_time: Column) -> Any:
         .agg(
             F.max(F.when(ranked, total).otherwise(F.col("n"))).alias("n"),
             F.max(F.when(~ranked, value)).alias("value"),
-            F.sum("duplicates").alias("duplicates"),
-            F.sum("on_time").alias("on_time"),
-            F.max("seen_ms").alias("seen_ms"),
-            F.min("minute_ms").alias("minute_ms"),
-            F.min("event_time_ms").alias("event_time_ms"),
+            F.sum("sum_a").alias("sum_a"),
+            F.sum("sum_b").alias("sum_b"),
+            F.max("max_c").alias("max_c"),
             *(
                 F.min(F.when(ranked & (cum * 100 >= total * pct), value)).alias(f"p{pct}")
                 for pct in pcts
@@ -426,9 +425,9 @@ def _minute_rows(
             row[STATUSES[value % _DEAD_REASON]] += n
             if value >= _DEAD_REASON:
                 dead_by_reason[dest, minute_ms][names.reasons[value // _DEAD_REASON - 1]] = n
-            row["duplicates"] += int(counted["duplicates"] or 0)
-            row["on_time"] += int(counted["on_time"] or 0)
-            row["seen_ms_max"] = max(row["seen_ms_max"] or 0, counted["seen_ms"] or 0)
+            row["duplicates"] += int(counted["sum_a"] or 0)
+            row["on_time"] += int(counted["sum_b"] or 0)
+            row["seen_ms_max"] = max(row["seen_ms_max"] or 0, counted["max_c"] or 0)
     for counted in tallied:
         ranked = _RANKED.get(counted["which"])
         found = minutes.get((counted["dest"], counted["key"]))
@@ -494,8 +493,8 @@ def _missing(spark: SparkSession, entered: DataFrame, lost: list[dict[str, Any]]
             for row in found
         }
     events = sorted(
-        (row["dest"], row["topic"], int(row["key"]), int(row["value"]), row["minute_ms"],
-         row["event_time_ms"])
+        (row["dest"], row["topic"], int(row["key"]), int(row["value"]), row["sum_a"],
+         row["sum_b"])
         for row in lost
     )  # fmt: skip
     columns = {
