@@ -8,6 +8,7 @@ the `dest=`/`date=` directories of the range (Hive partition pruning). The layou
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -86,6 +87,8 @@ def read_rows(
     from pyspark.sql import functions as F
 
     path = _dataset(root, kind)
+    if not exists(spark, path):
+        return None
     try:
         frame = spark.read.option("basePath", path).parquet(path)
     except AnalysisException as exc:
@@ -109,24 +112,38 @@ def read_settings(spark: SparkSession, root: str) -> list[SettingsVersion]:
     from pyspark.errors import AnalysisException
 
     path = f"{root.rstrip('/')}/settings"
-    try:
-        rows = spark.read.option("basePath", path).json(path).collect()
+    if not exists(spark, path):
+        return []
+    try:  # whole files as text, parsed here: one small job, no schema inference
+        rows = spark.read.option("basePath", path).text(path, wholetext=True).collect()
     except AnalysisException as exc:
         if _is_missing_path(exc) or "UNABLE_TO_INFER_SCHEMA" in str(exc):
             return []
         raise ArchiveInputError(f"archive {path}: cannot be read: {_first_line(exc)}") from None
     versions = []
     for row in rows:
-        values = row.asDict(recursive=True)
+        found = row.asDict()
         try:
+            values = json.loads(found["value"])
+            values["dest"] = found.get("dest")
             settings = Accounting(**(values.get("settings") or {}))
             versions.append(SettingsVersion(str(values["dest"]), int(values["from_ms"]), settings))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ArchiveInputError(
-                f"archive {path}: a settings version of {values.get('dest')!r} is not valid:"
+                f"archive {path}: a settings version of {found.get('dest')!r} is not valid:"
                 f" {_first_line(exc)}"
             ) from None
     return sorted(versions, key=lambda v: (v.dest, v.from_ms))
+
+
+def exists(spark: SparkSession, path: str) -> bool:
+    """Whether `path` exists, asked of its Hadoop file system (local, hdfs://, s3a://): cheaper
+    than letting a read fail."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    return bool(hadoop_path.getFileSystem(conf).exists(hadoop_path))
 
 
 def settings_at(versions: list[SettingsVersion], dest: str, minute_ms: int) -> Accounting:
