@@ -356,31 +356,28 @@ async def _stop(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
     of ours, so it is absorbed unless this task is being cancelled itself.
 
     aiokafka's `stop()` marks the client closed before it closes anything, so one that gave up
-    half-way cannot be stopped again: what it did not reach (the fetcher, the network client
-    with its metadata task and sockets) is closed here, or it would outlive the client and
-    refresh metadata every few minutes for the life of the process.
+    half-way cannot be stopped again: what it did not reach (a consumer's fetcher, the network
+    client with its metadata task and sockets) is closed here, or it would outlive the client
+    and refresh metadata every few minutes for the life of the process.
     """
+    if await _completed(client.stop()):
+        return
+    for part in (getattr(client, "_fetcher", None), getattr(client, "_client", None)):
+        if part is not None:  # both close idempotently
+            await _completed(part.close())
+
+
+async def _completed(step: Awaitable[None]) -> bool:
+    """Await `step`; False when the cancellation of an internal task interrupted it (absorbed,
+    unless this task is being cancelled itself)."""
     try:
-        await client.stop()
+        await step
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             raise
-        await _close_the_rest(client)
-
-
-async def _close_the_rest(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
-    """Close a consumer's fetcher and network client after an interrupted `stop()` (both close
-    idempotently; a producer's `stop()` closes its network client last as well)."""
-    for part in (getattr(client, "_fetcher", None), getattr(client, "_client", None)):
-        if part is None:
-            continue
-        try:
-            await part.close()
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise
+        return False
+    return True
 
 
 async def start_client(
