@@ -158,11 +158,7 @@ class Dashboard:
         letter = await open_letter(self.settings, dest, partition, offset)
         if letter is None:
             raise Refused(404, f"no dead letter at {dest.dlq_topic}/{partition}/{offset}")
-        indexed = await self._read(
-            self.indexes[dest.name].find, f"{dest.dlq_topic}/{partition}/{offset}"
-        )
-        own = [row for row in indexed if (row.partition, row.offset) == (partition, offset)]
-        mark = own[0] if own else None
+        mark = await self._read(_indexed_at, self.indexes[dest.name], partition, offset)
         return letter | {
             "replayed_ms": mark.replayed_ms if mark else None,
             "replayed_by": mark.replayed_by if mark else None,
@@ -233,14 +229,10 @@ class Dashboard:
                 raise BadInput("letter: give {partition, offset}")
             partition = _int(_text(letter.get("partition")), "letter.partition", low=0)
             offset = _int(_text(letter.get("offset")), "letter.offset", low=0)
-            found = [
-                row
-                for row in index.find(f"{index.topic}/{partition}/{offset}")
-                if (row.partition, row.offset) == (partition, offset)
-            ]
-            if not found:
+            found = _indexed_at(index, partition, offset)
+            if found is None:
                 raise Refused(404, f"no dead letter at {index.topic}/{partition}/{offset}")
-            replayed = found[0].replayed_ms is not None
+            replayed = found.replayed_ms is not None
             selection = ReplayFilter(again=again, letter=f"{partition}/{offset}")
             if replayed and not again:
                 return {}, 1, selection
@@ -323,6 +315,12 @@ def _dlq_summary(index: DeadLetterIndex, now_ms: int, *, quote_errors: bool) -> 
             for status, error, count in index.failure_groups(now_ms - _FAILURE_WINDOW_MS)[:10]
         ],
     }
+
+
+def _indexed_at(index: DeadLetterIndex, partition: int, offset: int) -> LetterRow | None:
+    """The index's row of the letter at `partition`/`offset` of NAME.dlq, if it holds one."""
+    rows = index.find(f"{index.topic}/{partition}/{offset}")
+    return next((r for r in rows if (r.partition, r.offset) == (partition, offset)), None)
 
 
 def _total(chosen: Mapping[int, list[int]]) -> int:

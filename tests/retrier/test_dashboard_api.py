@@ -149,6 +149,15 @@ async def test_dashboard_api_end_to_end(
         assert marked["total"] == 14
         assert sum(r["replayed_by"] == "carol" for r in marked["rows"]) == 4
 
+        # one letter: counted on its own, and an offset the DLQ does not hold is a 404
+        one = {"dest": unique, "letter": {"partition": row["partition"], "offset": row["offset"]}}
+        dry_one = await http.post("/api/replays", json={**one, "again": True}, headers=headers)
+        assert dry_one.json() == {"dry_run": True, "count": 1, "skipped_replayed": 0}
+        absent = {"dest": unique, "letter": {"partition": 0, "offset": 10**9}}
+        missing = await http.post("/api/replays", json=absent, headers=headers)
+        assert missing.status_code == 404
+        assert "no dead letter at" in missing.json()["error"]
+
     reoffered = await kafka.read_topic(kafka_settings, dest.retry_out_topic, at_least=14)
     by_dashboard = sorted(
         id_of(r) for r in reoffered if id_of(r) in {f"ev-{i}" for i in range(0, 30, 3)}
