@@ -3,8 +3,10 @@
 The auditor's live tables are fast and provisional; this recount is the authority. It reads
 what the auditor saw enter (`entered` rows) and what every node said became of each event
 (`outcomes` rows, one per event per audit fact) and joins them by origin
-(`dest/topic/partition/offset`), the key both carry, in one shuffle: the two row kinds are
-unioned and grouped by origin. The rules are the auditor's (`auditor/ledger.py`):
+(`dest/topic/partition/offset`), the key both carry, in one shuffle: both row kinds are
+shuffled by origin, outcome rows grouped per fact, then with the entered rows per origin
+(`origins`); what the tables need is counted from those in one more aggregation (`tally`).
+The rules are the auditor's (`auditor/ledger.py`):
 
 - an origin counts in the minute the auditor filed it under (its `minute_ms`); repeated rows
   (a crash repeats a roll) and repeated facts (same `fact_id`) count once;
@@ -287,8 +289,10 @@ def tally(per_origin: DataFrame, on_time: Column) -> Any:
     topic, value) with its duplicates, on-time first deliveries and latest time; the lag
     values then get their exact nearest-rank percentiles per (dest, which, key): a running
     sum of the counts in value order, and the smallest value whose running count reaches
-    ceil(pct * n / 100), in integers (cum * 100 >= pct * n). An Arrow table: the status and
-    missing rows as counted, then one row per ranked (dest, which, key) with `n` and `p{pct}`.
+    ceil(pct * n / 100), in integers (cum * 100 >= pct * n). An Arrow table: a row per
+    status value and minute, and per missing origin, as counted (`n`, and `sum_a`, `sum_b`,
+    `max_c` as the stack below says), and a row per ranked (dest, which, key) with `n` (how
+    many values) and `p{pct}`.
     """
     from pyspark.sql import Window as W
     from pyspark.sql import functions as F
