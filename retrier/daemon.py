@@ -129,14 +129,14 @@ class Retrier:
                 )
             )
             if self.ops is not None:
-                status_page = _status_page(sorted(self.dests), backlog, routing)
-                self.ops.serve_json("/status", status_page)
-                self.ops.mount(await self._dashboard_routes(stack, backlog, routing))
+                tiers = _tiers_document(sorted(self.dests), backlog, routing)
+                self.ops.serve_json("/status", _status_page(tiers))
+                self.ops.mount(await self._dashboard_routes(stack, tiers))
             log.info("retrier_started", dests=sorted(self.dests), group=self.group_id)
             await self._worker.run(routing, topics=sorted(sources))
 
     async def _dashboard_routes(
-        self, stack: contextlib.AsyncExitStack, backlog: Backlog, routing: _Routing
+        self, stack: contextlib.AsyncExitStack, tiers: Callable[[], dict[str, Any]]
     ) -> list[BaseRoute]:
         """The dashboard on the ops port: an index of every DLQ, kept current by a task that
         ends with the run, and the replays started from the page."""
@@ -151,16 +151,6 @@ class Retrier:
             mark=lambda name: indexes[name].mark_replayed,
         )
         await stack.enter_async_context(jobs.running())
-
-        def tiers() -> dict[str, Any]:
-            return status.document(
-                sorted(self.dests),
-                backlog=backlog,
-                heads=routing.holds.heads(),
-                recent=routing.recent,
-                now_ms=_now_ms(),
-                outcomes=routing.outcomes,
-            )
 
         dashboard = Dashboard(
             dests=self.dests,
@@ -320,8 +310,12 @@ class DashboardOptions:
     index_dir: Path | None = None
 
 
-def _status_page(dests: list[str], backlog: Backlog, routing: _Routing) -> JsonProvider:
-    async def page(request: Request) -> dict[str, Any]:
+def _tiers_document(
+    dests: list[str], backlog: Backlog, routing: _Routing
+) -> Callable[[], dict[str, Any]]:
+    """The `/status` JSON of the tiers as it is now, for `/status` and the dashboard."""
+
+    def document() -> dict[str, Any]:
         return status.document(
             dests,
             backlog=backlog,
@@ -330,5 +324,12 @@ def _status_page(dests: list[str], backlog: Backlog, routing: _Routing) -> JsonP
             now_ms=_now_ms(),
             outcomes=routing.outcomes,
         )
+
+    return document
+
+
+def _status_page(tiers: Callable[[], dict[str, Any]]) -> JsonProvider:
+    async def page(request: Request) -> dict[str, Any]:
+        return tiers()
 
     return page
