@@ -135,11 +135,19 @@ class RecordWriter(Protocol):
 
 
 class Producer:
-    """Writes records and waits for the broker's acknowledgement; raises only hifi errors."""
+    """Writes records and waits for the broker's acknowledgement; raises only hifi errors.
+
+    Records of concurrent `send_all` calls never interleave within a partition: each call's
+    records are written after those of the calls made before it, in its own order. aiokafka
+    alone does not promise that (an append that finds its partition's batch full waits for it
+    to be sent, and another call's records can take the next batch meanwhile); the retry tiers
+    rely on it, since a tier partition is read in due order.
+    """
 
     def __init__(self, client: AIOKafkaProducer, settings: KafkaSettings) -> None:
         self._client = client
         self._settings = settings
+        self._appending = asyncio.Lock()  # one call's records go into the batches at a time
 
     async def send_all(
         self,
@@ -155,17 +163,18 @@ class Producer:
             [None] * len(records) if timestamps_ms is None else timestamps_ms
         )
         with kafka_errors(self._settings, f"produce to {records[0][0]}" if records else "produce"):
-            futures = [
-                await self._client.send(
-                    topic,
-                    value=value,
-                    key=key,
-                    headers=headers,
-                    partition=partition,
-                    timestamp_ms=stamp,
-                )
-                for (topic, key, value, headers), stamp in zip(records, stamps, strict=True)
-            ]
+            async with self._appending:
+                futures = [
+                    await self._client.send(
+                        topic,
+                        value=value,
+                        key=key,
+                        headers=headers,
+                        partition=partition,
+                        timestamp_ms=stamp,
+                    )
+                    for (topic, key, value, headers), stamp in zip(records, stamps, strict=True)
+                ]
             written: list[RecordMetadata] = await asyncio.gather(*futures)
         return written
 
@@ -456,12 +465,17 @@ async def read_at(
     skipped. Raises `TimeoutError` when a partition makes no progress for `timeout_s`. Close it
     (`contextlib.aclosing`) when leaving before the end.
     """
-    async with consumer(settings, group_id=None, isolation_level="read_uncommitted") as reader:
+    async with consumer(
+        settings,
+        group_id=None,
+        isolation_level="read_uncommitted",
+        max_partition_fetch_bytes=1024 * 1024,
+    ) as reader:
         chunk: list[Any] = []
         for partition, wanted_offsets in sorted(offsets.items()):
             tp = TopicPartition(topic, partition)
             async for record in _read_partition_at(
-                reader, tp, sorted(set(wanted_offsets)), timeout_s
+                reader, tp, sorted(set(wanted_offsets)), timeout_s, chunk_records
             ):
                 chunk.append(record)
                 if len(chunk) >= chunk_records:
@@ -472,7 +486,7 @@ async def read_at(
 
 
 async def _read_partition_at(
-    reader: Consumer, tp: TopicPartition, wanted: list[int], timeout_s: float
+    reader: Consumer, tp: TopicPartition, wanted: list[int], timeout_s: float, max_records: int
 ) -> AsyncIterator[Any]:
     """The records of one partition at the sorted offsets `wanted` (those still in the topic).
 
@@ -487,7 +501,9 @@ async def _read_partition_at(
     reader.seek(tp, wanted[0])
     deadline = loop.time() + timeout_s
     while index < len(wanted):
-        fetched = (await reader.getmany(timeout_ms=_READ_POLL_MS)).get(tp, [])
+        # at most a chunk taken out of the fetch at a time: the rest stays in its raw bytes
+        polled = await reader.getmany(timeout_ms=_READ_POLL_MS, max_records=max_records)
+        fetched = polled.get(tp, [])
         if not fetched:
             highwater = reader.highwater(tp)
             if highwater is not None and await reader.position(tp) >= highwater:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import orjson
 from aiokafka import TopicPartition
+from aiokafka.partitioner import murmur2
 
 from hifi import kafka, kafka_admin
 from hifi.kafka_settings import KafkaSettings
@@ -35,6 +37,36 @@ async def test_produce_consume_round_trip(kafka_settings: KafkaSettings, unique:
             assert await consumer.committed(tp) == offset
     assert len(await kafka.read_topic(kafka_settings, unique)) == 50
     assert len(await kafka.read_topic(kafka_settings, unique, at_least=10)) >= 10
+
+
+async def test_concurrent_sends_never_interleave_within_a_partition(
+    kafka_settings: KafkaSettings, unique: str
+) -> None:
+    """Two calls in flight at once, each alternating between two partitions with batches that
+    fill: in each partition one call's records come wholly before the other's (a retry tier is
+    read in due order, so an interleaved tier would hold early events behind late ones)."""
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=2)
+    body = b"x" * 200
+    async with kafka.producer(kafka_settings, max_batch_size=1024) as producer:
+        await asyncio.gather(
+            *(producer.send_all(_alternating(unique, call, body, 60)) for call in "ab")
+        )
+    written = await kafka.read_topic(kafka_settings, unique, at_least=120)
+    for partition in (0, 1):
+        calls = [r.key[:1] for r in written if r.partition == partition]
+        assert calls in ([b"a"] * 30 + [b"b"] * 30, [b"b"] * 30 + [b"a"] * 30), calls
+
+
+def _alternating(topic: str, call: str, body: bytes, count: int) -> list[kafka.Record]:
+    """`count` records of one call whose keys land alternately in partitions 0 and 1."""
+    keys: dict[int, list[bytes]] = {0: [], 1: []}
+    for i in itertools.count():
+        key = f"{call}{i}".encode()
+        keys[(murmur2(key) & 0x7FFFFFFF) % 2].append(key)
+        if min(len(found) for found in keys.values()) >= count // 2:
+            break
+    ordered = [key for pair in zip(keys[0], keys[1], strict=False) for key in pair][:count]
+    return [(topic, key, body, []) for key in ordered]
 
 
 async def test_a_stop_interrupted_by_an_internal_cancellation_still_closes_the_client(
