@@ -21,6 +21,7 @@ The last line is the summary:
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import statistics
 import subprocess
@@ -146,9 +147,13 @@ async def _until_indexed(http: httpx.AsyncClient, retrier: Retrier, count: int) 
         if retrier.process.poll() is not None:
             raise click.ClickException(f"the retrier exited; see {retrier.log_path}")
         try:
-            dlq = (await http.get("/api/overview")).json()["destinations"][DEST]["dlq"]
+            answer = await http.get("/api/overview")
         except httpx.HTTPError:
+            answer = None
+        if answer is None or answer.status_code != 200:  # 503 while the retrier starts
             dlq = {"ready": False, "size": 0}
+        else:
+            dlq = answer.json()["destinations"][DEST]["dlq"]
         if dlq["ready"] and dlq["size"] >= count:
             return time.perf_counter() - start
         await asyncio.sleep(0.5)
@@ -232,6 +237,7 @@ async def _replay_during_tiers(
         settings, f"{DEST}.retry_out", at_least=job["total"] + handoffs
     )
     delays: list[int] = []
+    late: list[tuple[int, int]] = []  # (due after the replay's start, delay), both in ms
     replayed = 0
     for record in records:
         found = header_map(record.headers)
@@ -239,6 +245,7 @@ async def _replay_during_tiers(
             due_ms = int(found["hifi-handoff-ms"]) + int(TIER_DELAY_S * 1000)
             if replay_started_ms <= due_ms <= replay_ended_ms:
                 delays.append(record.timestamp - due_ms)
+                late.append((due_ms - replay_started_ms, record.timestamp - due_ms))
         else:
             replayed += 1
     return {
@@ -250,7 +257,23 @@ async def _replay_during_tiers(
         "due_during_replay": len(delays),
         "replay_due_delay_ms": max(delays) if delays else float("nan"),
         "replay_due_delay_p50_ms": statistics.median(delays) if delays else float("nan"),
+        "replay_due_delay_p99_ms": _rank(delays, 0.99),
+        "due_over_1s_late": sum(1 for delay in delays if delay > 1000),
+        "latest_reoffers": sorted(late, key=lambda pair: -pair[1])[:10],
+        # per second of the replay: the latest re-offer due in it, ms past due
+        "max_delay_by_due_second": [
+            max((delay for due, delay in late if due // 1000 == second), default=0)
+            for second in range(math.ceil((replay_ended_ms - replay_started_ms) / 1000))
+        ],
     }
+
+
+def _rank(values: list[int], share: float) -> float:
+    """Nearest-rank percentile; nan without values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return float(ordered[max(0, math.ceil(share * len(ordered)) - 1)])
 
 
 async def _bench(count: int, replay: int, handoffs: int, work: Path) -> dict[str, Any]:
@@ -316,7 +339,12 @@ def main(count: int, replay: int, handoffs: int, work: Path, results: Path) -> N
     out = results / f"dlq-{stamp}.json"
     out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
     for key, value in result.items():
-        _say(f"   {key}: {value:,.1f}" if isinstance(value, float) else f"   {key}: {value:,}")
+        if isinstance(value, float):
+            _say(f"   {key}: {value:,.1f}")
+        elif isinstance(value, int):
+            _say(f"   {key}: {value:,}")
+        else:
+            _say(f"   {key}: {value}")
     _say(f"   written to {out}")
     click.echo(
         f"bench-dlq: letters={count} list_ms={result['list_ms']:.0f}"

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import prometheus_client
@@ -16,9 +17,18 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from hifi.errors import ConfigError
+from hifi.redaction import mask
 from hifi.version import VERSION
 
 JsonProvider = Callable[[Request], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """Whether a part of a daemon lets it serve, and what an operator should know about it."""
+
+    ready: bool
+    detail: str
 
 
 class _QuietServer(uvicorn.Server):
@@ -52,19 +62,42 @@ class OpsServer:
         BUILD_INFO.labels(VERSION, component).set(1)
         self.host = host
         self.port = port
-        self.ready = False
+        self._ready = False
+        #: whether the daemon has been ready once: until then its own routes (`/status`, a
+        #: dashboard) may not be mounted yet, and a path not found is answered "starting" (503)
+        self._started = False
+        self._checks: list[Callable[[], Readiness]] = []
         self._registry = registry
         routes = [
             Route("/metrics", self._metrics),
             Route("/healthz", self._healthz),
             Route("/readyz", self._readyz),
         ]
-        self._app = Starlette(routes=routes)
+        self._app = Starlette(routes=routes, exception_handlers={404: self._not_found})
+
+    @property
+    def ready(self) -> bool:
+        """The daemon's own readiness (a consumer: set once it has its partitions)."""
+        return self._ready
+
+    @ready.setter
+    def ready(self, value: bool) -> None:
+        self._ready = value
+        self._started = self._started or value
 
     @classmethod
     def on_port(cls, port: int | None, *, host: str, component: str) -> OpsServer | None:
         """The ops server of a daemon, or None when it serves none (`port` None: in tests)."""
         return None if port is None else cls(port=port, host=host, component=component)
+
+    def require(self, check: Callable[[], Readiness]) -> None:
+        """Be ready only while `check` says so too (e.g. a cache that must be loaded first);
+        `/readyz` shows its detail either way."""
+        self._checks.append(check)
+
+    def is_ready(self) -> bool:
+        """The daemon is ready and so is everything it `require`s."""
+        return self.ready and all(check().ready for check in self._checks)
 
     def mount(self, routes: list[BaseRoute]) -> None:
         """Serve `routes` too (a dashboard's page and API); may be called while serving."""
@@ -73,6 +106,17 @@ class OpsServer:
     def serve_json(self, path: str, provider: JsonProvider) -> None:
         """Answer GET `path` with the JSON `provider` returns; may be called while serving."""
         self._app.router.routes.append(Route(path, _json_endpoint(provider)))
+
+    async def _not_found(self, request: Request, exc: Exception) -> Response:
+        """404, or while the daemon starts a 503 to try again: the path may be one it mounts
+        once it has connected (a poller of `/status` must not take "not found" for an answer)."""
+        if self._started:
+            return JSONResponse({"error": f"no such page: {request.url.path}"}, status_code=404)
+        return JSONResponse(
+            {"error": "starting: not serving this page yet"},
+            status_code=503,
+            headers={"Retry-After": "1"},
+        )
 
     async def _metrics(self, request: Request) -> Response:
         return Response(
@@ -84,9 +128,13 @@ class OpsServer:
         return PlainTextResponse("ok\n")
 
     async def _readyz(self, request: Request) -> Response:
-        if self.ready:
-            return PlainTextResponse("ready\n")
-        return PlainTextResponse("not ready\n", status_code=503)
+        """200 `ready` or 503 `not ready`, then a line per required part saying how it is."""
+        found = [check() for check in self._checks]
+        details = "".join(f"{mask(part.detail)}\n" for part in found)
+        if self.ready and all(part.ready for part in found):
+            return PlainTextResponse(f"ready\n{details}")
+        starting = "" if self.ready else "starting: not serving its partitions yet\n"
+        return PlainTextResponse(f"not ready\n{starting}{details}", status_code=503)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[OpsServer]:

@@ -169,8 +169,9 @@ async def test_dashboard_api_end_to_end(
 
 async def _until_indexed(http: httpx.AsyncClient, dest: str, count: int) -> bool:
     for _ in range(300):
-        dlq = (await http.get("/api/overview")).json()["destinations"][dest]["dlq"]
-        if dlq["ready"] and dlq["size"] >= count:
+        answer = await http.get("/api/overview")
+        dlq = answer.json()["destinations"][dest]["dlq"] if answer.status_code == 200 else {}
+        if dlq.get("ready") and dlq["size"] >= count:
             return True
         await asyncio.sleep(0.1)
     return False

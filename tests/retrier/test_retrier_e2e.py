@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,7 @@ from devstack.destination import TestDestination
 from devstack.kafka_tools import committed_offsets, produce_events, read_topic
 from hifi.kafka_settings import KafkaSettings
 from retrier import Retrier
-from tests.helpers import events, make_destination
+from tests.helpers import events, make_destination, running
 from tests.retrier.support import (
     SLACK_MS,
     collect,
@@ -33,18 +31,6 @@ from tests.retrier.support import (
 )
 
 pytestmark = [pytest.mark.integration]
-
-
-@contextlib.asynccontextmanager
-async def running(*daemons: Connector | Retrier) -> AsyncIterator[None]:
-    """Run daemons for the block, then stop them (drain, commit) and surface any failure."""
-    tasks = [asyncio.create_task(daemon.run()) for daemon in daemons]
-    try:
-        yield
-    finally:
-        for daemon in daemons:
-            daemon.request_stop()
-        await asyncio.wait_for(asyncio.gather(*tasks), 60)
 
 
 async def test_outage_then_recovery_delivers_every_event_on_time(
@@ -195,9 +181,9 @@ async def _status_when(
     """Poll /status until `ready(destination's entry)` is truthy; the entry."""
     async with asyncio.timeout(timeout_s):
         while True:
-            entry: dict[str, Any] = (await client.get(f"{base}/status")).json()["destinations"][
-                dest
-            ]
-            if ready(entry):
-                return entry
+            answer = await client.get(f"{base}/status")
+            if answer.status_code == 200:  # 503 while the retrier starts
+                entry: dict[str, Any] = answer.json()["destinations"][dest]
+                if ready(entry):
+                    return entry
             await asyncio.sleep(0.5)
