@@ -10,6 +10,7 @@ import re
 import ssl
 import tomllib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
@@ -26,6 +27,7 @@ from pydantic import (
 
 from config.env_refs import HEADER_VALUE_RULE, header_value_problem, resolve_env
 from config.problems import describe
+from config.templates import Template, parse_template
 from config.tls_files import EncryptedKeyError, client_cert_problem, ssl_cause, tls_context
 from hifi import redaction
 from hifi.errors import ConfigError
@@ -65,6 +67,50 @@ class Accounting(BaseModel):
                 f" settle_s ({self.settle_s:g} s) after it ends; raise retention_min"
             )
         return self
+
+
+class Lookups(BaseModel):
+    """The `[lookups]` table: per-tenant entries from Redis, served from a refresh-ahead local cache
+    (`tenants/`, docs/tenants.md). With it, `{tenant}` and `{name}` in `url` and the `[headers]`
+    values are placeholders rendered from each tenant's entry."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    tenant_field: str = Field(min_length=1)  # the event field that names the tenant
+    # a read after this long since an entry was loaded returns it and reloads it in the background
+    refresh_after_s: float = Field(default=120.0, gt=0, le=30 * _DAY_S)
+    # an entry not reloaded for this long (Redis failing all that time) is no longer served
+    expire_after_s: float = Field(default=2_592_000.0, gt=0, le=366 * _DAY_S)
+    # every entry is reloaded this often, so changes and removals reach every process
+    bulk_refresh_s: float = Field(default=300.0, gt=0, le=_DAY_S)
+
+    @model_validator(mode="after")
+    def _check_expiry(self) -> Self:
+        if self.expire_after_s < self.refresh_after_s:
+            raise ValueError(
+                f"key 'expire_after_s': {self.expire_after_s:g} s is shorter than refresh_after_s"
+                f" ({self.refresh_after_s:g} s); an entry must be served at least until it is"
+                " reloaded: raise expire_after_s"
+            )
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class Templates:
+    """A destination's url and header values as templates (with `[lookups]`)."""
+
+    url: Template
+    headers: dict[str, Template]
+
+    @property
+    def value_names(self) -> frozenset[str]:
+        """Every entry value the templates use (`{tenant}` aside)."""
+        return self.url.value_names | self.header_value_names
+
+    @property
+    def header_value_names(self) -> frozenset[str]:
+        """The entry values rendered into headers: the secrets among an entry's values."""
+        return frozenset(name for t in self.headers.values() for name in t.value_names)
 
 
 class Destination(BaseModel):
@@ -108,6 +154,7 @@ class Destination(BaseModel):
     internal_topic_partitions: int = Field(default=4, ge=1, le=1000)
     headers: dict[str, SecretStr] = Field(default_factory=dict)
     accounting: Accounting = Field(default_factory=Accounting)
+    lookups: Lookups | None = None  # per-tenant routing; None: every event goes to `url` as is
     # PEM files; a relative path is read from the catalog file's directory
     tls_ca_file: Path | None = None  # CA bundle to trust instead of the default one
     tls_client_cert: Path | None = None  # client certificate (and its key, unless tls_client_key)
@@ -219,6 +266,34 @@ class Destination(BaseModel):
                 " or remove the TLS keys"
             )
         return self
+
+    @model_validator(mode="after")
+    def _check_lookups(self) -> Self:
+        """The tenant field is a field of its own; url and header values parse as templates."""
+        if self.lookups is None:
+            return self
+        field = self.lookups.tenant_field
+        if field in (self.id_field, self.event_time_field):
+            raise ValueError(
+                f"key 'lookups.tenant_field': {field!r} is also id_field or event_time_field;"
+                " name the event field that holds the tenant"
+            )
+        self.templates()
+        return self
+
+    def templates(self) -> Templates:
+        """The url and header values as templates; `ValueError` names the key that does not parse."""
+        try:
+            url = parse_template(self.url)
+        except ValueError as exc:
+            raise ValueError(f"key 'url': {exc}") from None
+        headers = {}
+        for key, secret in self.headers.items():
+            try:
+                headers[key] = parse_template(secret.get_secret_value())
+            except ValueError as exc:
+                raise ValueError(f"key 'headers.{key}': {exc}") from None
+        return Templates(url, headers)
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The context of the `tls_*` keys (certificates and hostnames verified); None: the default."""
@@ -338,7 +413,7 @@ def load_destination_file(
 ) -> Destination:
     """Parse one catalog file, resolve `${VAR}` in header values, and validate it."""
     try:
-        raw = tomllib.loads(_read_text(path))
+        raw = tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     if "name" in raw:
@@ -376,8 +451,9 @@ def _without_delivery_secrets(raw: dict[str, Any], path: Path, environ: Mapping[
                 redaction.register(redaction.header_secrets(resolve_env(value, path, key, environ)))
 
 
-def _read_text(path: Path) -> str:
-    """The file as text: UTF-8 without a byte-order mark, as TOML requires."""
+def read_text(path: Path) -> str:
+    """The file as text: UTF-8 without a byte-order mark, as TOML requires; else a one-line
+    `ConfigError` naming it."""
     try:
         data = path.read_bytes()
     except OSError as exc:

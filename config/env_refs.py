@@ -17,13 +17,15 @@ _REFERENCE_SYNTAX = (
 HEADER_VALUE_RULE = "a header value must be printable ASCII on one line"
 
 
-def resolve_env(value: str, path: Path, key: str, environ: Mapping[str, str]) -> str:
+def resolve_env(
+    value: str, path: Path, key: str, environ: Mapping[str, str], *, table: str = "headers"
+) -> str:
     """`value` with `${VAR}` replaced by the variable and `$$` by `$`; checked to be a valid header value.
 
-    Errors name the file and the header, never the value nor any part of it (it may be a secret).
-    A variable's value is taken literally: a `$` inside it is not read again.
+    Errors name the file and the key (`table.key`), never the value nor any part of it (it may be
+    a secret). A variable's value is taken literally: a `$` inside it is not read again.
     """
-    where = f"{path}: key 'headers.{key}'"
+    where = f"{path}: key '{table}.{key}'"
     parts = _substitute(value, where, environ)
     for text, var in parts:
         if problem := header_value_problem(text):

@@ -9,39 +9,82 @@ import annotated_types
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-
-def describe(path: Path, exc: ValidationError, model: type[BaseModel]) -> str:
-    """One line per problem, never echoing a header value (it may hold a secret)."""
-    return "; ".join(f"{path}: {_problem(error, model)}" for error in exc.errors(include_url=False))
+SECRET_KEYS = ("headers",)  # keys whose values are never echoed: they may hold secrets
 
 
-def _problem(error: ErrorDetails, model: type[BaseModel]) -> str:
-    """One validation error: the key, what is wrong and allowed, and the value given (not for headers)."""
-    key = ".".join(str(part) for part in error["loc"])
+def describe(
+    path: Path | str,
+    exc: ValidationError,
+    model: type[BaseModel],
+    *,
+    secret_keys: tuple[str, ...] = SECRET_KEYS,
+) -> str:
+    """One line per problem of the file (or other place) `path`, never echoing the value of a
+    key in `secret_keys` (nor below one)."""
+    return "; ".join(
+        f"{path}: {_problem(error, model, secret_keys)}" for error in exc.errors(include_url=False)
+    )
+
+
+def _problem(error: ErrorDetails, model: type[BaseModel], secret_keys: tuple[str, ...]) -> str:
+    """One validation error: the key, what is wrong and allowed, and the value given (not for secrets)."""
+    loc = error["loc"]
+    key = ".".join(str(part) for part in loc)
     if error["type"] == "extra_forbidden":
-        return f"unknown key {key!r}; allowed keys: {', '.join(sorted(model.model_fields))}"
+        table = _model_at(model, loc[:-1]) or model
+        names = (field.alias or name for name, field in table.model_fields.items())
+        return f"unknown key {key!r}; allowed keys: {', '.join(sorted(names))}"
     if error["type"] == "missing":
         return f"required key {key!r} is missing"
     message = error["msg"]
     if error["type"] == "value_error":  # our own validators: their text without "Value error, "
         message = str(error.get("ctx", {}).get("error", message))
-    if not error["loc"]:  # a check across keys: its message names the key
+    if not loc:  # a check across keys: its message names the key
         return message
-    accepted = _allowed(error["loc"], model)
+    if message.startswith("key '") and _model_at(model, loc) is not None:
+        return f"key '{key}.{message.removeprefix('key ')[1:]}"  # a check across a table's keys
+    accepted = _allowed(loc, model)
     hint = f"; allowed: {accepted}" if accepted else ""
-    field = model.model_fields.get(key)
+    parent = _model_at(model, loc[:-1])
+    field = parent.model_fields.get(str(loc[-1])) if parent is not None else None
     if field is not None and field.description:
         hint += f" ({field.description})"
     given = error.get("input")
-    if key.startswith("headers") or (key.startswith("tls_") and isinstance(given, str)):
+    if any(str(part) in secret_keys for part in loc) or (
+        key.startswith("tls_") and isinstance(given, str)
+    ):
         shown = ""  # a header value may be a secret; a TLS error names the resolved path itself
     else:
         shown = f" (got {_short(given)})"
     return f"key {key!r}: {message}{hint}{shown}"
 
 
+def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The model of the table at `loc` (`()`: `model` itself); None when `loc` is not a table."""
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        found = next(
+            (
+                kind
+                for kind in (field.annotation, *get_args(field.annotation))
+                if isinstance(kind, type) and issubclass(kind, BaseModel)
+            ),
+            None,
+        )
+        if found is None:
+            return None
+        model = found
+    return model
+
+
 def _allowed(loc: tuple[int | str, ...], model: type[BaseModel]) -> str | None:
-    """What a number or boolean key (or an element of a list of numbers) accepts, from its bounds."""
+    """What a number or boolean key (or an element of a list of numbers) accepts, from its bounds;
+    a key of a table (`accounting.settle_s`) by its table's bounds."""
+    table = _model_at(model, loc[:1])
+    if table is not None and len(loc) > 1:
+        return _allowed(loc[1:], table)
     field = model.model_fields.get(str(loc[0]))
     if field is None:
         return None

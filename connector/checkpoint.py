@@ -10,7 +10,6 @@ one, and the directory fsync'ed; a crash leaves the old checkpoint or the new on
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,15 +17,9 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from hifi.errors import ConfigError
+from hifi.files import STATE_DIR_ENV_VAR, replace_atomically, state_dir
 
-STATE_DIR_ENV_VAR = "HIFI_STATE_DIR"
 FORMAT = 1
-
-
-def state_dir() -> Path:
-    """`HIFI_STATE_DIR`, else `~/.local/state/hifi`."""
-    from_env = os.environ.get(STATE_DIR_ENV_VAR)
-    return Path(from_env) if from_env else Path.home() / ".local" / "state" / "hifi"
 
 
 def default_path(dest: str, key: str) -> Path:
@@ -116,18 +109,7 @@ def load(path: Path) -> Checkpoint | None:
 def save(path: Path, checkpoint: Checkpoint) -> None:
     """Replace the checkpoint at `path` atomically (temporary file, fsync, rename, fsync)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.tmp")
-        with open(temporary, "wb") as file:
-            file.write(checkpoint.to_json())
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        replace_atomically(path, checkpoint.to_json())
     except OSError as exc:
         raise ConfigError(
             f"checkpoint {path}: cannot write: {exc.strerror}; give a writable --checkpoint"

@@ -42,6 +42,7 @@ from hifi.cli import (
 from hifi.errors import ConfigError, HifiError
 from hifi.kafka_settings import KafkaSettings
 from hifi.logging import configure_logging
+from hifi.redis_hash import RedisSettings
 
 PROG = "connector"
 T = TypeVar("T")
@@ -77,16 +78,18 @@ def cli(ctx: click.Context, dest: str | None, flags: DaemonFlags) -> None:
     try:
         destination = Catalog(flags.catalog or default_catalog_dir()).load(dest)
         settings = KafkaSettings.from_env()
+        redis = RedisSettings.from_env() if destination.lookups is not None else None
     except ConfigError as exc:
         fail(PROG, str(exc))
     if flags.check:
-        asyncio.run(check(destination, settings, probe=flags.probe)).finish()
+        asyncio.run(check(destination, settings, probe=flags.probe, redis=redis)).finish()
     connector = Connector(
         destination,
         settings,
         metrics_port=flags.metrics_port,
         metrics_host=flags.metrics_host,
         until_idle_s=flags.until_idle_s,
+        redis=redis,
     )
     run_daemon(PROG, connector.run, connector.request_stop)
 

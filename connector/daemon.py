@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from operator import attrgetter
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,15 +19,22 @@ from config.catalog import Destination
 from config.topics import ensure_destination_topics
 from connector import metrics, status
 from connector.delivery import Deliverer, http_client
-from connector.divert import Diverter, Unreadable
+from connector.divert import Diversion, Diverter, Unreadable
 from connector.intake import BUFFER_WINDOWS, consumer_options, intake_limit, parse
-from connector.rebatch import Batch, PendingEvents
-from hifi import audit, kafka, kafka_admin
+from connector.rebatch import Batch, Pending, PendingEvents, offsets_of
+from hifi import audit, kafka, kafka_admin, redis_hash
 from hifi.kafka_settings import KafkaSettings
 from hifi.ops_http import DEFAULT_HOST, OpsServer
 from hifi.redaction import short_error
-from hifi.vocabulary import Outcome
+from hifi.redis_hash import RedisSettings
+from hifi.refresh_ahead import RefreshAheadCache
+from hifi.vocabulary import Outcome, Reason
 from hifi.worker import PartitionHandler, PartitionWorker, Work, WorkerOptions
+from tenants.keys import tenants_key
+from tenants.lookups import snapshot_path as tenant_snapshot_path
+from tenants.lookups import tenant_cache
+from tenants.route import Route
+from tenants.routing import TenantPending
 
 log = structlog.get_logger(__name__)
 
@@ -83,19 +92,34 @@ class Connector:
         until_idle_s: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         audit_topic: str | None = None,
+        redis: RedisSettings | None = None,
+        state_dir: Path | None = None,
     ) -> None:
+        """With `[lookups]`, tenant entries come from `redis` (default: `HIFI_REDIS_URL`) and
+        their snapshot goes under `state_dir` (default: `HIFI_STATE_DIR`)."""
         self.dest = dest
         self._settings = settings
         self._transport = transport
         #: where the audit facts go (`HIFI_AUDIT_TOPIC` by default); None: no audit trail
         self.audit_topic = (audit_topic or audit.audit_topic()) if dest.accounting.audit else None
         self.ops = OpsServer.on_port(metrics_port, host=metrics_host, component="connector")
-        metrics.create_series(dest.name, audit=self.audit_topic is not None)
+        self._redis: RedisSettings | None = None
+        self._snapshot: Path | None = None
+        if dest.lookups is not None:
+            self._redis = redis or RedisSettings.from_env()
+            self._snapshot = tenant_snapshot_path(dest.name, state_dir)
+        #: the tenant lookups of a destination with `[lookups]`, once running
+        self.routes: RefreshAheadCache[Route] | None = None
+        metrics.create_series(
+            dest.name, audit=self.audit_topic is not None, lookups=dest.lookups is not None
+        )
         options = worker_options(dest, until_idle_s=until_idle_s)
         self._worker = PartitionWorker(settings, options, ops=self.ops)
+        self._stopping = asyncio.Event()
 
     def request_stop(self) -> None:
         """Stop intake and begin draining; safe to call from a signal handler."""
+        self._stopping.set()
         self._worker.request_stop()
 
     async def run(self) -> None:
@@ -105,6 +129,7 @@ class Connector:
             stack.enter_context(structlog.contextvars.bound_contextvars(dest=dest.name))
             if self.ops is not None:
                 await stack.enter_async_context(self.ops.running())
+            routes = await self._tenant_routes(stack)
             log.info("kafka_connecting", **self._settings.describe())
             existing = await ensure_destination_topics(self._settings, dest)
             for topic in sorted(set(dest.source_topics) - existing):
@@ -118,13 +143,52 @@ class Connector:
             client = await stack.enter_async_context(http_client(dest, self._transport))
             diverter = Diverter(producer, dest, trail=trail)
             deliverer = Deliverer(client, dest, diverter, trail=trail)
-            delivery = _Delivery(dest, deliverer, diverter)
+            delivery = _Delivery(
+                dest, deliverer, diverter, route_of=None if routes is None else routes.get
+            )
             if self.ops is not None:
-                self.ops.serve_json("/status", status.page(dest, self.ops, delivery.snapshot))
+                lookups = None if routes is None else routes.status
+                page = status.page(dest, self.ops, delivery.snapshot, lookups)
+                self.ops.serve_json("/status", page)
+            if routes is not None and not await self._loaded(routes):
+                return
             _tune_gc()
             topics = [*dest.source_topics, dest.retry_out_topic]
             log.info("connector_started", dest=dest.name, topics=topics, audit=self.audit_topic)
             await self._worker.run(delivery, topics=topics)
+
+    async def _tenant_routes(
+        self, stack: contextlib.AsyncExitStack
+    ) -> RefreshAheadCache[Route] | None:
+        """With `[lookups]`: the tenant routes, loading in the background from here on (the
+        ops server is not ready until they are); None without."""
+        if self._redis is None:
+            return None
+        source = await stack.enter_async_context(
+            redis_hash.connected(self._redis, tenants_key(self.dest.name))
+        )
+        routes = tenant_cache(self.dest, source, snapshot=self._snapshot)
+        await stack.enter_async_context(routes.running())
+        if self.ops is not None:
+            self.ops.require(routes.readiness)
+        self.routes = routes
+        return routes
+
+    async def _loaded(self, routes: RefreshAheadCache[Route]) -> bool:
+        """Wait until the routes are loaded (from Redis or the snapshot); False when a stop
+        came first. No record is read before: every event finds its tenant's entry in memory."""
+        if not routes.loaded.is_set():
+            log.info("waiting_for_lookups", detail=routes.readiness().detail)
+            loaded = asyncio.ensure_future(routes.loaded.wait())
+            stopping = asyncio.ensure_future(self._stopping.wait())
+            try:
+                await asyncio.wait([loaded, stopping], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in (loaded, stopping):
+                    waiter.cancel()
+        if routes.loaded.is_set():
+            log.info("lookups_loaded", detail=routes.readiness().detail)
+        return routes.loaded.is_set()
 
     async def _audit_trail(self, producer: kafka.Producer) -> audit.AuditTrail | None:
         """The destination's audit trail on the connector's producer, its topic created when
@@ -146,15 +210,32 @@ class Connector:
 
 
 class _Delivery(PartitionHandler):
-    """What the connector does with its records: parse, re-batch, deliver, dead-letter the unreadable."""
+    """What the connector does with its records: parse, re-batch, deliver, dead-letter the
+    unreadable; with tenant lookups, cut batches per tenant and divert what has no route."""
 
-    def __init__(self, dest: Destination, deliverer: Deliverer, diverter: Diverter) -> None:
+    def __init__(
+        self,
+        dest: Destination,
+        deliverer: Deliverer,
+        diverter: Diverter,
+        *,
+        route_of: Callable[[str], Route | None] | None = None,
+    ) -> None:
+        """`route_of`: a tenant's route (the lookup cache's `get`), for a destination with
+        `[lookups]`."""
         self._dest = dest
         self._deliverer = deliverer
         self._diverter = diverter
-        self._pending = PendingEvents(
+        self._pending: Pending = PendingEvents(
             max_records=dest.max_batch_records, max_bytes=dest.max_batch_bytes
         )
+        if route_of is not None and dest.lookups is not None:
+            self._pending = TenantPending(
+                route_of,
+                tenant_field=dest.lookups.tenant_field,
+                max_records=dest.max_batch_records,
+                max_bytes=dest.max_batch_bytes,
+            )
         self._malformed: list[Unreadable] = []
         self._limit_records = intake_limit(dest)
         self._limit_bytes = dest.max_in_flight * dest.max_batch_bytes * BUFFER_WINDOWS
@@ -193,6 +274,9 @@ class _Delivery(PartitionHandler):
                 offsets.setdefault(tp, []).append(record.offset)
             return Work(self._dead_letter(chunk), offsets)
         pending = self._pending
+        diversion = pending.next_diversion()
+        if diversion is not None:
+            return Work(self._divert(diversion), offsets_of(diversion.events))
         if not pending or (poll_open and not pending.fills_a_batch()):
             return None
         batch = pending.next_batch()
@@ -248,6 +332,25 @@ class _Delivery(PartitionHandler):
         finally:
             self._in_flight.dec()
             self._in_flight_requests -= 1
+
+    async def _divert(self, diversion: Diversion) -> None:
+        """Events that leave the HTTP path before any request (tenant lookups)."""
+        await self._diverter.divert(diversion)
+        events = Batch(diversion.events)
+        metrics.RECORDS.labels(self._dest.name, diversion.outcome).inc(len(events))
+        if diversion.outcome is not Outcome.FILTERED:
+            self._deliverer.note_failure(
+                diversion.outcome, events, None, diversion.error, diversion.reason
+            )
+        # an unknown tenant is news; a disabled tenant or a filter is a rule doing its work
+        say = log.warning if diversion.reason is Reason.UNKNOWN_TENANT else log.debug
+        say(
+            "diverted",
+            outcome=diversion.outcome,
+            reason=diversion.reason,
+            events=len(events),
+            error=diversion.error,
+        )
 
     async def _dead_letter(self, chunk: list[Unreadable]) -> None:
         await self._diverter.records_to_dlq(chunk)

@@ -31,7 +31,7 @@ from tenacity import (
 from config.catalog import Destination
 from connector import metrics
 from connector.divert import Diverter
-from connector.rebatch import Batch, encode_body
+from connector.rebatch import Batch, encode_values
 from hifi.audit import AuditTrail
 from hifi.errors import DestinationRejected, DestinationUnavailable
 from hifi.redaction import excerpt, short_error
@@ -163,12 +163,14 @@ class Deliverer:
     async def send_with_retries(self, batch: Batch) -> int:
         """One request, retried locally on transient failures with backoff and Retry-After;
         the 2xx status that accepted it."""
-        body, content_type = encode_body(batch.events, self._dest.format)
+        body, content_type = encode_values(batch.values(), self._dest.format)
+        target = batch.target
         headers = {
-            **self._headers,
+            **(self._headers if target is None else target.headers),
             "Content-Type": content_type,
             "Idempotency-Key": batch.idempotency_key(),
         }
+        url = self._dest.url if target is None else target.url
         if self._dest.compression == "gzip":
             body = await self._gzip(body)
             headers["Content-Encoding"] = "gzip"
@@ -183,17 +185,17 @@ class Deliverer:
         status = 0
         async for attempt in retrying:
             with attempt:
-                status = await self._send_once(body, headers, len(batch))
+                status = await self._send_once(url, body, headers, len(batch))
         return status
 
-    async def _send_once(self, body: bytes, headers: dict[str, str], events: int) -> int:
+    async def _send_once(self, url: str, body: bytes, headers: dict[str, str], events: int) -> int:
         metrics.EVENTS_PER_REQUEST.labels(self._dest_name).observe(events)
         started = time.perf_counter()
         try:
             # httpx bounds each phase (connect, write, read); this bounds the attempt as a whole,
             # so a destination that trickles its reply cannot hold an in-flight slot for ever.
             async with asyncio.timeout(self._dest.request_timeout_s):
-                response = await self._client.post(self._dest.url, content=body, headers=headers)
+                response = await self._client.post(url, content=body, headers=headers)
         except httpx.TooManyRedirects as exc:
             metrics.REQUESTS.labels(self._dest_name, "3xx").inc()
             raise DestinationRejected(
@@ -215,9 +217,7 @@ class Deliverer:
             metrics.REQUESTS.labels(self._dest_name, "timeout").inc()
             return DestinationUnavailable(f"timeout after {self._dest.request_timeout_s}s ({name})")
         metrics.REQUESTS.labels(self._dest_name, "connection").inc()
-        return DestinationUnavailable(
-            short_error(f"connection error: {name}: {cause}")
-        )
+        return DestinationUnavailable(short_error(f"connection error: {name}: {cause}"))
 
     def _wait_s(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
@@ -256,20 +256,21 @@ class Deliverer:
     async def _hand_off(self, batch: Batch, exc: DestinationUnavailable) -> None:
         await self._diverter.to_retrier(batch.events, status=exc.status, error=str(exc))
         metrics.RECORDS.labels(self._dest_name, Outcome.HANDED_OFF).inc(len(batch))
-        self._note_failure(Outcome.HANDED_OFF, len(batch), exc.status, str(exc))
+        self.note_failure(Outcome.HANDED_OFF, batch, exc.status, str(exc))
         log.warning(
             "handed_off",
             events=len(batch),
             status=exc.status,
             error=str(exc),
             attempts=self._dest.local_retry_attempts,
+            **_target_of(batch),
         )
 
     async def _dead_letter(self, batch: Batch, exc: DestinationRejected, note: str = "") -> None:
         error = short_error(f"{exc}{note}")
         await self._diverter.to_dlq(batch.events, reason=exc.reason, status=exc.status, error=error)
         metrics.RECORDS.labels(self._dest_name, Outcome.DEAD_LETTERED).inc(len(batch))
-        self._note_failure(Outcome.DEAD_LETTERED, len(batch), exc.status, error, exc.reason)
+        self.note_failure(Outcome.DEAD_LETTERED, batch, exc.status, error, exc.reason)
         log.warning(
             "dead_lettered",
             events=len(batch),
@@ -277,22 +278,25 @@ class Deliverer:
             status=exc.status,
             error=error,
             first_origin=batch.events[0].origin,
+            **_target_of(batch),
         )
 
-    def _note_failure(
+    def note_failure(
         self,
         outcome: Outcome,
-        events: int,
+        batch: Batch,
         status: int | None,
         error: str,
         reason: Reason | None = None,
     ) -> None:
+        """Keep the failure for `/status` (its text masked and shortened)."""
         entry: dict[str, Any] = {
             "at_ms": int(time.time() * 1000),
             "outcome": outcome,
-            "events": events,
+            "events": len(batch),
             "status": status,
             "error": short_error(error),
+            **_target_of(batch),
         }
         if reason is not None:
             entry["reason"] = reason
@@ -324,3 +328,8 @@ class Deliverer:
                     rejected.append((half, again))
                 else:
                     await self._delivered(half, status)
+
+
+def _target_of(batch: Batch) -> dict[str, str]:
+    """What logs and `/status` say of a batch's target: its tenant, when it has one."""
+    return {} if batch.target is None else {"tenant": batch.target.name}

@@ -39,6 +39,18 @@ LETTER_HEADER_BYTES = 1024
 
 
 @dataclass(frozen=True, slots=True)
+class Diversion:
+    """Events taken in that leave the HTTP path with one outcome, decided before any request:
+    handed to the retrier with a cause, dead-lettered with a reason, or filtered (an explicit
+    rule drops them: they are never sent, and the audit trail says so)."""
+
+    outcome: Outcome  # HANDED_OFF, DEAD_LETTERED or FILTERED
+    events: list[Event]
+    error: str  # what happened, masked and on one line
+    reason: Reason | None = None  # a hand-off's cause, a dead letter's reason
+
+
+@dataclass(frozen=True, slots=True)
 class Unreadable:
     """A record that can never be an event, on its way to the DLQ."""
 
@@ -59,8 +71,29 @@ class Diverter:
         self._dest = dest
         self._trail = trail
 
-    async def to_retrier(self, events: Sequence[Event], *, status: int | None, error: str) -> None:
-        """Hand events to the global retrier with their attempt count and failure history."""
+    async def divert(self, diversion: Diversion) -> None:
+        """Give the diverted events their outcome (a filtered one is only recorded)."""
+        events, error, reason = diversion.events, diversion.error, diversion.reason
+        if diversion.outcome is Outcome.HANDED_OFF:
+            await self.to_retrier(events, status=None, error=error, cause=reason)
+        elif diversion.outcome is Outcome.DEAD_LETTERED and reason is not None:
+            await self.to_dlq(events, reason=reason, status=None, error=error)
+        elif diversion.outcome is Outcome.FILTERED:
+            if self._trail is not None:
+                await self._trail.record(Outcome.FILTERED, events)
+        else:
+            raise ValueError(f"cannot divert events as {diversion.outcome} ({reason})")
+
+    async def to_retrier(
+        self,
+        events: Sequence[Event],
+        *,
+        status: int | None,
+        error: str,
+        cause: Reason | None = None,
+    ) -> None:
+        """Hand events to the global retrier with their attempt count and failure history;
+        `cause` (`hifi-cause`) is the reason they are dead-lettered with if they never succeed."""
         now_ms = int(time.time() * 1000)
         records = [
             (
@@ -75,6 +108,7 @@ class Diverter:
                     error=error,
                     now_ms=now_ms,
                     attempt=event.attempt + 1,
+                    cause=cause,
                 ),
             )
             for event in events

@@ -44,4 +44,5 @@ def parse(dest: Destination, tp: TopicPartition, records: list[Any], *, taken_ms
         max_bytes=dest.max_batch_bytes,
         taken_ms=taken_ms,
         retried=tp.topic == dest.retry_out_topic,
+        tenant_field=None if dest.lookups is None else dest.lookups.tenant_field,
     )

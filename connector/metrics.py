@@ -136,7 +136,9 @@ LAG_BUCKETS_S = (
 LAG_BOUNDS_S = (*LAG_BUCKETS_S, float("inf"))  # the histograms' bucket upper bounds, +Inf last
 
 RECORDS = Counter(
-    "hifi_connector_records", "Records by final outcome at this node.", ["dest", "outcome"]
+    "hifi_connector_records",
+    "Records by final outcome at this node (filtered: dropped by a tenant's rule).",
+    ["dest", "outcome"],
 )
 REQUESTS = Counter(
     "hifi_connector_requests",
@@ -194,10 +196,10 @@ PAUSED = Gauge(
 _OUTCOMES = (Outcome.DELIVERED, Outcome.HANDED_OFF, Outcome.DEAD_LETTERED)
 
 
-def create_series(dest: str, *, audit: bool) -> None:
+def create_series(dest: str, *, audit: bool, lookups: bool = False) -> None:
     """Every series of `dest` at 0, so the first scrape shows them (alerts see 0, not nothing);
-    the audit trail's (`hifi/audit.py`) when it writes one."""
-    for outcome in _OUTCOMES:
+    the audit trail's (`hifi/audit.py`) when it writes one; `filtered` with tenant lookups."""
+    for outcome in (*_OUTCOMES, Outcome.FILTERED) if lookups else _OUTCOMES:
         RECORDS.labels(dest, outcome)
         if audit:
             AUDIT_FACTS.labels(dest, outcome)

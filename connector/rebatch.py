@@ -5,13 +5,17 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import TYPE_CHECKING, Protocol
 
 from aiokafka import TopicPartition
 
 from hifi.envelope import Event
+
+if TYPE_CHECKING:
+    from connector.divert import Diversion
 
 _SEPARATOR_BYTES = 1  # ',' between array items, '\n' after an NDJSON line
 _ARRAY_BRACKETS_BYTES = 2
@@ -22,31 +26,84 @@ _offset_of = attrgetter("offset")
 _value_of = attrgetter("value")
 
 
+class Target(Protocol):
+    """Where a batch goes instead of the destination's url with its headers: a tenant's route."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+
 @dataclass(slots=True)
 class Batch:
-    """Events that travel in one HTTP request."""
+    """Events that travel in one HTTP request.
+
+    `target`: where the request goes when not to the destination's url and headers (one
+    tenant's route); `bodies`: what each event is sent as when not its value (a projection).
+    """
 
     events: list[Event]
+    target: Target | None = None
+    bodies: list[bytes] | None = None
 
     def __len__(self) -> int:
         return len(self.events)
 
     def halves(self) -> tuple[Batch, Batch]:
         middle = len(self.events) // 2
-        return Batch(self.events[:middle]), Batch(self.events[middle:])
+        bodies = self.bodies
+        return (
+            Batch(self.events[:middle], self.target, None if bodies is None else bodies[:middle]),
+            Batch(self.events[middle:], self.target, None if bodies is None else bodies[middle:]),
+        )
+
+    def values(self) -> Iterable[bytes]:
+        """What each event is sent as, in order."""
+        return self.bodies if self.bodies is not None else map(_value_of, self.events)
 
     def offsets(self) -> dict[TopicPartition, list[int]]:
-        """The offsets of the batch's events per partition (one pass over runs of a partition)."""
-        offsets: dict[TopicPartition, list[int]] = {}
-        for tp, run in itertools.groupby(self.events, _partition_of):
-            offsets.setdefault(tp, []).extend(map(_offset_of, run))
-        return offsets
+        """The offsets of the batch's events per partition."""
+        return offsets_of(self.events)
 
     def idempotency_key(self) -> str:
         """Derived from the event ids only, so every attempt of the same events carries the same key."""
         ids = "\x00".join(map(_id_of, self.events))
         body = ids.encode() + b"\x00" if self.events else b""
         return hashlib.sha256(body).hexdigest()[:40]
+
+
+def offsets_of(events: Iterable[Event]) -> dict[TopicPartition, list[int]]:
+    """The offsets of `events` per partition (one pass over runs of a partition)."""
+    offsets: dict[TopicPartition, list[int]] = {}
+    for tp, run in itertools.groupby(events, _partition_of):
+        offsets.setdefault(tp, []).extend(map(_offset_of, run))
+    return offsets
+
+
+class Pending(Protocol):
+    """Events taken in, not yet in a request nor diverted: how the connector holds them
+    (`PendingEvents`; per tenant, `tenants.routing.TenantPending`)."""
+
+    @property
+    def size_bytes(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+    def extend(self, events: Sequence[Event]) -> None: ...
+
+    def fills_a_batch(self) -> bool: ...
+
+    def next_batch(self) -> Batch: ...
+
+    def next_diversion(self) -> Diversion | None:
+        """Events that leave the HTTP path, taken before any batch."""
+
+    def drop(self, partitions: set[TopicPartition]) -> None: ...
 
 
 class PendingEvents:
@@ -74,6 +131,10 @@ class PendingEvents:
         self.size_bytes -= sum(map(len, map(_value_of, batch.events)))
         return batch
 
+    def next_diversion(self) -> Diversion | None:
+        """None: every event of a destination without tenants goes to its url."""
+        return None
+
     def drop(self, partitions: set[TopicPartition]) -> None:
         """Forget the events of `partitions` (revoked, or the connector is stopping)."""
         self._events = deque(e for e in self._events if e.tp not in partitions)
@@ -86,26 +147,37 @@ def take_batch(pending: deque[Event], *, max_records: int, max_bytes: int) -> Ba
     A single event always fits: the connector dead-letters larger ones before they get here.
     Under backlog this merges what several polls returned; when idle it sends what is there.
     """
-    taken: list[Event] = []
-    size = _ARRAY_BRACKETS_BYTES
-    for _ in range(min(max_records, len(pending))):
-        added = len(pending[0].value) + _SEPARATOR_BYTES
-        if taken and size + added > max_bytes:
-            break
-        taken.append(pending.popleft())
-        size += added
+    taken = list(itertools.islice(pending, min(max_records, len(pending))))
+    body_bytes = sum(map(len, map(_value_of, taken))) + _SEPARATOR_BYTES * len(taken)
+    if _ARRAY_BRACKETS_BYTES + body_bytes > max_bytes:  # the bytes bound cuts the batch short
+        size, count = _ARRAY_BRACKETS_BYTES, 0
+        for value in map(_value_of, taken):
+            added = len(value) + _SEPARATOR_BYTES
+            if count and size + added > max_bytes:
+                break
+            size, count = size + added, count + 1
+        del taken[count:]
+    if len(taken) == len(pending):
+        pending.clear()
+    else:
+        for _ in range(len(taken)):
+            pending.popleft()
     return Batch(taken)
 
 
 def encode_body(events: Sequence[Event], body_format: str) -> tuple[bytes, str]:
-    """The request body and its Content-Type; the original JSON bytes are forwarded, not re-encoded."""
+    """The request body of these events and its Content-Type (`encode_values` of their values)."""
+    return encode_values(map(_value_of, events), body_format)
+
+
+def encode_values(values: Iterable[bytes], body_format: str) -> tuple[bytes, str]:
+    """The request body and its Content-Type; the JSON bytes are forwarded, not re-encoded."""
     if body_format == "ndjson":
         # A JSON text holds a raw line break only as whitespace between tokens (inside a string
         # it is escaped), so a record printed over several lines becomes one line by turning its
         # breaks into spaces: no parse, nothing about the event changes.
         lines = [
-            event.value if b"\n" not in event.value else event.value.translate(_BREAKS_TO_SPACES)
-            for event in events
+            value if b"\n" not in value else value.translate(_BREAKS_TO_SPACES) for value in values
         ]
         return b"\n".join(lines) + b"\n", "application/x-ndjson"
-    return b"".join((b"[", b",".join(map(_value_of, events)), b"]")), "application/json"
+    return b"".join((b"[", b",".join(values), b"]")), "application/json"

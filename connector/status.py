@@ -22,7 +22,7 @@ from hifi.vocabulary import Outcome, Reason
 log = structlog.get_logger(__name__)
 
 PROGRESS_EVERY_S = 60.0
-_OUTCOMES = (Outcome.DELIVERED, Outcome.HANDED_OFF, Outcome.DEAD_LETTERED)
+_OUTCOMES = (Outcome.DELIVERED, Outcome.HANDED_OFF, Outcome.DEAD_LETTERED, Outcome.FILTERED)
 _STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx", "timeout", "connection")
 
 
@@ -78,7 +78,9 @@ class Progress:
         self._next_s = now_s + self._every_s
         now_totals, now_counts = totals(self._dest), list(self._lag.counts)
         delta = {key: now_totals[key] - self._last_totals.get(key, 0) for key in now_totals}
-        minute_counts = [now - before for now, before in zip(now_counts, self._last_counts, strict=True)]
+        minute_counts = [
+            now - before for now, before in zip(now_counts, self._last_counts, strict=True)
+        ]
         self._last_totals, self._last_counts = now_totals, now_counts
         log.info(
             "progress",
@@ -102,22 +104,40 @@ class Snapshot:
     recent_failures: Sequence[Mapping[str, Any]]
 
 
-def page(dest: Destination, ops: OpsServer, snapshot: Callable[[], Snapshot]) -> JsonProvider:
-    """The `/status` route of a connector's ops server."""
+def page(
+    dest: Destination,
+    ops: OpsServer,
+    snapshot: Callable[[], Snapshot],
+    lookups: Callable[[], dict[str, Any]] | None = None,
+) -> JsonProvider:
+    """The `/status` route of a connector's ops server; `lookups`: its tenant cache's status."""
 
     async def status(request: Request) -> dict[str, Any]:
-        return document(dest.name, url=dest.url, ready=ops.ready, now=snapshot())
+        found = document(dest.name, url=dest.url, ready=ops.is_ready(), now=snapshot())
+        if lookups is not None:
+            found["lookups"] = lookups()
+        return found
 
     return status
 
 
 def document(dest: str, *, url: str, ready: bool, now: Snapshot) -> dict[str, Any]:
-    """The connector's `/status` JSON."""
-    paused, pending_events, in_flight_requests = now.paused, now.pending_events, now.in_flight_requests
-    lag_records, last_delivered_ms, recent_failures = now.lag_records, now.last_delivered_ms, now.recent_failures
+    """The connector's `/status` JSON (`filtered` stays 0 without tenant lookups)."""
+    paused, pending_events, in_flight_requests = (
+        now.paused,
+        now.pending_events,
+        now.in_flight_requests,
+    )
+    lag_records, last_delivered_ms, recent_failures = (
+        now.lag_records,
+        now.last_delivered_ms,
+        now.recent_failures,
+    )
     now_ms = int(time.time() * 1000)
     counts = totals(dest)
-    requests = {key.removeprefix("requests."): n for key, n in counts.items() if key.startswith("requests.")}
+    requests = {
+        key.removeprefix("requests."): n for key, n in counts.items() if key.startswith("requests.")
+    }
     attempts = sum(requests.values())
     lag = metrics.LAG_OUT.labels(dest, "first").counts
     return {
@@ -133,9 +153,7 @@ def document(dest: str, *, url: str, ready: bool, now: Snapshot) -> dict[str, An
         "consumer_lag_records": {
             f"{tp.topic}/{tp.partition}": n for tp, n in sorted(lag_records.items())
         },
-        "totals": {
-            str(outcome): counts[str(outcome)] for outcome in _OUTCOMES
-        }
+        "totals": {str(outcome): counts[str(outcome)] for outcome in _OUTCOMES}
         | {
             "dead_lettered_by_reason": {
                 str(reason): counts[f"dead_lettered.{reason}"] for reason in Reason

@@ -1,4 +1,8 @@
-"""A Redis for development and tests: the configured one, the machine's own, or a private redis-server."""
+"""A Redis for development and tests: the configured one, the machine's own, or a private redis-server.
+
+`RedisServer` is always a private one, on its own port, that a test or a bench may stop (even
+kill -9) and start again on the same port; the machine's own Redis is never touched.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +29,58 @@ def _pings(url: str) -> bool:
         return False
     finally:
         client.close()
+
+
+class RedisServer:
+    """A `redis-server` of our own on a free loopback port, without persistence; `stop` (SIGKILL
+    with `kill=True`) and `start` again keep the port and the URL."""
+
+    def __init__(self, port: int | None = None) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
+        self._binary = binary
+        self.port = port or free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> RedisServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(self, timeout_s: float = 15.0) -> None:
+        """Start it (no-op when running) and wait until it answers PING."""
+        if self.running:
+            return
+        self._process = subprocess.Popen(
+            [self._binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+             "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout_s
+        while not _pings(self.url):
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server on port {self.port} did not start")
+            time.sleep(0.05)
+
+    def stop(self, *, kill: bool = False) -> None:
+        """Stop it (SIGTERM, or SIGKILL with `kill`) and wait until it is gone; its data is lost."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        if kill:
+            process.kill()
+        else:
+            process.terminate()
+        process.wait(timeout=10)
 
 
 @contextlib.contextmanager

@@ -204,7 +204,7 @@ class Seen:
 
 def slices_of(events: Iterable[Observed]) -> list[Slice]:
     """The events as columns per origin partition (connector `Event`s take `_event_slices`)."""
-    if isinstance(events, Sequence) and events and type(events[0]) is Event:
+    if isinstance(events, Sequence) and events and isinstance(events[0], Event):
         return _event_slices(events)
     by_partition: dict[tuple[str, int], Slice] = {}
     for event in events:

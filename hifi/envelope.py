@@ -29,6 +29,9 @@ HDR_DUE_MS = "hifi-due-ms"  # set by the retrier: when a waiting event is due fo
 HDR_VALUE_BYTES = "hifi-value-bytes"  # a letter cut to fit the DLQ: the size of the whole value
 HDR_EVENT_ID = "hifi-event-id"  # the event's own id, when it has one (for the retrier's facts)
 HDR_EVENT_TIME_MS = "hifi-event-time-ms"  # the event time the connector read (same)
+# set at a hand-off whose failure has a known cause (a `Reason` value, e.g. unknown_tenant): the
+# reason the retrier gives the dead letter when the tiers run out, instead of `expired`
+HDR_CAUSE = "hifi-cause"
 
 HIFI_HEADERS = frozenset(
     {
@@ -45,6 +48,7 @@ HIFI_HEADERS = frozenset(
         HDR_VALUE_BYTES,
         HDR_EVENT_ID,
         HDR_EVENT_TIME_MS,
+        HDR_CAUSE,
     }
 )
 MAX_HISTORY_ENTRIES = 25
@@ -67,8 +71,7 @@ class KafkaRecord(Protocol):
     headers: Any
 
 
-@dataclass(slots=True)
-class Event:
+class Event(msgspec.Struct, gc=False):
     """One record on its way to the destination.
 
     Intake sets only what every event needs (where it is, its bytes, its id and time); what only
@@ -87,6 +90,11 @@ class Event:
     retried: bool  # read from NAME.retry_out: its hifi-* headers are hifi's
     taken_ms: int  # when the connector took the record in (epoch ms, one value per poll)
     has_id: bool  # False when `id` fell back to the origin
+
+    @property
+    def tenant(self) -> Any:
+        """None: only a `TenantEvent` (a destination with `[lookups]`) has read a tenant."""
+        return None
 
     @property
     def key(self) -> bytes | None:
@@ -129,6 +137,14 @@ class Event:
     def _hifi_header(self, name: str) -> bytes | None:
         headers = self.record.headers
         return header_map(headers).get(name) if headers and self.retried else None
+
+
+class TenantEvent(Event):
+    """An event of a destination with `[lookups]`: also the value of its `tenant_field` as read
+    (a str for a well-formed event, any JSON value otherwise; None when it has none). A class of
+    its own, so the events of other destinations are built exactly as before."""
+
+    tenant: Any = None
 
 
 def header_map(headers: Any) -> dict[str, bytes]:
@@ -186,10 +202,12 @@ def parse_records(
     max_bytes: int,
     taken_ms: int,
     retried: bool = False,
+    tenant_field: str | None = None,
 ) -> Parsed:
     """Read the records of one partition as events; malformed and oversize ones are set apart.
 
-    `taken_ms` is when the connector took this poll in (epoch ms), stamped on every event.
+    `taken_ms` is when the connector took this poll in (epoch ms), stamped on every event; with
+    `tenant_field`, the events are `TenantEvent`s, with that field's value as read.
 
     This is the connector's per-record hot path. Each value is validated as one JSON object of
     UTF-8 text, but only the id and event-time fields are built as Python objects; the value
@@ -198,8 +216,10 @@ def parse_records(
     error: it never escapes, so one record can never stop a partition.
     """
     parsed = Parsed()
-    events, malformed = parsed.events, parsed.malformed
-    decode = _field_reader(id_field, event_time_field).decode
+    malformed = parsed.malformed
+    append = parsed.events.append  # bound once: the loop below runs once per record
+    decode = _field_reader(id_field, event_time_field, tenant_field).decode
+    with_tenant = tenant_field is not None
     limit = max_bytes - _JSON_ARRAY_OVERHEAD_BYTES
     for record in records:
         value = record.value
@@ -224,42 +244,46 @@ def parse_records(
         has_id = event_id is not None
         if not has_id:
             parsed.missing_id += 1
+            event_id = origin_of(record, retried=retried)
         if event_time_ms is None:
             parsed.missing_time += 1
-        events.append(
-            Event(
-                tp,
-                record.offset,
-                value,
-                event_id if has_id else origin_of(record, retried=retried),
-                event_time_ms if event_time_ms is not None else record.timestamp,
-                record,
-                retried,
-                taken_ms,
+            event_time_ms = record.timestamp
+        append(
+            TenantEvent(
+                tp, record.offset, value, event_id, event_time_ms, record, retried, taken_ms,
+                has_id, fields.tenant,
+            )
+            if with_tenant
+            else Event(
+                tp, record.offset, value, event_id, event_time_ms, record, retried, taken_ms,
                 has_id,
             )
-        )
+        )  # fmt: skip
     return parsed
 
 
 class _EventFields(Protocol):
     id: Any
     event_time: Any
+    tenant: Any
 
 
 @functools.cache
-def _field_reader(id_field: str, event_time_field: str) -> msgspec.json.Decoder[_EventFields]:
-    """A decoder that checks a whole JSON object and builds only its id and event-time fields.
+def _field_reader(
+    id_field: str, event_time_field: str, tenant_field: str | None = None
+) -> msgspec.json.Decoder[_EventFields]:
+    """A decoder that checks a whole JSON object and builds only its id and event-time fields
+    (and its tenant field, when given).
 
     Decoding into a struct of two fields skips every other value without making Python objects
     of it: about half the cost of a full parse for a 1 KB event.
     """
-    fields = msgspec.defstruct(
-        "EventFields",
-        [("id", Any, None), ("event_time", Any, None)],
-        rename={"id": id_field, "event_time": event_time_field},
-        gc=False,
-    )
+    names = [("id", Any, None), ("event_time", Any, None)]
+    rename = {"id": id_field, "event_time": event_time_field}
+    if tenant_field is not None:
+        names.append(("tenant", Any, None))
+        rename["tenant"] = tenant_field
+    fields = msgspec.defstruct("EventFields", names, rename=rename, gc=False)
     return msgspec.json.Decoder(fields)
 
 
@@ -269,9 +293,7 @@ def _malformed_value(exc: Exception) -> MalformedRecord:
             f"value is not UTF-8: {exc.reason} at byte {exc.start}", reason=Reason.MALFORMED
         )
     if isinstance(exc, RecursionError):
-        return MalformedRecord(
-            "value nests deeper than the parser allows", reason=Reason.MALFORMED
-        )
+        return MalformedRecord("value nests deeper than the parser allows", reason=Reason.MALFORMED)
     text = str(exc)
     if not isinstance(exc, msgspec.DecodeError):
         return MalformedRecord(
@@ -345,12 +367,21 @@ def append_history(history: bytes | None, entry: dict[str, Any]) -> bytes:
 
 
 def failure_headers(
-    event: Event, *, dest: str, status: int | None, error: str, now_ms: int, attempt: int
+    event: Event,
+    *,
+    dest: str,
+    status: int | None,
+    error: str,
+    now_ms: int,
+    attempt: int,
+    cause: Reason | None = None,
 ) -> Headers:
     """Headers for a hand-off or a dead letter: where the event came from and what went wrong.
 
     `hifi-status` is the destination's HTTP status, absent when no reply came. The event's id
     (when it has one) and event time travel too, so the retrier's audit facts can name them.
+    `cause`: the reason a hand-off failed when it is known (`hifi-cause`), the reason the
+    retrier dead-letters it with if it never succeeds.
     """
     first_failure_ms = event.first_failure_ms if event.first_failure_ms is not None else now_ms
     entry: dict[str, Any] = {"at_ms": now_ms, "attempt": attempt, "error": error}
@@ -370,6 +401,8 @@ def failure_headers(
         headers.append((HDR_EVENT_ID, event.id.encode()))
     if status is not None:
         headers.append((HDR_STATUS, str(status).encode()))
+    if cause is not None:
+        headers.append((HDR_CAUSE, cause.encode()))
     return headers
 
 

@@ -6,16 +6,18 @@
     ├── GroupActive               a consumer group has members; its offsets move only once they stop
     ├── TransientError            may succeed if tried again later
     │   ├── DestinationUnavailable    timeout, connection error, 5xx, 429 (carries Retry-After)
-    │   └── BrokerUnavailable         Kafka unreachable, timed out, or a write or commit failed
+    │   ├── BrokerUnavailable         Kafka unreachable, timed out, or a write or commit failed
+    │   └── StoreUnavailable          Redis unreachable, timed out, failing over, or refusing
     └── PermanentError            will fail the same way however often it is tried
         ├── DestinationRejected       4xx other than 429, or a redirect that is not followed
         ├── MalformedRecord           a Kafka record that cannot be delivered (not JSON, too large)
         ├── ReplayRecordRefused       a record of NAME.dlq_replays this reader cannot use
+        ├── EntryRefused              a lookup entry that cannot be used (not JSON, wrong types)
         └── BrokerRefused             Kafka refused a request for good (unknown topic, codec, version)
             └── UnknownTopic
 
-The boundaries: `connector.delivery` for httpx, `hifi.kafka` for aiokafka. Code above them only
-ever catches these types. A `status` is a real HTTP status or None (no reply); the reason a
+The boundaries: `connector.delivery` for httpx, `hifi.kafka` for aiokafka, `hifi.redis_hash` for
+redis. Code above them only ever catches these types. A `status` is a real HTTP status or None (no reply); the reason a
 record was dead-lettered is a `hifi.vocabulary.Reason`, never a status.
 """
 
@@ -95,3 +97,12 @@ class ReplayRecordRefused(PermanentError):
     def __init__(self, message: str, *, why: str) -> None:
         super().__init__(message)
         self.why = why
+
+
+class StoreUnavailable(TransientError):
+    """Redis could not be reached, timed out, or refused a command; nothing was read or written."""
+
+
+class EntryRefused(PermanentError):
+    """A lookup entry that cannot be used as it is (not JSON, wrong types, a value missing); the
+    message says why without quoting the entry (it may hold secrets)."""

@@ -39,3 +39,8 @@ class Reason(StrEnum):
     TOO_LARGE = "too_large"
     #: the retry tiers ran out, or `max_retry_age_s` passed since the first failure
     EXPIRED = "expired"
+    #: the event's tenant has no entry (a destination with `[lookups]`): after the retry tiers,
+    #: or at once when the event names no tenant at all
+    UNKNOWN_TENANT = "unknown_tenant"
+    #: the tenant's entry is disabled (`enabled = false`) and does not say to filter instead
+    TENANT_DISABLED = "tenant_disabled"

@@ -286,17 +286,30 @@ class _Routing(PartitionHandler):
         reoffered = sum(1 for item in outgoing if item.outcome is Outcome.RE_OFFERED)
         self.outcomes.note(dest_name, now_ms, reoffered=reoffered, expired=len(expired))
         if expired:
-            log.info("expired", dest=dest_name, events=len(expired), first=expired[0].why)
+            log.info(
+                "expired",
+                dest=dest_name,
+                events=len(expired),
+                first=expired[0].why,
+                reason=expired[0].reason,
+            )
 
 
 async def _record_facts(trail: audit.AuditTrail, outgoing: list[Outgoing]) -> None:
-    """The facts of one acknowledged produce: its re-offers, its expiries (routing has none)."""
-    named: dict[Outcome, list[Seen]] = {Outcome.RE_OFFERED: [], Outcome.DEAD_LETTERED: []}
+    """The facts of one acknowledged produce: its re-offers, its expiries by reason (routing
+    has none)."""
+    reoffered: list[Seen] = []
+    dead: dict[Reason, list[Seen]] = defaultdict(list)
     for item in outgoing:
-        if item.event is not None and item.outcome in named:
-            named[item.outcome].append(item.event)
-    await trail.record(Outcome.RE_OFFERED, named[Outcome.RE_OFFERED])
-    await trail.record(Outcome.DEAD_LETTERED, named[Outcome.DEAD_LETTERED], reason=Reason.EXPIRED)
+        if item.event is None:
+            continue
+        if item.outcome is Outcome.RE_OFFERED:
+            reoffered.append(item.event)
+        elif item.outcome is Outcome.DEAD_LETTERED:
+            dead[item.reason or Reason.EXPIRED].append(item.event)
+    await trail.record(Outcome.RE_OFFERED, reoffered)
+    for reason, seen in dead.items():
+        await trail.record(Outcome.DEAD_LETTERED, seen, reason=reason)
 
 
 @dataclass(frozen=True)

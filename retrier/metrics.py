@@ -28,7 +28,8 @@ REOFFERED = Counter(
 )
 EXPIRED = Counter(
     "hifi_retrier_expired",
-    "Events dead-lettered with reason expired (tiers used up or too old).",
+    "Events dead-lettered because their retries ran out (tiers used up or too old): reason"
+    " expired, or the cause the connector named (unknown_tenant).",
     ["dest"],
 )
 REOFFER_DELAY = Histogram(

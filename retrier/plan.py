@@ -20,7 +20,7 @@ from hifi.envelope import (
     parse_origin,
 )
 from hifi.kafka import Headers
-from hifi.vocabulary import Outcome
+from hifi.vocabulary import Outcome, Reason
 from retrier import headers, metrics
 from retrier.holds import Head
 from retrier.status import RecentFailures
@@ -47,11 +47,12 @@ class Outgoing:
     headers: Headers
     source: TopicPartition
     offset: int
-    outcome: Outcome  # ROUTED, RE_OFFERED, or DEAD_LETTERED (expired)
+    outcome: Outcome  # ROUTED, RE_OFFERED, or DEAD_LETTERED (retries ran out)
     tier: int
     due_ms: int
     why: str = ""  # for an expired event: which limit it reached
     event: Seen | None = None  # what the audit fact of a re-offer or an expiry says of it
+    reason: Reason | None = None  # a dead letter's: expired, or the cause of its failures
 
     def as_record(self) -> tuple[str, bytes | None, bytes | None, Headers]:
         # A keyless tombstone (only a foreign producer writes one here) cannot be written by a
@@ -177,11 +178,12 @@ def _expired(
     tier: int,
     due_ms: int,
 ) -> Outgoing:
+    reason = headers.expiry_reason(found)
     return Outgoing(
         dest.dlq_topic,
         record.key,
         record.value,
-        headers.to_dlq(record.headers),
+        headers.to_dlq(record.headers, reason=reason),
         tp,
         record.offset,
         Outcome.DEAD_LETTERED,
@@ -189,4 +191,5 @@ def _expired(
         due_ms,
         f"{decision.why} (origin {origin_of(record, retried=True)})",
         seen_of(record, found),
+        reason,
     )

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import quote
 
 import orjson
 from aiokafka import ConsumerRecord, TopicPartition
@@ -27,10 +29,13 @@ __all__ = [
     "FakeKafka",
     "Named",
     "Sleeps",
+    "all_headers",
     "events",
+    "leaks",
     "make_destination",
     "make_event",
     "read_facts",
+    "running",
     "start_daemon",
     "until",
     "wait_exit",
@@ -193,3 +198,52 @@ async def read_facts(settings: KafkaSettings, topic: str) -> list[Named]:
                     )
                 )
     return named
+
+
+class Daemon(Protocol):
+    """A connector or a retrier run in this process."""
+
+    async def run(self) -> None: ...
+
+    def request_stop(self) -> None: ...
+
+
+@contextlib.asynccontextmanager
+async def running(*daemons: Daemon) -> AsyncIterator[None]:
+    """Run daemons for the block, then stop them (drain, commit) and surface any failure."""
+    tasks = [asyncio.create_task(daemon.run()) for daemon in daemons]
+    try:
+        yield
+    finally:
+        for daemon in daemons:
+            daemon.request_stop()
+        await asyncio.wait_for(asyncio.gather(*tasks), 60)
+
+
+SECRET_PIECE = 8  # hifi masks every run of this many characters of a secret
+
+
+def all_headers(record: Any) -> bytes:
+    """A Kafka record's headers as `name: value` lines, to search for secrets."""
+    return b"\n".join(name.encode() + b": " + (value or b"") for name, value in record.headers)
+
+
+def leaks(secret: str, *texts: str | bytes) -> list[str]:
+    """Pieces of `secret` of 8 characters in `texts`: plain, percent-encoded, or JSON-escaped."""
+    forms = {
+        secret,
+        quote(secret, safe=""),
+        quote(secret, safe="").lower(),
+        secret.replace("/", "\\/"),
+        secret.replace("/", "\\\\\\/"),
+    }
+    found: list[str] = []
+    for raw in texts:
+        text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+        for form in forms:
+            found.extend(
+                form[i : i + SECRET_PIECE]
+                for i in range(len(form) - SECRET_PIECE + 1)
+                if form[i : i + SECRET_PIECE] in text
+            )
+    return found

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import random
 from collections import deque
 
+import msgspec
 import orjson
 from aiokafka import TopicPartition
 
@@ -110,7 +110,7 @@ def test_idempotency_key_is_one_per_set_of_events() -> None:
     key = Batch(events[:3]).idempotency_key()
     assert Batch(list(events[:3])).idempotency_key() == key  # a later attempt
     back_from_retrier = [
-        dataclasses.replace(e, tp=TopicPartition("t.retry_out", 1), offset=900 + i)
+        msgspec.structs.replace(e, tp=TopicPartition("t.retry_out", 1), offset=900 + i)
         for i, e in enumerate(events[:3])
     ]
     assert Batch(back_from_retrier).idempotency_key() == key

@@ -18,8 +18,6 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
 
 import httpx
 import orjson
@@ -30,13 +28,12 @@ from devstack.kafka_tools import produce_events
 from hifi import kafka, kafka_admin
 from hifi.envelope import header_map
 from hifi.kafka_settings import KafkaSettings
-from tests.helpers import events, make_destination, wait_exit
+from tests.helpers import all_headers, events, leaks, make_destination, wait_exit
 from tests.retrier.support import run_retrier_command
 
 pytestmark = [pytest.mark.integration]
 
 MASK = "***"
-PIECE = 8  # hifi masks every run of this many characters of a secret
 LOG_MODES = [("json", "INFO"), ("console", "DEBUG")]
 
 
@@ -48,27 +45,6 @@ def token(monkeypatch: pytest.MonkeyPatch) -> str:
     assert len(value) == 40
     monkeypatch.setenv("TOKEN", value)
     return value
-
-
-def leaks(token: str, *texts: str | bytes) -> list[str]:
-    """Pieces of `token` of PIECE characters in `texts`: plain, percent-encoded, or JSON-escaped."""
-    forms = {
-        token,
-        quote(token, safe=""),
-        quote(token, safe="").lower(),
-        token.replace("/", "\\/"),
-        token.replace("/", "\\\\\\/"),
-    }
-    found: list[str] = []
-    for raw in texts:
-        text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
-        for form in forms:
-            found.extend(
-                form[i : i + PIECE]
-                for i in range(len(form) - PIECE + 1)
-                if form[i : i + PIECE] in text
-            )
-    return found
 
 
 def start(
@@ -108,10 +84,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def all_headers(record: Any) -> bytes:
-    return b"\n".join(name.encode() + b": " + (value or b"") for name, value in record.headers)
 
 
 async def status_with_failures(port: int, dest: str, timeout_s: float = 60.0) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -268,3 +269,29 @@ def test_dead_letter_describe_masks_each_part_before_cutting_it() -> None:
     assert pieces_of(secret, line) == []
     assert pieces_of(TOKEN, line) == []
     assert "body=" in line
+
+
+def test_many_secrets_mask_exactly_as_few_do() -> None:
+    """With many secrets registered (a thousand tenants' keys) whole secrets and pieces are
+    found by look-ups per position instead of one pattern of all; the text masked is the same."""
+    keys = [f"tenant{i:04d}-key-{i * 7919:08x}/Zq+{i:03d}" for i in range(300)]
+    register([value for key in keys for value in header_secrets(f"Bearer {key}")])
+    register(["abcd", "abcdWXYZ", "Token short7"])
+    registry = redaction._registry
+    assert registry is not None
+    assert registry.by_head is not None
+    assert registry.anchor_set is not None
+    texts = [
+        f'HTTP 401: {{"echo":"Bearer {keys[17]}"}}',
+        f"got {keys[3][:12]} then {keys[250][5:20]} and {quote(keys[99], safe='')}",
+        f"abcd-abcdWXYZ Token short7 {keys[0].replace('/', chr(92) + '/')}",
+        f"&#x74;enant0042 {keys[42][:7]} nothing else of it: tenant0042",
+        "no secret at all, Bearer is a word",
+    ]
+    many = [mask(text) for text in texts]
+    redaction._registry = dataclasses.replace(registry, by_head=None, anchor_set=None)  # as few
+    assert [mask(text) for text in texts] == many
+    assert many[0] == 'HTTP 401: {"echo":"***"}'
+    assert keys[3][:12] not in many[1]
+    assert many[2].startswith("***-*** *** ***")
+    assert many[4] == texts[4]

@@ -19,9 +19,8 @@ from hifi.envelope import header_map
 from hifi.kafka_settings import KafkaSettings
 from retrier import Retrier
 from retrier.plan import seen_of
-from tests.helpers import events, make_destination, read_facts
+from tests.helpers import events, make_destination, read_facts, running
 from tests.retrier.support import collect, create_topics, handoff, produce_all
-from tests.retrier.test_retrier_e2e import running
 
 pytestmark = [pytest.mark.integration]
 

@@ -77,9 +77,9 @@ def test_release_waits_until_due_then_reoffers_with_lateness() -> None:
         due_ms
     )
     assert decide_due(due_ms, first_failure_ms=T0_MS, max_age_s=DAY_S, now_ms=due_ms) == ReOffer(0)
-    assert decide_due(due_ms, first_failure_ms=T0_MS, max_age_s=DAY_S, now_ms=due_ms + 250) == ReOffer(
-        250
-    )
+    assert decide_due(
+        due_ms, first_failure_ms=T0_MS, max_age_s=DAY_S, now_ms=due_ms + 250
+    ) == ReOffer(250)
 
 
 def test_release_expires_an_event_that_aged_out_while_waiting() -> None:
@@ -138,8 +138,20 @@ def test_header_rewrites_along_the_way() -> None:
     tiered = headers.to_tier([*HANDOFF_HEADERS, ("hifi-due-ms", b"1")], due_ms=5000)
     assert tiered == [*HANDOFF_HEADERS, ("hifi-due-ms", b"5000")]
     assert headers.to_retry_out(tiered) == HANDOFF_HEADERS
-    dead = headers.to_dlq([*tiered, ("hifi-reason", b"old")])
+    reason = headers.expiry_reason(dict(tiered))
+    dead = headers.to_dlq([*tiered, ("hifi-reason", b"old")], reason=reason)
     assert dead == [*HANDOFF_HEADERS, ("hifi-reason", b"expired")]
+
+
+def test_the_cause_of_the_failures_is_the_dead_letters_reason() -> None:
+    """A hand-off whose cause the connector named (`hifi-cause`) dies with that reason, not
+    `expired`; a cause outside the vocabulary falls back to `expired`."""
+    caused = [*HANDOFF_HEADERS, ("hifi-cause", b"unknown_tenant")]
+    reason = headers.expiry_reason(dict(caused))
+    assert reason == "unknown_tenant"
+    assert headers.to_dlq(caused, reason=reason)[-1] == ("hifi-reason", b"unknown_tenant")
+    assert headers.expiry_reason({"hifi-cause": b"gremlins"}) == "expired"
+    assert dict(headers.replayed(caused)).get("hifi-cause") is None  # a replay starts over
 
 
 def test_replayed_dead_letter_starts_over() -> None:

@@ -1,0 +1,203 @@
+"""`hifi-tenants push|get|diff`: a destination's tenant entries between an entries file and Redis.
+
+Redis is `HIFI_REDIS_URL`; the entries of destination NAME are the hash `hifi:tenants:NAME`
+(docs/tenants.md). Every entry is validated as the connector will (the catalog's templates
+included) before anything is written. Exit codes: 0 done (diff: no difference), 1 Redis
+unreachable, a difference (diff) or an entry in Redis that cannot be read (get), 2 bad input
+(a flag, the catalog, the entries file) with one line that never quotes a value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Coroutine, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import orjson
+
+from config.catalog import Catalog, Destination, default_catalog_dir
+from hifi import redis_hash
+from hifi.cli import EXIT_FAILURE, catalog_option, fail, run_command, version_option
+from hifi.errors import ConfigError, EntryRefused, HifiError
+from hifi.logging import configure_logging
+from hifi.redaction import mask
+from hifi.redis_hash import RedisSettings
+from tenants.entry import parse_entry
+from tenants.files import read_entries
+from tenants.keys import tenants_key
+from tenants.store import Comparison, compare, shown
+
+PROG = "hifi-tenants"
+T = TypeVar("T")
+_FILE = click.Path(path_type=Path, dir_okay=False, exists=True)
+
+
+class _AnyVariable(Mapping[str, str]):
+    """The environment, where a variable that is not set reads as a stand-in: hifi-tenants sends
+    no request, so it needs the catalog's header templates, not the secrets inside them."""
+
+    def __getitem__(self, name: str) -> str:
+        return os.environ.get(name, "x")
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(os.environ)
+
+    def __len__(self) -> int:
+        return len(os.environ)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option(PROG)
+def cli() -> None:
+    """Load, show and compare the tenant entries of a destination with `[lookups]` in Redis."""
+    configure_logging("console", "WARNING", libraries=False)
+
+
+@cli.command()
+@click.option("--dest", required=True, metavar="NAME", help="Destination whose entries to write.")
+@click.argument("entries_file", metavar="FILE", type=_FILE)
+@click.option("--dry-run", is_flag=True, help="Say what would change; write nothing.")
+@click.option("--prune", is_flag=True, help="Also remove the tenants FILE does not list.")
+@catalog_option
+def push(dest: str, entries_file: Path, dry_run: bool, prune: bool, catalog: Path | None) -> None:
+    """Write the tenants of FILE (TOML or JSON) to Redis: new and changed entries (HSET);
+    entries Redis holds that FILE does not list stay, unless --prune."""
+    where = f"{PROG} push"
+    destination, settings = _configured(where, catalog, dest)
+    wanted = _file_entries(where, entries_file, destination)
+
+    async def work() -> Comparison:
+        async with redis_hash.connected(settings, tenants_key(destination.name)) as store:
+            found = compare(wanted, await store.read_all(), store.describe())
+            if not dry_run:
+                changed = [*found.added, *found.changed]
+                await store.write({tenant: wanted[tenant] for tenant in changed})
+                if prune:
+                    await store.delete(found.extra)
+            return found
+
+    found = _run(where, work())
+    for tenant in found.added:
+        click.echo(f"added      {tenant}")
+    for tenant, keys in found.changed.items():
+        click.echo(f"changed    {tenant} ({', '.join(keys)})")
+    for tenant in found.extra:
+        click.echo(f"{'removed' if prune else 'kept':<10} {tenant} (not in {entries_file})")
+    verb = "would push" if dry_run else "pushed"
+    removed = len(found.extra) if prune else 0
+    click.echo(
+        f"{verb} {len(wanted)} entries of {entries_file} to {_where(destination, settings)}:"
+        f" {len(found.added)} added, {len(found.changed)} changed,"
+        f" {len(found.unchanged)} unchanged, {removed} removed"
+    )
+
+
+@cli.command()
+@click.option("--dest", required=True, metavar="NAME", help="Destination whose entries to show.")
+@click.argument("tenants", nargs=-1, metavar="[TENANT]...")
+@catalog_option
+def get(dest: str, tenants: tuple[str, ...], catalog: Path | None) -> None:
+    """Print the entries Redis holds (all, or these TENANTs) as an entries file in JSON; every
+    value the destination puts into a header is shown as ***."""
+    where = f"{PROG} get"
+    destination, settings = _configured(where, catalog, dest)
+
+    async def work() -> dict[str, bytes | None]:
+        async with redis_hash.connected(settings, tenants_key(destination.name)) as store:
+            if tenants:
+                return await store.read(list(tenants))
+            return dict(await store.read_all())
+
+    held = _run(where, work())
+    secret_names = destination.templates().header_value_names
+    printed: dict[str, Any] = {}
+    problems = []
+    for tenant, raw in sorted(held.items()):
+        if raw is None:
+            problems.append(f"tenant {tenant!r}: no entry in {_where(destination, settings)}")
+            continue
+        try:
+            entry = parse_entry(_where(destination, settings), tenant, raw)
+        except EntryRefused as exc:
+            problems.append(str(exc))
+            continue
+        printed[tenant] = shown(entry, secret_names)
+    text = orjson.dumps({"tenants": printed}, option=orjson.OPT_INDENT_2).decode()
+    click.echo(mask(text))
+    for problem in problems:
+        click.echo(f"{where}: {mask(problem)}", err=True)
+    if problems:
+        raise SystemExit(EXIT_FAILURE)
+
+
+@cli.command()
+@click.option("--dest", required=True, metavar="NAME", help="Destination whose entries to compare.")
+@click.argument("entries_file", metavar="FILE", type=_FILE)
+@catalog_option
+def diff(dest: str, entries_file: Path, catalog: Path | None) -> None:
+    """Compare FILE with the entries Redis holds: each tenant only in one of them, and the keys
+    that differ (never their values); exit 1 when anything differs."""
+    where = f"{PROG} diff"
+    destination, settings = _configured(where, catalog, dest)
+    wanted = _file_entries(where, entries_file, destination)
+
+    async def work() -> Comparison:
+        async with redis_hash.connected(settings, tenants_key(destination.name)) as store:
+            return compare(wanted, await store.read_all(), store.describe())
+
+    found = _run(where, work())
+    for tenant in found.added:
+        click.echo(f"only in {entries_file}: {tenant}")
+    for tenant in found.extra:
+        click.echo(f"only in Redis: {tenant}")
+    for tenant, keys in found.changed.items():
+        click.echo(f"differs: {tenant} ({', '.join(keys)})")
+    if found.same:
+        click.echo(f"no differences: {len(found.unchanged)} entries alike")
+        return
+    raise SystemExit(EXIT_FAILURE)
+
+
+def _configured(where: str, catalog: Path | None, name: str) -> tuple[Destination, RedisSettings]:
+    """The destination (with `[lookups]`) and where Redis is; a bad one is one line, exit 2."""
+    try:
+        destination = Catalog(catalog or default_catalog_dir(), _AnyVariable()).load(name)
+        settings = RedisSettings.from_env()
+    except ConfigError as exc:
+        fail(where, str(exc))
+    if destination.lookups is None:
+        fail(where, f"destination {name!r} has no [lookups] table; tenant entries serve only one")
+    return destination, settings
+
+
+def _file_entries(where: str, path: Path, dest: Destination) -> dict[str, bytes]:
+    """The entries of `path`, validated for `dest`; a bad one is one line, exit 2."""
+    try:
+        return read_entries(path, dest, os.environ)
+    except ConfigError as exc:
+        fail(where, str(exc))
+
+
+def _where(dest: Destination, settings: RedisSettings) -> str:
+    return f"hash {tenants_key(dest.name)} at {settings.describe()}"
+
+
+def _run(where: str, work: Coroutine[Any, Any, T]) -> T:
+    """Run one Redis operation; failures end in one line: exit 2 for bad input, else 1."""
+    try:
+        return asyncio.run(work)
+    except ConfigError as exc:
+        fail(where, str(exc))
+    except HifiError as exc:
+        fail(where, str(exc), EXIT_FAILURE)
+
+
+def main() -> None:
+    """The `hifi-tenants` command."""
+    run_command(cli, PROG)

@@ -1,0 +1,293 @@
+"""A tenant destination's events as the connector holds them: a queue per tenant, and the events leaving HTTP.
+
+Each event's route is read from the lookup cache's memory when it is taken in (a dict read:
+the cache never waits for Redis), and the event joins the queue of that route, so events of
+different tenants, or of two versions of one tenant's entry, never share a request:
+
+- a route whose queue holds a full batch (`max_batch_records` or `max_batch_bytes`) is cut
+  first, at once, even while a poll is still being taken in;
+- otherwise the queue that waited longest is cut whole (a queue cut in part goes to the back):
+  a tenant's events wait for a free in-flight slot, not for a timer, so under load queues grow
+  into larger batches and when idle they go at once.
+
+Events that leave the HTTP path (`next_diversion`, before any batch):
+- no tenant in the event (the field is missing, empty or not a string or integer): dead letter,
+  `unknown_tenant`; no entry can ever match it;
+- no entry for the tenant: to the retrier with the cause `unknown_tenant` (its entry may
+  arrive later; after the last tier it is a dead letter with that reason, not `expired`);
+- the tenant is disabled: dead letter, `tenant_disabled`, or `filtered` when its entry says
+  `when_disabled = "filter"`;
+- the tenant's filter drops the event: `filtered`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from operator import attrgetter
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from connector.divert import Diversion
+from connector.rebatch import Batch
+from hifi.envelope import Event
+from hifi.vocabulary import Outcome, Reason
+from tenants.route import Route
+
+_SEPARATOR_BYTES = 1  # as `connector.rebatch` counts a body: a separator per event...
+_ARRAY_BRACKETS_BYTES = 2  # ...and the brackets of a JSON array
+_UNSEEN = object()
+
+
+class _Fate(enum.Enum):
+    """Why an event leaves the HTTP path."""
+
+    NAMELESS = "no tenant in the event"
+    UNKNOWN = "no entry for its tenant"
+    DISABLED = "its tenant is disabled"
+    DISABLED_FILTERED = "its tenant is disabled, and its entry filters its events"
+    FILTERED = "its tenant's filter drops it"
+
+
+_value_of = attrgetter("value")
+
+
+class _Queue(list[Event]):
+    """One route's events in intake order, their body bytes, and the bodies they are sent as
+    when the route projects them."""
+
+    __slots__ = ("bodies", "route", "size_bytes")
+    __hash__ = object.__hash__  # type: ignore[assignment]  # by identity, like its route
+
+    def __init__(self, route: Route) -> None:
+        super().__init__()
+        self.route = route
+        self.bodies: list[bytes] | None = [] if route.projects else None
+        self.size_bytes = _ARRAY_BRACKETS_BYTES
+
+    def take(self, max_records: int, max_bytes: int) -> tuple[list[Event], list[bytes] | None]:
+        """The first events within both bounds (always at least one), and their bodies."""
+        bodies = self.bodies
+        taken: list[bytes] | None = None
+        if len(self) <= max_records and self.size_bytes <= max_bytes:  # all of them
+            events = self[:]
+            self.clear()
+            self.size_bytes = _ARRAY_BRACKETS_BYTES
+            if bodies is not None:
+                taken = bodies[:]
+                bodies.clear()
+            return events, taken
+        size, count = _ARRAY_BRACKETS_BYTES, 0
+        for index in range(min(max_records, len(self))):
+            body = self[index].value if bodies is None else bodies[index]
+            added = len(body) + _SEPARATOR_BYTES
+            if count and size + added > max_bytes:
+                break
+            size += added
+            count += 1
+        events = self[:count]
+        del self[:count]
+        taken = None
+        if bodies is not None:
+            taken = bodies[:count]
+            del bodies[:count]
+        self.size_bytes -= size - _ARRAY_BRACKETS_BYTES
+        return events, taken
+
+
+class TenantPending:
+    """Events taken in for a destination with `[lookups]`; a `connector.rebatch.Pending`.
+
+    A route is read once per tenant in each call of `extend` (the records of one partition of a
+    poll), so the cache's reads count tenants per poll, not events.
+    """
+
+    def __init__(
+        self,
+        route_of: Callable[[str], Route | None],
+        *,
+        tenant_field: str,
+        max_records: int,
+        max_bytes: int,
+    ) -> None:
+        """`route_of`: the lookup cache's `get`."""
+        self._route_of = route_of
+        self._tenant_field = tenant_field
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        self._queues: OrderedDict[Route, _Queue] = OrderedDict()  # the longest waiting first
+        self._full: dict[Route, None] = {}  # routes whose queue holds a full batch, in order
+        self._diverted: deque[Diversion] = deque()
+        self._count = 0
+        self._diverted_bytes = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def extend(self, events: Sequence[Event]) -> None:
+        """Queue events by route, or set them apart to leave the HTTP path.
+
+        Per event this is a dict read and an append for tenants whose route passes every event
+        as it is (the route itself is read once per tenant of the call); everything else (no
+        tenant or entry, disabled, filter, projection) takes a slower path.
+        """
+        seen: dict[object, Route | None] = {}  # this call's routes by tenant
+        queue_of: dict[object, Any] = {}  # this call's queues by tenant (None: the slow path)
+        route_of, queues, full = self._route_of, self._queues, self._full
+        max_records, max_bytes = self.max_records, self.max_bytes
+        unseen, separator_bytes = _UNSEEN, _SEPARATOR_BYTES
+        slow: list[Event] = []
+        for event in events:
+            tenant = event.tenant
+            try:
+                queue = queue_of.get(tenant, unseen)
+            except TypeError:  # a JSON array or object as the tenant: no tenant
+                slow.append(event)
+                continue
+            if queue is unseen:  # the tenant's first event in this call
+                route = seen[tenant] = route_of(tenant) if type(tenant) is str else None
+                queue = None
+                if route is not None and route.passes_all:
+                    queue = queues.get(route)
+                    if queue is None:
+                        queue = queues[route] = _Queue(route)
+                queue_of[tenant] = queue
+            if queue is None:
+                slow.append(event)
+                continue
+            queue.append(event)
+            queue.size_bytes += len(event.value) + separator_bytes
+            if len(queue) >= max_records or queue.size_bytes >= max_bytes:
+                full[queue.route] = None
+        self._count += len(events)
+        if slow:
+            self._route_slowly(slow, seen)
+
+    @property
+    def size_bytes(self) -> int:
+        """The bytes of the events held: queued (as their bodies), or set apart."""
+        queued = sum(queue.size_bytes - _ARRAY_BRACKETS_BYTES for queue in self._queues.values())
+        return queued + self._diverted_bytes
+
+    def _route_slowly(self, events: list[Event], seen: dict[object, Route | None]) -> None:
+        """No tenant, no entry, a disabled tenant, a filter or a projection: each event's fate."""
+        fates: dict[_Fate, list[Event]] = {}
+        for event in events:
+            fate = self._fate(event, seen)
+            if fate is not None:
+                fates.setdefault(fate, []).append(event)
+        for fate, group in fates.items():
+            self._set_apart(self._diversion(fate, group))
+
+    def _fate(self, event: Event, seen: dict[object, Route | None]) -> _Fate | None:
+        """Why an event leaves the HTTP path; None when it was queued (filtered or projected)."""
+        tenant = _tenant_id(event.tenant)
+        if tenant is None:
+            return _Fate.NAMELESS
+        route = seen.get(tenant, _UNSEEN)
+        if route is _UNSEEN:  # an integer's digits, or a tenant read here first
+            route = seen[tenant] = self._route_of(tenant)
+        if not isinstance(route, Route):
+            return _Fate.UNKNOWN
+        if not route.enabled:
+            return _Fate.DISABLED_FILTERED if route.filter_when_disabled else _Fate.DISABLED
+        body = route.admit(event.value)
+        if body is None:
+            return _Fate.FILTERED
+        self._enqueue(route, event, body)
+        return None
+
+    def _diversion(self, fate: _Fate, events: list[Event]) -> Diversion:
+        """The outcome of `events`, with a line saying why (tenant ids are not secrets)."""
+        first = _tenant_id(events[0].tenant)
+        if fate is _Fate.NAMELESS:
+            field = self._tenant_field
+            why = f"no tenant: field {field!r} is missing, empty, or not a string or an integer"
+            return Diversion(Outcome.DEAD_LETTERED, events, why, Reason.UNKNOWN_TENANT)
+        if fate is _Fate.UNKNOWN:
+            names = {_tenant_id(event.tenant) for event in events}
+            others = f" and {len(names) - 1} other tenants" if len(names) > 1 else ""
+            why = f"no entry for tenant {first!r}{others}; the retrier tries again: it may arrive"
+            return Diversion(Outcome.HANDED_OFF, events, why, Reason.UNKNOWN_TENANT)
+        if fate is _Fate.DISABLED:
+            why = f"tenant {first!r} is disabled"
+            return Diversion(Outcome.DEAD_LETTERED, events, why, Reason.TENANT_DISABLED)
+        if fate is _Fate.DISABLED_FILTERED:
+            why = f"tenant {first!r} is disabled; its entry filters its events"
+            return Diversion(Outcome.FILTERED, events, why)
+        return Diversion(Outcome.FILTERED, events, "dropped by the tenant's filter")
+
+    def _enqueue(self, route: Route, event: Event, body: bytes) -> None:
+        """Queue an event (counted already) as `body`; `extend` inlines this for plain routes."""
+        queue = self._queues.get(route)
+        if queue is None:
+            queue = self._queues[route] = _Queue(route)
+        queue.append(event)
+        if queue.bodies is not None:
+            queue.bodies.append(body)
+        queue.size_bytes += len(body) + _SEPARATOR_BYTES
+        if len(queue) >= self.max_records or queue.size_bytes >= self.max_bytes:
+            self._full[route] = None
+
+    def _set_apart(self, diversion: Diversion) -> None:
+        self._diverted.append(diversion)
+        self._diverted_bytes += sum(map(len, map(_value_of, diversion.events)))
+
+    def fills_a_batch(self) -> bool:
+        return bool(self._full)
+
+    def next_diversion(self) -> Diversion | None:
+        """The oldest group of events set apart, if any."""
+        if not self._diverted:
+            return None
+        diversion = self._diverted.popleft()
+        self._count -= len(diversion.events)
+        self._diverted_bytes -= sum(map(len, map(_value_of, diversion.events)))
+        return diversion
+
+    def next_batch(self) -> Batch:
+        """A full batch of a route if one has it, else the events of the route that waited
+        longest (all of them, within the bounds)."""
+        route = next(iter(self._full)) if self._full else next(iter(self._queues))
+        queue = self._queues[route]
+        events, bodies = queue.take(self.max_records, self.max_bytes)
+        self._count -= len(events)
+        if len(queue) < self.max_records and queue.size_bytes < self.max_bytes:
+            self._full.pop(route, None)
+        if queue:
+            self._queues.move_to_end(route)  # what is left waits behind the other tenants
+        else:
+            del self._queues[route]
+        return Batch(events, route, bodies)
+
+    def drop(self, partitions: set[TopicPartition]) -> None:
+        """Forget the events of `partitions` (revoked, or the connector is stopping)."""
+        queues = list(self._queues.values())
+        diverted = list(self._diverted)
+        self._queues.clear()
+        self._full.clear()
+        self._diverted.clear()
+        self._count = self._diverted_bytes = 0
+        for queue in queues:
+            for index, event in enumerate(queue):
+                if event.tp not in partitions:
+                    body = event.value if queue.bodies is None else queue.bodies[index]
+                    self._enqueue(queue.route, event, body)
+                    self._count += 1
+        for diversion in diverted:
+            events = [event for event in diversion.events if event.tp not in partitions]
+            if events:
+                self._set_apart(dataclasses.replace(diversion, events=events))
+                self._count += len(events)
+
+
+def _tenant_id(raw: object) -> str | None:
+    """The tenant id of a field's value: a non-empty string, or an integer's digits."""
+    if isinstance(raw, str):
+        return raw or None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return str(raw)
+    return None

@@ -1,0 +1,86 @@
+"""The `[lookups]` table: defaults, validation in one line, and url and header values as templates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from config.catalog import Catalog
+from config.templates import parse_template, url_value
+from hifi.errors import ConfigError
+
+HEAD = 'url = "https://collector.test/v1/{tenant}/events"\nsource_topics = ["events"]\n'
+
+
+def _load(catalog_dir: Path, text: str) -> Catalog:
+    (catalog_dir / "d.toml").write_text(text)
+    return Catalog(catalog_dir, {"TOKEN": "s3cr3t-token-value"})
+
+
+def _error(catalog_dir: Path, text: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        _load(catalog_dir, text).load("d")
+    message = str(info.value)
+    assert "\n" not in message
+    assert str(catalog_dir / "d.toml") in message
+    return message
+
+
+def test_defaults_and_templates(catalog_dir: Path) -> None:
+    """Only tenant_field is required; the intervals default to 120 s, 30 days and 300 s, and
+    the url and header values are parsed as templates with the entry values they need."""
+    text = HEAD + '[lookups]\ntenant_field = "customer"\n[headers]\nX-Key = "{api_key} ${TOKEN}"\n'
+    dest = _load(catalog_dir, text).load("d")
+    assert dest.lookups is not None
+    assert dest.lookups.tenant_field == "customer"
+    assert (dest.lookups.refresh_after_s, dest.lookups.expire_after_s) == (120, 2_592_000)
+    assert dest.lookups.bulk_refresh_s == 300
+    templates = dest.templates()
+    assert templates.value_names == {"api_key"}
+    assert (
+        templates.url.render("a b/c", {}, url_value) == "https://collector.test/v1/a%20b%2Fc/events"
+    )
+    assert templates.headers["X-Key"].render("t", {"api_key": "k"}) == "k s3cr3t-token-value"
+
+
+def test_without_lookups_braces_stay_literal(catalog_dir: Path) -> None:
+    """A destination without `[lookups]` sends to its url as written, braces and all."""
+    dest = _load(catalog_dir, HEAD).load("d")
+    assert dest.lookups is None
+    assert dest.url == "https://collector.test/v1/{tenant}/events"
+
+
+@pytest.mark.parametrize(
+    ("table", "expected"),
+    [
+        ("", "required key 'lookups.tenant_field' is missing"),
+        ('tenant_field = "c"\ntenant_feld = "d"', "unknown key 'lookups.tenant_feld'; allowed keys: bulk_refresh_s"),
+        ('tenant_field = "c"\nrefresh_after_s = 0', "key 'lookups.refresh_after_s': Input should be greater than 0"),
+        ('tenant_field = "c"\nbulk_refresh_s = "300"', "key 'lookups.bulk_refresh_s': Input should be a valid number"),
+        ('tenant_field = "c"\nrefresh_after_s = 60\nexpire_after_s = 30', "'lookups.expire_after_s': 30 s is shorter"),
+        ('tenant_field = "id"', "key 'lookups.tenant_field': 'id' is also id_field or event_time_field"),
+    ],
+)  # fmt: skip
+def test_bad_lookups_table_is_one_line(catalog_dir: Path, table: str, expected: str) -> None:
+    """Each problem of the table names the file, the key and what is allowed."""
+    assert expected in _error(catalog_dir, HEAD + "[lookups]\n" + table + "\n")
+
+
+def test_a_bad_placeholder_names_the_key_not_the_value(catalog_dir: Path) -> None:
+    """A header template that does not parse names its key and never quotes the value."""
+    text = HEAD + '[lookups]\ntenant_field = "c"\n[headers]\nX-Key = "${TOKEN} {api key}"\n'
+    message = _error(catalog_dir, text)
+    assert "key 'headers.X-Key': placeholder {...} is not a name" in message
+    assert "s3cr3t" not in message
+    assert "key 'url': has an unmatched brace" in _error(
+        catalog_dir, HEAD.replace("{tenant}", "{tenant") + '[lookups]\ntenant_field = "c"\n'
+    )
+
+
+def test_template_syntax() -> None:
+    """`{{` and `}}` are literal braces; conversions, specs and positional fields are refused."""
+    assert parse_template("a{{b}}{tenant}").render("t", {}) == "a{b}t"
+    for bad in ("{0}", "{}", "{a!r}", "{a:>3}", "{a.b}", "{"):
+        with pytest.raises(ValueError, match=r"brace|not a name"):
+            parse_template(bad)

@@ -1,0 +1,150 @@
+"""Per-tenant queues: batches never mix tenants, full ones first, then the oldest; what leaves HTTP and why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import TopicPartition
+
+from config.catalog import Destination
+from connector.rebatch import Batch
+from hifi.vocabulary import Outcome, Reason
+from tenants.route import Route
+from tenants.routing import TenantPending
+from tests.tenants.support import route_of, tenant_events, write_tenant_destination
+
+VALUES = {"api_key": "k", "region": "eu"}
+
+
+@pytest.fixture
+def dest(catalog_dir: Path) -> Destination:
+    return write_tenant_destination(catalog_dir, "tv", "https://c.test/{region}/{tenant}", "t")
+
+
+def _pending(routes: dict[str, Route], max_records: int = 3) -> TenantPending:
+    return TenantPending(
+        routes.get, tenant_field="customer", max_records=max_records, max_bytes=1 << 20
+    )
+
+
+def _routes(dest: Destination, **entries: dict[str, Any]) -> dict[str, Route]:
+    return {
+        tenant: route_of(dest, tenant, values=VALUES, **keys) for tenant, keys in entries.items()
+    }
+
+
+def _drain(pending: TenantPending) -> list[Batch]:
+    batches = []
+    while len(pending):
+        assert pending.next_diversion() is None
+        batches.append(pending.next_batch())
+    return batches
+
+
+def test_batches_are_cut_per_tenant(dest: Destination) -> None:
+    """Events of different tenants never share a batch; each batch goes to its tenant's url;
+    a full batch is cut first, then the tenant that waited longest, and order is kept."""
+    routes = _routes(dest, a={}, b={}, c={})
+    pending = _pending(routes)
+    events = tenant_events(["b", "a", "b", "c", "a", "a", "a", "b"])
+    pending.extend(events)
+    assert len(pending) == 8
+    assert pending.fills_a_batch()  # a has three
+    batches = _drain(pending)
+    assert [
+        (batch.target.name if batch.target else None, [e.id for e in batch.events])
+        for batch in batches
+    ] == [
+        ("a", ["e1", "e4", "e5"]),
+        ("b", ["e0", "e2", "e7"]),
+        ("c", ["e3"]),
+        ("a", ["e6"]),
+    ]
+    assert batches[0].target is routes["a"]
+    assert pending.size_bytes == 0
+    assert not pending.fills_a_batch()
+
+
+def test_what_leaves_the_http_path(dest: Destination) -> None:
+    """No tenant: dead letter (unknown_tenant); no entry: to the retrier with the cause
+    unknown_tenant; disabled: dead letter (tenant_disabled) or filtered when the entry says so;
+    dropped by a filter: filtered. Integer tenants are looked up by their digits."""
+    routes = _routes(
+        dest,
+        on={},
+        off={"enabled": False},
+        hush={"enabled": False, "when_disabled": "filter"},
+        picky={"filter": {"field": "type", "in": ["play"]}},
+        **{"42": {}},
+    )
+    pending = _pending(routes, max_records=100)
+    tenants: list[Any] = [..., "", None, [1], True, "nobody", "nobody2", "off", "hush", "on", 42]
+    pending.extend(tenant_events(tenants, type="stop"))
+    pending.extend(tenant_events(["picky", "picky"], start=100, type="play"))
+    pending.extend(tenant_events(["picky"], start=200, type="stop"))
+    diverted = []
+    while (diversion := pending.next_diversion()) is not None:
+        diverted.append(diversion)
+    found = [(d.outcome, d.reason, [e.id for e in d.events]) for d in diverted]
+    assert found == [
+        (Outcome.DEAD_LETTERED, Reason.UNKNOWN_TENANT, ["e0", "e1", "e2", "e3", "e4"]),
+        (Outcome.HANDED_OFF, Reason.UNKNOWN_TENANT, ["e5", "e6"]),
+        (Outcome.DEAD_LETTERED, Reason.TENANT_DISABLED, ["e7"]),
+        (Outcome.FILTERED, None, ["e8"]),
+        (Outcome.FILTERED, None, ["e200"]),
+    ]
+    assert diverted[0].error == (
+        "no tenant: field 'customer' is missing, empty, or not a string or an integer"
+    )
+    assert diverted[1].error.startswith("no entry for tenant 'nobody' and 1 other tenants;")
+    assert diverted[2].error == "tenant 'off' is disabled"
+    batches = _drain(pending)
+    assert sorted((b.target.name, [e.id for e in b.events]) for b in batches if b.target) == [
+        ("42", ["e10"]),
+        ("on", ["e9"]),
+        ("picky", ["e100", "e101"]),
+    ]
+
+
+def test_projected_bodies_travel_with_their_events(dest: Destination) -> None:
+    """A projecting tenant's batch carries the projected bodies, halves too; the events keep
+    their original values (for hand-offs and dead letters)."""
+    routes = _routes(dest, p={"project": {"keep": ["type"]}})
+    pending = _pending(routes, max_records=10)
+    events = tenant_events(["p", "p"], type="play", extra="x" * 50)
+    pending.extend(events)
+    (batch,) = _drain(pending)
+    assert list(batch.values()) == [b'{"id":"e0","type":"play"}', b'{"id":"e1","type":"play"}']
+    first, second = batch.halves()
+    assert list(first.values()) == [b'{"id":"e0","type":"play"}']
+    assert (first.target, second.target) == (routes["p"], routes["p"])
+    assert b"extra" in batch.events[0].value
+
+
+def test_a_changed_entry_starts_a_new_batch(dest: Destination) -> None:
+    """Events taken in under two versions of a tenant's entry never share a request."""
+    routes = _routes(dest, a={})
+    pending = _pending(routes, max_records=10)
+    pending.extend(tenant_events(["a"]))
+    routes["a"] = route_of(dest, "a", values={"api_key": "k2", "region": "eu"})
+    pending.extend(tenant_events(["a"], start=1))
+    batches = _drain(pending)
+    assert [[e.id for e in b.events] for b in batches] == [["e0"], ["e1"]]
+    assert batches[1].target is not None
+    assert batches[1].target.headers["X-Api-Key"] == "k2"
+
+
+def test_revoked_partitions_are_forgotten(dest: Destination) -> None:
+    """`drop` forgets queued and set-apart events of the revoked partitions only."""
+    routes = _routes(dest, a={})
+    pending = _pending(routes, max_records=10)
+    pending.extend(tenant_events(["a", "zz"], partition=0))
+    pending.extend(tenant_events(["a", "zz"], partition=1, start=10))
+    pending.drop({TopicPartition("src", 0)})
+    assert len(pending) == 2
+    diversion = pending.next_diversion()
+    assert diversion is not None
+    assert [e.id for e in diversion.events] == ["e11"]
+    assert [[e.id for e in b.events] for b in _drain(pending)] == [["e10"]]
