@@ -1,4 +1,7 @@
-"""The bench's destination: every setting at its catalog default (the audit trail on), as the connector loads it."""
+"""The bench's destination: every setting at its catalog default (the audit trail on), as the connector loads it.
+
+Its tenant lookups (`LOOKUPS`), for the lookup phase, are the only settings that differ.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +17,33 @@ def bench_destination(topic: str, url: str = "http://127.0.0.1/") -> Destination
     return Destination(name=DEST, url=url, source_topics=[topic])
 
 
-def write_catalog(directory: Path, *, url: str, topics: list[str], audit: bool = True) -> None:
+# The lookup phase (bench/lookups.py): each tenant's events to its own path with its own key.
+# Entries are refreshed every second (whole every 5 s) instead of 2 and 5 minutes, so a probe
+# of 20 s keeps reloading from Redis, or keeps failing to when Redis is stopped.
+TENANT_FIELD = "tenant"
+LOOKUPS = f"""
+[lookups]
+tenant_field = "{TENANT_FIELD}"
+refresh_after_s = 1
+bulk_refresh_s = 5
+
+[headers]
+X-Api-Key = "{{api_key}}"
+"""
+
+
+def write_catalog(
+    directory: Path, *, url: str, topics: list[str], audit: bool = True, lookups: bool = False
+) -> None:
     """`bench.toml`: the destination with every setting at its catalog default; `audit=False`
-    adds `[accounting] audit = false` (no audit trail), for the trail's cost."""
+    adds `[accounting] audit = false` (no audit trail), for the trail's cost; `lookups=True`
+    routes each event by its tenant (`LOOKUPS`: `URL/{tenant}` with its `X-Api-Key`)."""
     directory.mkdir(parents=True, exist_ok=True)
     listed = ", ".join(f'"{topic}"' for topic in topics)
-    text = f'url = "{url}"\nsource_topics = [{listed}]\n'
+    target = f"{url.rstrip('/')}/{{tenant}}" if lookups else url
+    text = f'url = "{target}"\nsource_topics = [{listed}]\n'
     if not audit:
         text += "\n[accounting]\naudit = false\n"
+    if lookups:
+        text += LOOKUPS
     (directory / f"{DEST}.toml").write_text(text)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import functools
+import itertools
+import random
 import time
 from dataclasses import dataclass
 
@@ -17,14 +20,39 @@ _TICK_S = 0.01  # the paced producer sends what is due every 10 ms
 _MAX_UNACKED_BATCHES = 256
 
 
-def make_event(event_id: str, event_time_ms: int, seq: int) -> bytes:
-    """A JSON event of exactly `EVENT_BYTES` bytes (the payload pads it)."""
-    head = b'{"id":"%s","event_time":%d,"seq":%d,"payload":"' % (
-        event_id.encode(),
-        event_time_ms,
-        seq,
-    )
+def make_event(event_id: str, event_time_ms: int, seq: int, tenant: str | None = None) -> bytes:
+    """A JSON event of exactly `EVENT_BYTES` bytes (the payload pads it); with `tenant`, its
+    `tenant` field names it."""
+    head = b'{"id":"%s","event_time":%d,"seq":%d,' % (event_id.encode(), event_time_ms, seq)
+    if tenant is not None:
+        head += b'"tenant":"%s",' % tenant.encode()
+    head += b'"payload":"'
     return b'%s%s"}' % (head, _padding(EVENT_BYTES - len(head) - 2))
+
+
+class Tenants:
+    """Tenant ids `t0`..`t{n-1}` drawn with a Zipf distribution of exponent `s` (rank k has
+    weight 1/k^s: a few hot tenants, a long tail), from a seeded generator."""
+
+    def __init__(self, count: int, s: float, *, seed: int = 0) -> None:
+        weights = [1 / rank**s for rank in range(1, count + 1)]
+        total = sum(weights)
+        self._cumulative = list(itertools.accumulate(weight / total for weight in weights))
+        self._random = random.Random(seed)
+        self.names = [f"t{rank}" for rank in range(count)]
+
+    def draw(self) -> str:
+        index = bisect.bisect_left(self._cumulative, self._random.random())
+        return self.names[min(index, len(self.names) - 1)]
+
+
+def _events(
+    prefix: str, start: int, stop: int, now_ms: int, tenants: Tenants | None
+) -> list[bytes]:
+    return [
+        make_event(f"{prefix}-{seq}", now_ms, seq, None if tenants is None else tenants.draw())
+        for seq in range(start, stop)
+    ]
 
 
 @functools.cache
@@ -80,9 +108,16 @@ async def _send_spread(
 
 
 async def prefill(
-    settings: KafkaSettings, topic: str, *, partitions: int, events: int, prefix: str
+    settings: KafkaSettings,
+    topic: str,
+    *,
+    partitions: int,
+    events: int,
+    prefix: str,
+    tenants: Tenants | None = None,
 ) -> int:
-    """Produce `events` 1 KB events as fast as the broker takes them; returns how many."""
+    """Produce `events` 1 KB events as fast as the broker takes them (each of a tenant drawn
+    from `tenants`, if given); returns how many."""
     producer = _producer(settings)
     await producer.start()
     unacked: list[asyncio.Future[object]] = []
@@ -90,10 +125,7 @@ async def prefill(
         chunk = 2000
         for start in range(0, events, chunk):
             now_ms = time.time_ns() // 1_000_000
-            values = [
-                make_event(f"{prefix}-{seq}", now_ms, seq)
-                for seq in range(start, min(events, start + chunk))
-            ]
+            values = _events(prefix, start, min(events, start + chunk), now_ms, tenants)
             await _send_spread(producer, topic, partitions, values, unacked)
         await asyncio.gather(*unacked)
     finally:
@@ -109,8 +141,10 @@ async def paced(
     rate: float,
     duration_s: float,
     prefix: str,
+    tenants: Tenants | None = None,
 ) -> Offered:
-    """Produce at `rate` events/s for `duration_s`, each stamped with its send time (epoch ms)."""
+    """Produce at `rate` events/s for `duration_s`, each stamped with its send time (epoch ms)
+    (and of a tenant drawn from `tenants`, if given)."""
     producer = _producer(settings)
     await producer.start()
     unacked: list[asyncio.Future[object]] = []
@@ -124,7 +158,7 @@ async def paced(
             due = min(total, int(rate * elapsed)) - sent
             if due > 0:
                 now_ms = time.time_ns() // 1_000_000
-                values = [make_event(f"{prefix}-{sent + i}", now_ms, sent + i) for i in range(due)]
+                values = _events(prefix, sent, sent + due, now_ms, tenants)
                 await _send_spread(producer, topic, partitions, values, unacked)
                 sent += due
             if sent >= total:

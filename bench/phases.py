@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import load, processes
+from bench import load, machine, processes
 from bench.catalog import DEST, write_catalog
 from bench.measure import LagSummary, Probe, delivery_rate, summarize_lag
 from bench.receipts import DeliveriesTail
+from bench.report import Row, say
 from devstack.broker import LocalBroker
 from hifi import kafka_admin
 from hifi.kafka_settings import KafkaSettings
 
+LAG_LIMIT_MS = 1000.0  # a probe holds when its p95 end-to-end lag is under this
 _DRAIN_POLL_S = 0.25
 _CONNECTOR_IDLE_S = 3.0  # the throughput run ends itself this long after the topic is drained
 _LIVE_IDLE_S = 60.0  # live sessions are stopped with SIGTERM; this is only a safety net
@@ -28,6 +31,7 @@ class Throughput:
     delivered: int
     events_per_s: float
     peak_rss_kb: int
+    requests: int = 0  # requests answered 2xx, as the connector counted them (0: not scraped)
 
 
 async def throughput(
@@ -39,21 +43,29 @@ async def throughput(
     prefix: str,
     timeout_s: float,
     audit: bool = True,
+    lookups: Mapping[str, str] | None = None,
 ) -> Throughput:
     """Start a connector on the pre-filled `topic` and measure from its first delivery to its
-    last; `audit=False`: with the destination's audit trail off."""
+    last; `audit=False`: with the destination's audit trail off; `lookups`: with tenant
+    lookups, and this environment (where Redis is, where the snapshot goes)."""
     deliveries = work / "deliveries.ndjson"
     with processes.destination(deliveries, work / "destination.log") as url:
-        write_catalog(work, url=url, topics=[topic], audit=audit)
+        write_catalog(work, url=url, topics=[topic], audit=audit, lookups=lookups is not None)
         connector = processes.ConnectorProcess(
             catalog_dir=work,
             dest=DEST,
             bootstrap=bootstrap,
             log_path=work / "connector.log",
             until_idle_s=_CONNECTOR_IDLE_S,
+            env=lookups,
         )
         connector.start()
-        await connector.wait_exit(timeout_s)
+        requests = asyncio.create_task(_count_requests(connector))
+        try:
+            await connector.wait_exit(timeout_s)
+        finally:
+            requests.cancel()
+            await asyncio.gather(requests, return_exceptions=True)
     tail = DeliveriesTail(deliveries)
     tail.read()
     run = tail.runs.get(prefix)
@@ -63,7 +75,18 @@ async def throughput(
         delivered=tail.delivered(prefix),
         events_per_s=delivery_rate(received),
         peak_rss_kb=connector.peak_rss_kb,
+        requests=connector.requests_2xx,
     )
+
+
+async def _count_requests(connector: processes.ConnectorProcess) -> None:
+    """Keep the connector's count of 2xx requests current until cancelled (once a second)."""
+    while True:
+        await asyncio.sleep(1.0)
+        found = await asyncio.to_thread(connector.scrape)
+        counted = found.get(f'hifi_connector_requests_total{{dest="{DEST}",status_class="2xx"}}')
+        if counted is not None:
+            connector.requests_2xx = int(counted)
 
 
 @dataclass(frozen=True)
@@ -102,12 +125,18 @@ class LiveSession:
         partitions: int,
         fault_ratio: float = 0.0,
         fault: str | None = None,
+        lookups: Mapping[str, str] | None = None,
+        tenants: load.Tenants | None = None,
     ) -> None:
+        """`lookups`: connectors with tenant lookups and this environment; `tenants`: what the
+        load draws each event's tenant from."""
         self._work = work
         self._topics = topics
         self._partitions = partitions
         self._fault_ratio = fault_ratio
         self._fault = fault
+        self._lookups = lookups
+        self._tenants = tenants
         self._stack = contextlib.ExitStack()
         self._tail = DeliveriesTail(work / "deliveries.ndjson")
         self._url = ""
@@ -143,7 +172,7 @@ class LiveSession:
         """
         topic = self._topics[index]
         catalog = self._work / f"catalog{index}"
-        write_catalog(catalog, url=self._url, topics=[topic])
+        write_catalog(catalog, url=self._url, topics=[topic], lookups=self._lookups is not None)
         with LocalBroker(log_path=self._work / f"broker-{topic}.log") as broker:
             settings = KafkaSettings(bootstrap=broker.bootstrap)
             await kafka_admin.ensure_topics(settings, [topic], partitions=self._partitions)
@@ -158,6 +187,7 @@ class LiveSession:
                     rate=rate,
                     duration_s=duration_s,
                     prefix=topic,
+                    tenants=self._tenants,
                 )
                 await self._wait_delivered(topic, offered.events, drain_s)
             finally:
@@ -188,6 +218,7 @@ class LiveSession:
             bootstrap=bootstrap,
             log_path=self._work / "connector.log",
             until_idle_s=_LIVE_IDLE_S,
+            env=self._lookups,
         )
 
     async def _wait_delivered(self, prefix: str, events: int, timeout_s: float) -> None:
@@ -198,3 +229,40 @@ class LiveSession:
             if self._tail.delivered(prefix) >= events:
                 return
             await asyncio.sleep(_DRAIN_POLL_S)
+
+
+async def measured_probe(
+    session: LiveSession,
+    label: str,
+    index: int,
+    rate: float,
+    duration_s: float,
+    *,
+    floor: bool = False,
+) -> tuple[LiveResult, Row]:
+    """One probe of `session`, with the cores used while it ran, as a row of the table."""
+    watch = machine.CpuWatch()
+    result = await session.probe(
+        label,
+        index=index,
+        rate=rate,
+        duration_s=duration_s,
+        drain_s=max(15.0, duration_s),
+        floor=floor,
+    )
+    ours, others = watch.cores()
+    say(f"   {label}: p95 {result.lag.p95_ms:.0f} ms, {result.delivered} delivered")
+    row = Row(
+        phase=label,
+        offered_per_s=result.offered.rate,
+        events=result.offered.events,
+        delivered=result.delivered,
+        events_per_s=result.offered.rate,
+        ours_cores=ours,
+        others_cores=others,
+        p50_ms=result.lag.p50_ms,
+        p95_ms=result.lag.p95_ms,
+        p99_ms=result.lag.p99_ms,
+        held=result.probe.held(LAG_LIMIT_MS),
+    )
+    return result, row

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -156,16 +156,41 @@ class ConnectorProcess(ReaderProcess):
     name = "connector"
 
     def __init__(
-        self, *, catalog_dir: Path, dest: str, bootstrap: str, log_path: Path, until_idle_s: float
+        self,
+        *,
+        catalog_dir: Path,
+        dest: str,
+        bootstrap: str,
+        log_path: Path,
+        until_idle_s: float,
+        env: Mapping[str, str] | None = None,
     ) -> None:
+        """`env`: more environment (the lookup phase's `HIFI_REDIS_URL`, `HIFI_STATE_DIR`)."""
         self.metrics_port = free_port()
         args = [
             "-m", "connector", "--dest", dest, "--catalog", str(catalog_dir),
             "--metrics-port", str(self.metrics_port), "--until-idle", str(until_idle_s),
             "--log-format", "json", "--log-level", "WARNING",
         ]  # fmt: skip
-        env = {**os.environ, "HIFI_KAFKA_BOOTSTRAP": bootstrap}
-        super().__init__(args, log_path=log_path, env=env)
+        environment = {**os.environ, **(env or {}), "HIFI_KAFKA_BOOTSTRAP": bootstrap}
+        super().__init__(args, log_path=log_path, env=environment)
+        self.requests_2xx = 0  # its count of requests answered 2xx, when scraped
+
+    def scrape(self) -> dict[str, float]:
+        """The connector's metrics now, `name{labels}` -> value; {} when it does not answer."""
+        try:
+            url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+            with urllib.request.urlopen(url, timeout=1.0) as response:
+                text = response.read().decode()
+        except OSError:
+            return {}
+        samples = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                with contextlib.suppress(ValueError):
+                    samples[name] = float(value)
+        return samples
 
     async def is_ready(self) -> bool:
         url = f"http://127.0.0.1:{self.metrics_port}/readyz"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -68,3 +70,8 @@ def render_table(rows: Sequence[Row]) -> str:
         )
         for line in lines
     )
+
+
+def say(text: str) -> None:
+    """A progress line on stderr, with the time."""
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)

@@ -10,16 +10,17 @@ Phases, all in one run, each attempt and each live probe on a fresh embedded Tan
    and the floor: the connector's intake alone (`bench.floor`, no HTTP) at 50 %, measured alike;
 4. scale rating: the highest offered rate whose p95 lag stays under 1 s, with 1 % of requests
    answered 503 (a bisection), confirmed without faults;
-5. the connector's peak RSS over every run.
+5. tenant lookups (`bench.lookups`): 1,000 tenants with Zipf traffic on a redis-server of the
+   bench's own, the connector's throughput with lookups on over the ceiling of (1), and its lag
+   at half that rate with Redis up and with Redis stopped for the whole probe;
+6. the connector's peak RSS over every run but (5) (reported apart, in `lookups`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import shutil
-import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,18 +29,24 @@ from statistics import median_low
 import click
 import orjson
 
-from bench import ceiling, load, machine, phases
+from bench import ceiling, load, lookups, machine, phases
 from bench.measure import Probe, next_probe_rate, scale_rating
-from bench.report import Row, render_table
+from bench.phases import LAG_LIMIT_MS, measured_probe
+from bench.report import Row, render_table, say
 from devstack.broker import LocalBroker
 from hifi import kafka_admin
 from hifi.kafka_settings import KafkaSettings
 from hifi.logging import configure_logging
 
 RESULTS_DIR = Path(__file__).parent / "results"
-LAG_LIMIT_MS = 1000.0
 LAG_FRACTIONS = (0.25, 0.50, 0.75)
-TARGETS = {"ratio_min": 0.5, "p95_at_half_ms_max": 100.0, "rss_mb_max": 400.0}
+TARGETS = {
+    "ratio_min": 0.5,
+    "p95_at_half_ms_max": 100.0,
+    "rss_mb_max": 400.0,
+    "lookup_ratio_min": 0.5,
+    "p95_redis_down_ms_max": "1.25 x p95_redis_up_ms + 20",
+}
 _SEARCH_HIGH = 1.25  # the search tries up to this multiple of the measured maximum
 _SEARCH_RESOLUTION = 0.1
 
@@ -64,10 +71,6 @@ class Attempt:
     ceiling_cores: tuple[float, float]
     connector: phases.Throughput
     connector_cores: tuple[float, float]
-
-
-def _say(text: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
 async def _attempt(plan: Plan, work: Path, index: int) -> Attempt:
@@ -102,7 +105,7 @@ class AuditCost:
 
 async def _prefill(plan: Plan, settings: KafkaSettings, topic: str, prefix: str) -> None:
     await kafka_admin.ensure_topics(settings, [topic], partitions=plan.partitions)
-    _say(f"pre-filling {topic}: {plan.events} events of {load.EVENT_BYTES} B")
+    say(f"pre-filling {topic}: {plan.events} events of {load.EVENT_BYTES} B")
     await load.prefill(
         settings, topic, partitions=plan.partitions, events=plan.events, prefix=prefix
     )
@@ -111,13 +114,13 @@ async def _prefill(plan: Plan, settings: KafkaSettings, topic: str, prefix: str)
 async def _attempt_on(plan: Plan, work: Path, settings: KafkaSettings, index: int) -> Attempt:
     topic, prefix = f"bench.events{index}", f"fill{index}"
     await _prefill(plan, settings, topic, prefix)
-    _say(f"1. ceiling: aiokafka consume + commit ({index + 1} of {plan.repeats})")
+    say(f"1. ceiling: aiokafka consume + commit ({index + 1} of {plan.repeats})")
     watch = machine.CpuWatch()
     ceiling_rate = await ceiling.consume_and_commit(
         settings, topic, events=plan.events, group_id=f"bench.ceiling{index}", timeout_s=300
     )
     ceiling_cores = watch.cores()
-    _say(f"2. connector throughput on the same topic ({index + 1} of {plan.repeats})")
+    say(f"2. connector throughput on the same topic ({index + 1} of {plan.repeats})")
     watch = machine.CpuWatch()
     drained = await phases.throughput(
         work / f"throughput{index}",
@@ -129,7 +132,7 @@ async def _attempt_on(plan: Plan, work: Path, settings: KafkaSettings, index: in
     )
     if drained.delivered < plan.events:
         raise RuntimeError(f"throughput: {drained.delivered} of {plan.events} delivered")
-    _say(f"   ceiling {ceiling_rate:.0f}/s, connector {drained.events_per_s:.0f}/s")
+    say(f"   ceiling {ceiling_rate:.0f}/s, connector {drained.events_per_s:.0f}/s")
     return Attempt(ceiling_rate, ceiling_cores, drained, watch.cores())
 
 
@@ -156,51 +159,15 @@ async def _drain_once(
         cores = watch.cores()
     if drained.delivered < plan.events:
         raise RuntimeError(f"audit {label}: {drained.delivered} of {plan.events} delivered")
-    _say(f"   audit trail {label}: connector {drained.events_per_s:.0f}/s")
+    say(f"   audit trail {label}: connector {drained.events_per_s:.0f}/s")
     return drained, cores
 
 
 async def _audit_cost(plan: Plan, work: Path) -> AuditCost:
-    _say("2b. the audit trail's cost: connector throughput with it on, then off (once each)")
+    say("2b. the audit trail's cost: connector throughput with it on, then off (once each)")
     on, on_cores = await _drain_once(plan, work, audit=True)
     off, off_cores = await _drain_once(plan, work, audit=False)
     return AuditCost(on, on_cores, off, off_cores)
-
-
-async def _probe(
-    session: phases.LiveSession,
-    label: str,
-    index: int,
-    rate: float,
-    duration_s: float,
-    *,
-    floor: bool = False,
-) -> tuple[phases.LiveResult, Row]:
-    watch = machine.CpuWatch()
-    result = await session.probe(
-        label,
-        index=index,
-        rate=rate,
-        duration_s=duration_s,
-        drain_s=max(15.0, duration_s),
-        floor=floor,
-    )
-    ours, others = watch.cores()
-    _say(f"   {label}: p95 {result.lag.p95_ms:.0f} ms, {result.delivered} delivered")
-    row = Row(
-        phase=label,
-        offered_per_s=result.offered.rate,
-        events=result.offered.events,
-        delivered=result.delivered,
-        events_per_s=result.offered.rate,
-        ours_cores=ours,
-        others_cores=others,
-        p50_ms=result.lag.p50_ms,
-        p95_ms=result.lag.p95_ms,
-        p99_ms=result.lag.p99_ms,
-        held=result.probe.held(LAG_LIMIT_MS),
-    )
-    return result, row
 
 
 async def _scale_search(
@@ -226,7 +193,7 @@ async def _scale_search(
             if rate is None:
                 break
             label = f"scale, 1% 503 @{rate:.0f}/s"
-            result, row = await _probe(session, label, index, rate, plan.scale_probe_s)
+            result, row = await measured_probe(session, label, index, rate, plan.scale_probe_s)
             probes.append(result.probe)
             rows.append(row)
     return probes, session.peak_rss_kb
@@ -247,11 +214,11 @@ async def _lag_probes(
         partitions=plan.partitions,
     ) as session:
         for index, (label, rate) in enumerate(offers):
-            result, row = await _probe(session, label, index, rate, plan.lag_probe_s)
+            result, row = await measured_probe(session, label, index, rate, plan.lag_probe_s)
             results.append(result)
             rows.append(row)
         label = f"floor: intake only, no HTTP @{floor_rate:.0f}/s"
-        floor, row = await _probe(
+        floor, row = await measured_probe(
             session, label, len(offers), floor_rate, plan.lag_probe_s, floor=True
         )
         rows.append(row)
@@ -289,12 +256,12 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
     peak_rss_kb = [a.connector.peak_rss_kb for a in attempts]
     peak_rss_kb += [audit.on.peak_rss_kb, audit.off.peak_rss_kb]
 
-    _say(f"4. scale rating with 1 % 503 (max measured {max_rate:.0f}/s)")
+    say(f"4. scale rating with 1 % 503 (max measured {max_rate:.0f}/s)")
     fault_probes, rss_kb = await _scale_search(plan, work, max_rate, rows)
     peak_rss_kb.append(rss_kb)
     fault_rating = scale_rating(fault_probes, LAG_LIMIT_MS)
 
-    _say("3. lag at 25/50/75 % of the maximum, no faults (the rating confirmed, and the floor)")
+    say("3. lag at 25/50/75 % of the maximum, no faults (the rating confirmed, and the floor)")
     offers = [(f"lag @{int(f * 100)}%", f * max_rate) for f in LAG_FRACTIONS]
     if fault_rating > 0:
         offers.append((f"rating check, no faults @{fault_rating:.0f}/s", fault_rating))
@@ -302,12 +269,15 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
     peak_rss_kb.append(rss_kb)
     rating = min(fault_rating, scale_rating([r.probe for r in live], LAG_LIMIT_MS))
 
+    say("5. tenant lookups: 1,000 tenants, Zipf traffic, Redis up and stopped")
+    lookup_plan = lookups.LookupPlan(plan.events, plan.partitions, plan.lag_probe_s)
+    tenants = await lookups.run_phase(lookup_plan, work / "lookups", rows)
+
     half = live[LAG_FRACTIONS.index(0.50)]
     ratio = max_rate / ceiling_rate
     rss_mb = max(peak_rss_kb) / 1024
-    summary = (
-        f"bench: ratio={ratio:.2f} p95_at_half_ms={half.lag.p95_ms:.0f} "
-        f"scale_rating_msgs={rating:.0f} rss_mb={rss_mb:.0f}"
+    summary = summary_line(
+        ratio, half.lag.p95_ms, rating, rss_mb, lookups=tenants.fields(ceiling_rate)
     )
     audit_line = (
         f"audit trail: on={audit.on.events_per_s:.0f}/s off={audit.off.events_per_s:.0f}/s "
@@ -330,10 +300,21 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
             "on_over_off": audit.on_over_off,
             "runs": asdict(audit),
         },
+        "lookups": tenants.report(ceiling_rate),
         "audit_line": audit_line,
         "summary": summary,
         "table": render_table(rows),
     }
+
+
+def summary_line(
+    ratio: float, p95_at_half_ms: float, rating: float, rss_mb: float, *, lookups: str
+) -> str:
+    """The last line of `make bench`; `lookups`: the lookup phase's fields."""
+    return (
+        f"bench: ratio={ratio:.2f} p95_at_half_ms={p95_at_half_ms:.0f} "
+        f"scale_rating_msgs={rating:.0f} rss_mb={rss_mb:.0f} {lookups}"
+    )
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -374,7 +355,7 @@ def main(
     try:
         results = asyncio.run(_bench(plan, work))
     except Exception:
-        _say(f"bench failed; logs kept in {work}")
+        say(f"bench failed; logs kept in {work}")
         raise
     if not keep_work:
         shutil.rmtree(work, ignore_errors=True)
