@@ -83,6 +83,10 @@ class Lookups(BaseModel):
     expire_after_s: float = Field(default=2_592_000.0, gt=0, le=366 * _DAY_S)
     # every entry is reloaded this often, so changes and removals reach every process
     bulk_refresh_s: float = Field(default=300.0, gt=0, le=_DAY_S)
+    # events taken in and not yet sent, at most (both bounds hold): batches are cut per tenant,
+    # so a long tail of tenants needs room for their batches to fill (docs/tenants.md)
+    buffer_records: int = Field(default=100_000, ge=1_000, le=10_000_000)
+    buffer_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024, le=8 * 1024**3)
 
     @model_validator(mode="after")
     def _check_expiry(self) -> Self:

@@ -239,6 +239,10 @@ class _Delivery(PartitionHandler):
         self._malformed: list[Unreadable] = []
         self._limit_records = intake_limit(dest)
         self._limit_bytes = dest.max_in_flight * dest.max_batch_bytes * BUFFER_WINDOWS
+        if isinstance(self._pending, TenantPending) and dest.lookups is not None:
+            # batches are cut per tenant: the tail of tenants needs room to fill theirs
+            self._limit_records = max(self._limit_records, dest.lookups.buffer_records)
+            self._limit_bytes = max(self._limit_bytes, dest.lookups.buffer_bytes)
         self._paused = False
         self._in_flight = metrics.IN_FLIGHT.labels(dest.name)
         self._in_flight_requests = 0
@@ -279,7 +283,10 @@ class _Delivery(PartitionHandler):
             return Work(self._divert(diversion), offsets_of(diversion.events))
         if not pending or (poll_open and not pending.fills_a_batch()):
             return None
-        batch = pending.next_batch()
+        crowded = (
+            len(pending) * 2 >= self._limit_records or pending.size_bytes * 2 >= self._limit_bytes
+        )
+        batch = pending.next_batch(crowded=crowded)
         return Work(self._deliver(batch), batch.offsets())
 
     def room(self) -> int:

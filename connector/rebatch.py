@@ -98,7 +98,9 @@ class Pending(Protocol):
 
     def fills_a_batch(self) -> bool: ...
 
-    def next_batch(self) -> Batch: ...
+    def next_batch(self, *, crowded: bool = False) -> Batch:
+        """The next request's events; `crowded`: the buffer holds a backlog (cut where it helps
+        most rather than in intake order, if the holder has a choice)."""
 
     def next_diversion(self) -> Diversion | None:
         """Events that leave the HTTP path, taken before any batch."""
@@ -125,8 +127,8 @@ class PendingEvents:
     def fills_a_batch(self) -> bool:
         return len(self._events) >= self.max_records or self.size_bytes >= self.max_bytes
 
-    def next_batch(self) -> Batch:
-        """The next request's events, as many as both bounds allow."""
+    def next_batch(self, *, crowded: bool = False) -> Batch:
+        """The next request's events, as many as both bounds allow, in intake order."""
         batch = take_batch(self._events, max_records=self.max_records, max_bytes=self.max_bytes)
         self.size_bytes -= sum(map(len, map(_value_of, batch.events)))
         return batch

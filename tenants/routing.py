@@ -6,6 +6,12 @@ different tenants, or of two versions of one tenant's entry, never share a reque
 
 - a route whose queue holds a full batch (`max_batch_records` or `max_batch_bytes`) is cut
   first, at once, even while a poll is still being taken in;
+- otherwise, while the buffer is crowded (a backlog: at least half of `[lookups]`
+  `buffer_records` or `buffer_bytes` taken in), the longest queue is cut whole, so a long tail
+  of tenants shares the buffer in batches as large as it allows instead of a request per
+  tenant per poll; unless the queue that waited longest has waited `OLDEST_WAIT_MAX_MS`: then
+  it goes first, so no tenant waits behind the others' backlog for long (and the committed
+  offsets, which stop at the oldest unfinished event, keep moving);
 - otherwise the queue that waited longest is cut whole (a queue cut in part goes to the back):
   a tenant's events wait for a free in-flight slot, not for a timer, so under load queues grow
   into larger batches and when idle they go at once.
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from operator import attrgetter
@@ -40,6 +47,7 @@ from tenants.route import Route
 _SEPARATOR_BYTES = 1  # as `connector.rebatch` counts a body: a separator per event...
 _ARRAY_BRACKETS_BYTES = 2  # ...and the brackets of a JSON array
 _UNSEEN = object()
+OLDEST_WAIT_MAX_MS = 5_000  # a crowded buffer cuts the longest queue, unless one waited this long
 
 
 class _Fate(enum.Enum):
@@ -122,6 +130,7 @@ class TenantPending:
         self._full: dict[Route, None] = {}  # routes whose queue holds a full batch, in order
         self._diverted: deque[Diversion] = deque()
         self._count = 0
+        self._queued_bytes = 0  # of the bodies queued, with their separators
         self._diverted_bytes = 0
 
     def __len__(self) -> int:
@@ -140,6 +149,7 @@ class TenantPending:
         max_records, max_bytes = self.max_records, self.max_bytes
         unseen, separator_bytes = _UNSEEN, _SEPARATOR_BYTES
         slow: list[Event] = []
+        queued_bytes = 0
         for event in events:
             tenant = event.tenant
             try:
@@ -159,18 +169,20 @@ class TenantPending:
                 slow.append(event)
                 continue
             queue.append(event)
-            queue.size_bytes += len(event.value) + separator_bytes
+            added = len(event.value) + separator_bytes
+            queue.size_bytes += added
+            queued_bytes += added
             if len(queue) >= max_records or queue.size_bytes >= max_bytes:
                 full[queue.route] = None
         self._count += len(events)
+        self._queued_bytes += queued_bytes
         if slow:
             self._route_slowly(slow, seen)
 
     @property
     def size_bytes(self) -> int:
         """The bytes of the events held: queued (as their bodies), or set apart."""
-        queued = sum(queue.size_bytes - _ARRAY_BRACKETS_BYTES for queue in self._queues.values())
-        return queued + self._diverted_bytes
+        return self._queued_bytes + self._diverted_bytes
 
     def _route_slowly(self, events: list[Event], seen: dict[object, Route | None]) -> None:
         """No tenant, no entry, a disabled tenant, a filter or a projection: each event's fate."""
@@ -229,6 +241,7 @@ class TenantPending:
         if queue.bodies is not None:
             queue.bodies.append(body)
         queue.size_bytes += len(body) + _SEPARATOR_BYTES
+        self._queued_bytes += len(body) + _SEPARATOR_BYTES
         if len(queue) >= self.max_records or queue.size_bytes >= self.max_bytes:
             self._full[route] = None
 
@@ -248,13 +261,21 @@ class TenantPending:
         self._diverted_bytes -= sum(map(len, map(_value_of, diversion.events)))
         return diversion
 
-    def next_batch(self) -> Batch:
-        """A full batch of a route if one has it, else the events of the route that waited
-        longest (all of them, within the bounds)."""
-        route = next(iter(self._full)) if self._full else next(iter(self._queues))
-        queue = self._queues[route]
+    def next_batch(self, *, crowded: bool = False) -> Batch:
+        """A full batch of a route if one has it; else, `crowded`, the events of the longest
+        queue (unless the oldest waited too long); else those of the route that waited longest
+        (all of them, within the bounds)."""
+        if self._full:
+            queue = self._queues[next(iter(self._full))]
+        else:
+            queue = next(iter(self._queues.values()))
+            if crowded and time.time() * 1000 - queue[0].taken_ms < OLDEST_WAIT_MAX_MS:
+                queue = max(self._queues.values(), key=len)
+        route = queue.route
+        before_bytes = queue.size_bytes
         events, bodies = queue.take(self.max_records, self.max_bytes)
         self._count -= len(events)
+        self._queued_bytes -= before_bytes - queue.size_bytes
         if len(queue) < self.max_records and queue.size_bytes < self.max_bytes:
             self._full.pop(route, None)
         if queue:
@@ -270,7 +291,7 @@ class TenantPending:
         self._queues.clear()
         self._full.clear()
         self._diverted.clear()
-        self._count = self._diverted_bytes = 0
+        self._count = self._queued_bytes = self._diverted_bytes = 0
         for queue in queues:
             for index, event in enumerate(queue):
                 if event.tp not in partitions:

@@ -28,7 +28,8 @@ def _error(catalog_dir: Path, text: str) -> str:
 
 
 def test_defaults_and_templates(catalog_dir: Path) -> None:
-    """Only tenant_field is required; the intervals default to 120 s, 30 days and 300 s, and
+    """Only tenant_field is required; the intervals default to 120 s, 30 days and 300 s, the
+    buffer to 100,000 events and 64 MiB, and
     the url and header values are parsed as templates with the entry values they need."""
     text = HEAD + '[lookups]\ntenant_field = "customer"\n[headers]\nX-Key = "{api_key} ${TOKEN}"\n'
     dest = _load(catalog_dir, text).load("d")
@@ -36,6 +37,7 @@ def test_defaults_and_templates(catalog_dir: Path) -> None:
     assert dest.lookups.tenant_field == "customer"
     assert (dest.lookups.refresh_after_s, dest.lookups.expire_after_s) == (120, 2_592_000)
     assert dest.lookups.bulk_refresh_s == 300
+    assert (dest.lookups.buffer_records, dest.lookups.buffer_bytes) == (100_000, 64 * 1024 * 1024)
     templates = dest.templates()
     assert templates.value_names == {"api_key"}
     assert (
@@ -55,11 +57,13 @@ def test_without_lookups_braces_stay_literal(catalog_dir: Path) -> None:
     ("table", "expected"),
     [
         ("", "required key 'lookups.tenant_field' is missing"),
-        ('tenant_field = "c"\ntenant_feld = "d"', "unknown key 'lookups.tenant_feld'; allowed keys: bulk_refresh_s"),
+        ('tenant_field = "c"\ntenant_feld = "d"', "unknown key 'lookups.tenant_feld'; allowed keys: buffer_bytes, buffer_records, bulk_refresh_s"),
         ('tenant_field = "c"\nrefresh_after_s = 0', "key 'lookups.refresh_after_s': Input should be greater than 0"),
         ('tenant_field = "c"\nbulk_refresh_s = "300"', "key 'lookups.bulk_refresh_s': Input should be a valid number"),
         ('tenant_field = "c"\nrefresh_after_s = 60\nexpire_after_s = 30', "'lookups.expire_after_s': 30 s is shorter"),
         ('tenant_field = "id"', "key 'lookups.tenant_field': 'id' is also id_field or event_time_field"),
+        ('tenant_field = "c"\nbuffer_bytes = 1000', "key 'lookups.buffer_bytes': Input should be greater than or equal to 1048576"),
+        ('tenant_field = "c"\nbuffer_records = 10', "key 'lookups.buffer_records': Input should be greater than or equal to 1000"),
     ],
 )  # fmt: skip
 def test_bad_lookups_table_is_one_line(catalog_dir: Path, table: str, expected: str) -> None:

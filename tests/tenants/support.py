@@ -49,7 +49,13 @@ def route_of(dest: Destination, tenant: str, **keys: Any) -> Route:
 
 
 def tenant_events(
-    tenants: list[Any], *, topic: str = "src", partition: int = 0, start: int = 0, **fields: Any
+    tenants: list[Any],
+    *,
+    topic: str = "src",
+    partition: int = 0,
+    start: int = 0,
+    taken_ms: int = 1,
+    **fields: Any,
 ) -> list[Event]:
     """Events as the connector reads them: the i-th with `customer` = tenants[i] (absent when
     the value is `...`)."""
@@ -68,6 +74,6 @@ def tenant_events(
         id_field="id",
         event_time_field="t",
         max_bytes=1 << 20,
-        taken_ms=1,
+        taken_ms=taken_ms,
         tenant_field=TENANT_FIELD,
     ).events

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from config.catalog import Destination
 from connector.rebatch import Batch
 from hifi.vocabulary import Outcome, Reason
 from tenants.route import Route
-from tenants.routing import TenantPending
+from tenants.routing import OLDEST_WAIT_MAX_MS, TenantPending
 from tests.tenants.support import route_of, tenant_events, write_tenant_destination
 
 VALUES = {"api_key": "k", "region": "eu"}
@@ -65,6 +66,33 @@ def test_batches_are_cut_per_tenant(dest: Destination) -> None:
     assert batches[0].target is routes["a"]
     assert pending.size_bytes == 0
     assert not pending.fills_a_batch()
+
+
+def test_a_crowded_buffer_cuts_the_longest_queue_unless_the_oldest_waited_too_long(
+    dest: Destination,
+) -> None:
+    """Under a backlog the tenant with the most events waiting goes first (a long tail of tenants
+    shares the buffer in large batches); one that waited `OLDEST_WAIT_MAX_MS` goes before it;
+    without a backlog the oldest goes first. The bytes held are counted as events come and go."""
+    routes = _routes(dest, a={}, b={}, c={})
+    pending = _pending(routes, max_records=10)
+    now_ms = int(time.time() * 1000)
+    pending.extend(tenant_events(["a", "b", "b", "c", "b", "c"], taken_ms=now_ms))
+    sizes = [len(e.value) + 1 for e in tenant_events(["a", "b", "b", "c", "b", "c"])]
+    assert pending.size_bytes == sum(sizes)
+    assert [e.id for e in pending.next_batch(crowded=True).events] == ["e1", "e2", "e4"]
+    assert pending.size_bytes == sum(sizes) - sizes[1] - sizes[2] - sizes[4]
+    assert [e.id for e in pending.next_batch(crowded=False).events] == ["e0"]  # the oldest
+    stale = now_ms - OLDEST_WAIT_MAX_MS - 1
+    pending.extend(tenant_events(["a"], start=10, taken_ms=stale))
+    pending.extend(tenant_events(["b", "b", "b"], start=11, taken_ms=now_ms))
+    # c (two events) is older than a's queue, which is older than b's: none waited too long yet
+    assert [e.id for e in pending.next_batch(crowded=True).events] == ["e11", "e12", "e13"]
+    assert [e.id for e in pending.next_batch(crowded=True).events] == ["e3", "e5"]
+    pending.extend(tenant_events(["b", "b"], start=20, taken_ms=now_ms))
+    assert [e.id for e in pending.next_batch(crowded=True).events] == ["e10"]  # waited too long
+    assert [e.id for e in pending.next_batch(crowded=True).events] == ["e20", "e21"]
+    assert (len(pending), pending.size_bytes) == (0, 0)
 
 
 def test_what_leaves_the_http_path(dest: Destination) -> None:
