@@ -5,11 +5,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Any
+from unittest.mock import Mock
 
 import pytest
-from aiokafka import TopicPartition
+from aiokafka import ConsumerRecord, TopicPartition
 
 from config.catalog import Destination
+from connector.daemon import _Delivery
 from connector.rebatch import Batch
 from hifi.vocabulary import Outcome, Reason
 from tenants.route import Route
@@ -176,3 +178,35 @@ def test_revoked_partitions_are_forgotten(dest: Destination) -> None:
     assert diversion is not None
     assert [e.id for e in diversion.events] == ["e11"]
     assert [[e.id for e in b.events] for b in _drain(pending)] == [["e10"]]
+
+
+def test_the_connector_holds_a_tenant_backlog_and_cuts_its_longest_queue(
+    catalog_dir: Path,
+) -> None:
+    """The connector's intake of a tenant destination: room for `[lookups]` `buffer_records`
+    (not the plain two windows of in-flight batches), and once half of it is taken in, the
+    tenant with most events waiting is sent first rather than the one that waited longest."""
+    dest = write_tenant_destination(
+        catalog_dir,
+        "tv",
+        "https://c.test/{region}/{tenant}",
+        "src",
+        lookups="buffer_records = 1000\n",
+        extra="max_in_flight = 1\nmax_batch_records = 100\n",
+    )
+    tenants = ["old", "big"] + [f"t{i}" for i in range(50)]
+    routes = _routes(dest, **{tenant: {} for tenant in tenants})
+    delivery = _Delivery(dest, Mock(), Mock(), route_of=routes.get)
+    assert delivery.room() == 1000  # the plain buffer would be 1 x 100 x 2
+    backlog = ["old"] + ["big"] * 99 + [f"t{i}" for i in range(50) for _ in range(8)]
+    now_ms = int(time.time() * 1000)
+    records = [
+        ConsumerRecord("src", 0, offset, now_ms, 0, None, event.value, None, 3, 0, ())
+        for offset, event in enumerate(tenant_events(backlog, taken_ms=now_ms))
+    ]
+    delivery.take(TopicPartition("src", 0), records)
+    assert delivery.room() == 500
+    work = delivery.next_work(poll_open=False)
+    assert work is not None
+    work.job.close()  # not run: only its events matter here
+    assert work.offsets == {TopicPartition("src", 0): list(range(1, 100))}  # big's, not old's
