@@ -229,6 +229,8 @@ class _Delivery(PartitionHandler):
         self._pending: Pending = PendingEvents(
             max_records=dest.max_batch_records, max_bytes=dest.max_batch_bytes
         )
+        self._limit_records = intake_limit(dest)
+        self._limit_bytes = dest.max_in_flight * dest.max_batch_bytes * BUFFER_WINDOWS
         if route_of is not None and dest.lookups is not None:
             self._pending = TenantPending(
                 route_of,
@@ -236,13 +238,10 @@ class _Delivery(PartitionHandler):
                 max_records=dest.max_batch_records,
                 max_bytes=dest.max_batch_bytes,
             )
-        self._malformed: list[Unreadable] = []
-        self._limit_records = intake_limit(dest)
-        self._limit_bytes = dest.max_in_flight * dest.max_batch_bytes * BUFFER_WINDOWS
-        if isinstance(self._pending, TenantPending) and dest.lookups is not None:
             # batches are cut per tenant: the tail of tenants needs room to fill theirs
             self._limit_records = max(self._limit_records, dest.lookups.buffer_records)
             self._limit_bytes = max(self._limit_bytes, dest.lookups.buffer_bytes)
+        self._malformed: list[Unreadable] = []
         self._paused = False
         self._in_flight = metrics.IN_FLIGHT.labels(dest.name)
         self._in_flight_requests = 0
@@ -283,20 +282,25 @@ class _Delivery(PartitionHandler):
             return Work(self._divert(diversion), offsets_of(diversion.events))
         if not pending or (poll_open and not pending.fills_a_batch()):
             return None
-        crowded = (
-            len(pending) * 2 >= self._limit_records or pending.size_bytes * 2 >= self._limit_bytes
-        )
-        batch = pending.next_batch(crowded=crowded)
+        batch = pending.next_batch(crowded=self._holds(0.5))  # half full: a backlog
         return Work(self._deliver(batch), batch.offsets())
 
     def room(self) -> int:
         """Records the next poll may bring: none while the buffer holds its limit."""
         pending = self._pending
-        full = len(pending) >= self._limit_records or pending.size_bytes >= self._limit_bytes
+        full = self._holds(1.0)
         if full != self._paused:
             self._paused = full
             metrics.PAUSED.labels(self._dest.name).set(int(full))
         return 0 if full else self._limit_records - len(pending)
+
+    def _holds(self, share: float) -> bool:
+        """Whether the buffer holds at least `share` of its limit of records or of bytes."""
+        pending = self._pending
+        return (
+            len(pending) >= share * self._limit_records
+            or pending.size_bytes >= share * self._limit_bytes
+        )
 
     @property
     def busy(self) -> bool:
