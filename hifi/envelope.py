@@ -71,12 +71,29 @@ class KafkaRecord(Protocol):
     headers: Any
 
 
+class Positioned(Protocol):
+    """Where a record sits, and its headers: what its origin is read from."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def headers(self) -> Any: ...
+
+
 class Event(msgspec.Struct, gc=False):
     """One record on its way to the destination.
 
-    Intake sets only what every event needs (where it is, its bytes, its id and time); what only
-    a failure needs (origin, attempt count, history, the record's own headers) is read from the
-    record when asked, so the common path builds one small object per record. Only a record
+    Intake sets only what every event needs (where it is, its bytes, its id and time) and keeps
+    the record's key and headers; what only a failure needs (origin, attempt count, history,
+    the headers to pass on) is read from them when asked, so the common path builds one small
+    object per record. The aiokafka record itself is not kept: it is freed once its poll is
+    parsed, so a buffer of many events (a tenant destination holds up to 100,000) does not hold
+    their records too, and the next poll's records reuse its memory while it is still in the
+    CPU's cache (the tenant destination's drain gained ~8 %, `docs/performance.md`). Only a record
     that came back from the retrier (`retried`) carries hifi's own `hifi-*` headers; on any
     other record they are a producer's, and are neither believed nor passed on.
     """
@@ -86,7 +103,8 @@ class Event(msgspec.Struct, gc=False):
     value: bytes  # the original record value, forwarded untouched
     id: str
     event_time_ms: int
-    record: KafkaRecord
+    key: bytes | None  # the record's key and headers, passed on at a hand-off or dead letter
+    headers: Any  # a sequence of (name, value), as aiokafka reads them; () when none
     retried: bool  # read from NAME.retry_out: its hifi-* headers are hifi's
     taken_ms: int  # when the connector took the record in (epoch ms, one value per poll)
     has_id: bool  # False when `id` fell back to the origin
@@ -97,18 +115,24 @@ class Event(msgspec.Struct, gc=False):
         return None
 
     @property
-    def key(self) -> bytes | None:
-        return self.record.key
+    def topic(self) -> str:
+        topic: str = self.tp.topic
+        return topic
+
+    @property
+    def partition(self) -> int:
+        partition: int = self.tp.partition
+        return partition
 
     @property
     def origin(self) -> str:
         """topic/partition/offset where the event first entered hifi (kept across retries)."""
-        return origin_of(self.record, retried=self.retried)
+        return origin_of(self, retried=self.retried)
 
     @property
     def origin_parts(self) -> tuple[str, int, int]:
         """The origin as (topic, partition, offset), for the audit trail."""
-        return origin_parts_of(self.record, retried=self.retried)
+        return origin_parts_of(self, retried=self.retried)
 
     @property
     def audit_id(self) -> str | None:
@@ -132,10 +156,10 @@ class Event(msgspec.Struct, gc=False):
     @property
     def user_headers(self) -> Headers:
         """The record's own headers, forwarded on hand-off and dead letter."""
-        return passthrough_headers(self.record.headers)
+        return passthrough_headers(self.headers)
 
     def _hifi_header(self, name: str) -> bytes | None:
-        headers = self.record.headers
+        headers = self.headers
         return header_map(headers).get(name) if headers and self.retried else None
 
 
@@ -152,7 +176,7 @@ def header_map(headers: Any) -> dict[str, bytes]:
     return {name: value for name, value in (headers or ()) if value is not None}
 
 
-def origin_of(record: KafkaRecord, *, retried: bool) -> str:
+def origin_of(record: Positioned, *, retried: bool) -> str:
     """topic/partition/offset where the record's event first entered hifi (kept across retries:
     a `retried` record carries it in `hifi-origin`)."""
     if retried and record.headers:
@@ -162,7 +186,7 @@ def origin_of(record: KafkaRecord, *, retried: bool) -> str:
     return f"{record.topic}/{record.partition}/{record.offset}"
 
 
-def origin_parts_of(record: KafkaRecord, *, retried: bool) -> tuple[str, int, int]:
+def origin_parts_of(record: Positioned, *, retried: bool) -> tuple[str, int, int]:
     """`origin_of` as (topic, partition, offset); an unreadable `hifi-origin` falls back to
     the record's own position."""
     if retried and record.headers:
@@ -250,13 +274,13 @@ def parse_records(
             event_time_ms = record.timestamp
         append(
             TenantEvent(
-                tp, record.offset, value, event_id, event_time_ms, record, retried, taken_ms,
-                has_id, fields.tenant,
+                tp, record.offset, value, event_id, event_time_ms, record.key,
+                record.headers or (), retried, taken_ms, has_id, fields.tenant,
             )
             if with_tenant
             else Event(
-                tp, record.offset, value, event_id, event_time_ms, record, retried, taken_ms,
-                has_id,
+                tp, record.offset, value, event_id, event_time_ms, record.key,
+                record.headers or (), retried, taken_ms, has_id,
             )
         )  # fmt: skip
     return parsed
