@@ -85,13 +85,20 @@ class LookupPhase:
             f" p95_redis_up_ms={self.up.lag.p95_ms:.0f} p95_redis_down_ms={self.down.lag.p95_ms:.0f}"
         )
 
-    def report(self, ceiling_events_per_s: float) -> dict[str, object]:
+    def report(
+        self, ceiling_events_per_s: float, plain_events_per_s: float | None = None
+    ) -> dict[str, object]:
+        """The phase for the JSON results; `plain_events_per_s`: the connector's rate on a plain
+        destination in the same run, for `over_plain` (what cutting per tenant costs)."""
+        over_plain = self.drain.events_per_s / plain_events_per_s if plain_events_per_s else None
         return {
             "tenants": TENANTS,
             "zipf_s": ZIPF_S,
             "lookup_ratio": self.ratio(ceiling_events_per_s),
             "ceiling_events_per_s": ceiling_events_per_s,
             "pair_ceiling_events_per_s": self.ceiling_events_per_s,
+            "plain_events_per_s": plain_events_per_s,
+            "over_plain": over_plain,
             "events_per_s": self.drain.events_per_s,
             "events_per_request": self.events_per_request,
             "p95_redis_up_ms": self.up.lag.p95_ms,

@@ -300,7 +300,7 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
             "on_over_off": audit.on_over_off,
             "runs": asdict(audit),
         },
-        "lookups": tenants.report(ceiling_rate),
+        "lookups": tenants.report(ceiling_rate, max_rate),
         "audit_line": audit_line,
         "summary": summary,
         "table": render_table(rows),
