@@ -105,6 +105,7 @@ class Event(msgspec.Struct, gc=False):
     event_time_ms: int
     key: bytes | None  # the record's key and headers, passed on at a hand-off or dead letter
     headers: Any  # a sequence of (name, value), as aiokafka reads them; () when none
+    kafka_timestamp_ms: int  # the record's Kafka timestamp (the auditor's minute for bad times)
     retried: bool  # read from NAME.retry_out: its hifi-* headers are hifi's
     taken_ms: int  # when the connector took the record in (epoch ms, one value per poll)
     has_id: bool  # False when `id` fell back to the origin
@@ -275,12 +276,12 @@ def parse_records(
         append(
             TenantEvent(
                 tp, record.offset, value, event_id, event_time_ms, record.key,
-                record.headers or (), retried, taken_ms, has_id, fields.tenant,
+                record.headers or (), record.timestamp, retried, taken_ms, has_id, fields.tenant,
             )
             if with_tenant
             else Event(
                 tp, record.offset, value, event_id, event_time_ms, record.key,
-                record.headers or (), retried, taken_ms, has_id,
+                record.headers or (), record.timestamp, retried, taken_ms, has_id,
             )
         )  # fmt: skip
     return parsed
