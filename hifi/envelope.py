@@ -88,9 +88,9 @@ class Event(msgspec.Struct, gc=False):
     """One record on its way to the destination.
 
     Intake sets only what every event needs (where it is, its bytes, its id and time) and keeps
-    the record's key, headers and Kafka timestamp; what only a failure needs (origin, attempt count, history,
-    the headers to pass on) is read from them when asked, so the common path builds one small
-    object per record. The aiokafka record itself is not kept: it is freed once its poll is
+    the record's key, headers and Kafka timestamp; what only a failure needs (origin, attempt
+    count, history, the headers to pass on) is read from them when asked, so the common path
+    builds one small object per record. The aiokafka record itself is not kept: it is freed once its poll is
     parsed, so a buffer of many events (a tenant destination holds up to 100,000) does not hold
     their records too, and the next poll's records reuse its memory while it is still in the
     CPU's cache (a tenant destination's drain went from 77-86k to 94-100k events/s,
