@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import gc
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -52,10 +52,12 @@ _PRODUCER_BATCH_BYTES = 1024 * 1024  # per partition
 def _producer(settings: KafkaSettings) -> contextlib.AbstractAsyncContextManager[kafka.Producer]:
     """The connector's producer, for hand-offs, dead letters and audit facts.
 
-    Each of its writes is awaited inside a unit of work that holds an in-flight slot. No linger:
-    it only added its wait to each unit (a fact's ack took 6 ms at 5 ms, 0.6 ms at 0 on Tansu);
-    the records of one write are appended before the sender runs, so they are batched all the
-    same. Batches of up to 1 MiB: at aiokafka's 16 KiB a fact of 500 events (~16 KB) did not fit
+    Hand-offs and dead letters are awaited inside a unit of work that holds an in-flight slot;
+    a delivery's audit facts are awaited after the unit gave up its slot (`hifi.worker.Work`).
+    No linger: it only added its wait to each unit (a fact's ack took 6 ms at 5 ms, 0.6 ms at
+    0 on Tansu, alone); the records of one write are appended before the sender runs, so they
+    are batched all the same. A linger of 2 or 5 ms measured no better once facts no longer
+    held a slot. Batches of up to 1 MiB: at aiokafka's 16 KiB a fact of 500 events (~16 KB) did not fit
     beside another, so the facts of concurrent units waited for each other's sends (the audit
     trail then took ~30 % of the bench's throughput, ~5 % with both changes).
     """
@@ -335,11 +337,13 @@ class _Delivery(PartitionHandler):
             recent_failures=list(self._deliverer.recent_failures),
         )
 
-    async def _deliver(self, batch: Batch) -> None:
+    async def _deliver(self, batch: Batch) -> Awaitable[None] | None:
+        """A request's unit of work; what it returns (a delivery's audit facts being
+        acknowledged) is awaited by the worker after the unit gave up its slot."""
         self._in_flight.inc()
         self._in_flight_requests += 1
         try:
-            await self._deliverer.deliver(batch)
+            return await self._deliverer.resolve(batch)
         finally:
             self._in_flight.dec()
             self._in_flight_requests -= 1

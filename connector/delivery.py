@@ -149,8 +149,17 @@ class Deliverer:
         self._lag_out_retried = metrics.LAG_OUT.labels(dest.name, "retried")
 
     async def deliver(self, batch: Batch) -> None:
-        """Return once every event has an outcome; raises only if Kafka cannot take a hand-off,
-        a dead letter or an audit fact."""
+        """Return once every event has an outcome and its audit facts are acknowledged; raises
+        only if Kafka cannot take a hand-off, a dead letter or an audit fact."""
+        acknowledged = await self.resolve(batch)
+        if acknowledged is not None:
+            await acknowledged
+
+    async def resolve(self, batch: Batch) -> Awaitable[None] | None:
+        """`deliver`, except that it returns once the destination accepted the batch, with the
+        broker's acknowledgement of the delivery's audit facts still to await (None: nothing
+        is left). The connector's unit gives its in-flight slot to the next request meanwhile:
+        under load a fact's acknowledgement took 6-8 ms, most of a request's time in a slot."""
         try:
             status = await self.send_with_retries(batch)
         except DestinationUnavailable as exc:
@@ -158,7 +167,8 @@ class Deliverer:
         except DestinationRejected as exc:
             await self._isolate(batch, exc)
         else:
-            await self._delivered(batch, status)
+            return await self._delivered(batch, status)
+        return None
 
     async def send_with_retries(self, batch: Batch) -> int:
         """One request, retried locally on transient failures with backoff and Retry-After;
@@ -237,7 +247,8 @@ class Deliverer:
             return gzip.compress(body, compresslevel=5)
         return await asyncio.to_thread(gzip.compress, body, 5)
 
-    async def _delivered(self, batch: Batch, status: int) -> None:
+    async def _delivered(self, batch: Batch, status: int) -> Awaitable[None] | None:
+        """Count a delivery; what is left to await of its audit facts (None: no trail)."""
         if self._failing:
             self._failing = False
             log.info("destination_recovered")
@@ -250,8 +261,9 @@ class Deliverer:
             self._lag_out_retried.observe_ages(now_ms, map(_event_time_of, retried))
         self._lag_out_first.observe_ages(now_ms, map(_event_time_of, events))
         metrics.RECORDS.labels(self._dest_name, Outcome.DELIVERED).inc(len(batch))
-        if self._trail is not None:
-            await self._trail.record(Outcome.DELIVERED, batch.events, status=status)
+        if self._trail is None:
+            return None
+        return await self._trail.write(Outcome.DELIVERED, batch.events, status=status)
 
     async def _hand_off(self, batch: Batch, exc: DestinationUnavailable) -> None:
         await self._diverter.to_retrier(batch.events, status=exc.status, error=str(exc))
@@ -327,7 +339,9 @@ class Deliverer:
                 except DestinationRejected as again:
                     rejected.append((half, again))
                 else:
-                    await self._delivered(half, status)
+                    acknowledged = await self._delivered(half, status)
+                    if acknowledged is not None:
+                        await acknowledged
 
 
 def _target_of(batch: Batch) -> dict[str, str]:

@@ -23,7 +23,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from itertools import groupby
@@ -322,13 +322,37 @@ class AuditTrail:
     ) -> None:
         """Write the facts of one outcome and wait for the broker's acknowledgement (acks=all);
         counted in `hifi_audit_facts_total` and `hifi_audit_events_total` once acknowledged."""
+        acknowledged = await self.write(outcome, events, reason=reason, status=status)
+        await acknowledged
+
+    async def write(
+        self,
+        outcome: Outcome,
+        events: Sequence[Observed],
+        *,
+        reason: Reason | None = None,
+        status: int | None = None,
+    ) -> Awaitable[None]:
+        """`record` in two steps: return once the facts are queued on the producer, with what
+        to await for the broker's acknowledgement (the facts are counted then). The connector
+        gives a request's slot to the next request while it waits."""
         if not events:
-            return
+            return _nothing()
         facts = self.facts(outcome, events, reason=reason, status=status)
         key = self._dest.encode()
         records: list[Record] = [
             (self.topic, key, encode_fact(fact), [(HDR_FORMAT, _FORMAT)]) for fact in facts
         ]
-        await self._producer.send_all(records)
-        FACTS_WRITTEN.labels(self._dest, outcome).inc(len(records))
-        EVENTS_WRITTEN.labels(self._dest, outcome).inc(len(events))
+        written = await self._producer.append_all(records)
+        return self._counted(written, outcome, facts=len(records), events=len(events))
+
+    async def _counted(
+        self, written: Awaitable[object], outcome: Outcome, *, facts: int, events: int
+    ) -> None:
+        await written
+        FACTS_WRITTEN.labels(self._dest, outcome).inc(facts)
+        EVENTS_WRITTEN.labels(self._dest, outcome).inc(events)
+
+
+async def _nothing() -> None:
+    """What is left to await of an outcome that named no events."""

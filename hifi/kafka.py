@@ -131,7 +131,11 @@ def client_options(settings: KafkaSettings) -> dict[str, Any]:
 class RecordWriter(Protocol):
     """Anything that durably writes (topic, key, value, headers) records; tests pass fakes."""
 
-    async def send_all(self, records: Sequence[Record]) -> object: ...
+    async def send_all(self, records: Sequence[Record]) -> object:
+        """Write the records; return once all are acknowledged."""
+
+    async def append_all(self, records: Sequence[Record]) -> Awaitable[object]:
+        """Queue the records in order; the result is awaited for their acknowledgement."""
 
 
 class Producer:
@@ -159,10 +163,26 @@ class Producer:
         """Produce (topic, key, value, headers) records (to `partition`, else by key); return
         once all are acknowledged, with where each was written. `timestamps_ms` gives each
         record its own timestamp (default: the producer's clock)."""
+        acknowledged = await self.append_all(
+            records, partition=partition, timestamps_ms=timestamps_ms
+        )
+        return await acknowledged
+
+    async def append_all(
+        self,
+        records: Sequence[Record],
+        *,
+        partition: int | None = None,
+        timestamps_ms: Sequence[int] | None = None,
+    ) -> Awaitable[list[RecordMetadata]]:
+        """`send_all` in two steps: return once the records are queued in order (after those
+        of earlier calls), with what to await for their acknowledgement. Await it: a failure
+        to write surfaces there."""
         stamps: Sequence[int | None] = (
             [None] * len(records) if timestamps_ms is None else timestamps_ms
         )
-        with kafka_errors(self._settings, f"produce to {records[0][0]}" if records else "produce"):
+        what = f"produce to {records[0][0]}" if records else "produce"
+        with kafka_errors(self._settings, what):
             async with self._appending:
                 futures = [
                     await self._client.send(
@@ -175,6 +195,12 @@ class Producer:
                     )
                     for (topic, key, value, headers), stamp in zip(records, stamps, strict=True)
                 ]
+        return self._acknowledged(futures, what)
+
+    async def _acknowledged(
+        self, futures: list[asyncio.Future[RecordMetadata]], what: str
+    ) -> list[RecordMetadata]:
+        with kafka_errors(self._settings, what):
             written: list[RecordMetadata] = await asyncio.gather(*futures)
         return written
 

@@ -9,6 +9,10 @@ commit. The `PartitionWorker` does the rest, the same way for every daemon:
   unit is a task it keeps, and a finished unit's records are done (the commit watermark,
   `OffsetTracker`, moves past them); a unit that raises stops the worker with that error;
 - a finished unit starts the next one at once, through the same `dispatch()` the loop uses;
+- a unit whose job returns an awaitable (what is left once the job no longer needs its slot:
+  the broker's acknowledgement of an outcome's audit facts) gives its slot to the next unit
+  and settles beside the running ones; its records are done only once that awaitable is, and
+  at most `max_in_flight` units settle at once;
 - offsets are committed every `commit_interval_s`, or sooner after `commit_every_records`
   outcomes, and only up to the first record without an outcome;
 - partitions the handler holds, and every partition while it has no room, are paused;
@@ -36,7 +40,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -59,9 +63,14 @@ _offset_of = attrgetter("offset")
 
 @dataclass(frozen=True, slots=True)
 class Work:
-    """One unit of work to run as a task, and the records whose outcome it decides."""
+    """One unit of work to run as a task, and the records whose outcome it decides.
 
-    job: Coroutine[Any, Any, None]
+    `job` may return an awaitable: what is left to wait for once it no longer needs its slot
+    (the connector returns the broker's acknowledgement of a delivery's audit facts, so the
+    next request starts while it waits). The records are done once that is done too.
+    """
+
+    job: Coroutine[Any, Any, Awaitable[None] | None]
     offsets: Mapping[TopicPartition, Sequence[int]]
 
 
@@ -184,7 +193,8 @@ class _Membership:
         self.consumer = consumer
         self.handler = handler
         self.tracker = OffsetTracker()
-        self.tasks: dict[asyncio.Task[None], Work] = {}
+        self.tasks: dict[asyncio.Task[None], Work] = {}  # every unit, settling ones included
+        self.running: set[asyncio.Task[None]] = set()  # the units holding a slot
         self.failure: BaseException | None = None
         self.epoch = 0  # advanced by every rebalance callback
         self.assigned_once = False
@@ -266,24 +276,42 @@ class _Membership:
     # --- bounded work -----------------------------------------------------------------
 
     def dispatch(self) -> None:
-        """Start work while fewer than `max_in_flight` units run; the one way work starts."""
-        handler, tasks, limit = self.handler, self.tasks, self.options.max_in_flight
-        while len(tasks) < limit:
+        """Start work while fewer than `max_in_flight` units run (and fewer than as many more
+        settle); the one way work starts."""
+        handler, tasks, running = self.handler, self.tasks, self.running
+        limit = self.options.max_in_flight
+        while len(running) < limit and len(tasks) < 2 * limit:
             work = handler.next_work(poll_open=self.poll_open)
             if work is None:
                 return
             task = asyncio.create_task(self.perform(work))
             tasks[task] = work
+            running.add(task)
             task.add_done_callback(self.reap)
 
     async def perform(self, work: Work) -> None:
-        await work.job
+        settling = await work.job
+        if settling is not None:
+            self.give_up_slot()
+            await settling
         for tp, offsets in work.offsets.items():
             self.tracker.finish(tp, offsets)
+
+    def give_up_slot(self) -> None:
+        """The running unit only waits for its outcome to settle: start the next one."""
+        task = asyncio.current_task()
+        if task is None or task not in self.running:
+            return
+        self.running.discard(task)
+        if self.failure is None and not self.stop.is_set():
+            self.sync_pauses()
+            self.dispatch()
+        self.progress.set()
 
     def reap(self, task: asyncio.Task[None]) -> None:
         """A unit ended: surface its failure, or start what its slot allows."""
         self.tasks.pop(task, None)
+        self.running.discard(task)
         if not task.cancelled() and task.exception() is not None and self.failure is None:
             self.failure = task.exception()
             self.log.error("work_failed", error=str(self.failure))

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -148,8 +148,19 @@ class FakeKafka:
             raise BrokerUnavailable("kafka produce failed: test")
         self.records.extend(records)
 
+    async def append_all(
+        self, records: Sequence[tuple[str, bytes | None, bytes | None, Headers]]
+    ) -> Awaitable[None]:
+        """Queued and acknowledged at once (a dead broker fails the call)."""
+        await self.send_all(records)
+        return _acknowledged()
+
     def ids(self, topic: str) -> list[str]:
         return [orjson.loads(v or b"{}")["id"] for t, _, v, _ in self.records if t == topic]
+
+
+async def _acknowledged() -> None:
+    """A `FakeKafka` write's acknowledgement: already there."""
 
 
 class Sleeps:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -425,6 +425,69 @@ async def test_commit_watermark_stops_at_first_unfinished_record(
         handler.unit(2).release.set()
         await handler.changes.until(lambda: handler.unit(2).finished, "2 to finish")
         assert await committed_after_two_commits() == 5
+
+
+class SettlingUnits(Units):
+    """`Units` whose jobs return what is left to await (as the connector's deliveries return
+    their audit facts' acknowledgement): each settles once its `settle` event is set."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.settle: dict[int, asyncio.Event] = {}
+        self.settled: list[int] = []
+
+    def next_work(self, *, poll_open: bool) -> Work | None:
+        work = super().next_work(poll_open=poll_open)
+        if work is None:
+            return None
+        ((tp, (offset,)),) = work.offsets.items()
+        return Work(job=self._settling(self.unit(offset, tp.partition), work), offsets=work.offsets)
+
+    async def _settling(self, unit: Unit, work: Work) -> Awaitable[None]:
+        await work.job
+        return self._settle(unit.offset)
+
+    async def _settle(self, offset: int) -> None:
+        await self.settle.setdefault(offset, asyncio.Event()).wait()
+        self.settled.append(offset)
+        self.changes.notify()
+
+
+async def test_a_settling_unit_gives_its_slot_to_the_next_and_is_done_once_settled(
+    kafka_settings: KafkaSettings, unique: str
+) -> None:
+    """A unit whose job returns an awaitable lets the next unit start while it waits, at most
+    `max_in_flight` units settle at once, and a record is committed only once its unit settled."""
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
+    await produce(kafka_settings, unique, {0: 3})
+    handler = SettlingUnits(auto_release=True)
+    worker = PartitionWorker(
+        kafka_settings, options(unique, max_in_flight=1, commit_interval_s=0.1)
+    )
+
+    async def committed_after_two_commits() -> int | None:
+        seen = len(handler.commits)
+        await handler.changes.until(lambda: len(handler.commits) >= seen + 2, "two commits")
+        return (await kafka.committed_offsets(kafka_settings, unique, unique)).get(0)
+
+    async with running(worker, handler, [unique]):
+        # one slot: 0 runs, gives it up to settle, then 1 does the same
+        await handler.changes.until(
+            lambda: handler.unit(1).finished if len(handler.units) > 1 else False,
+            "the second unit to run while the first settles",
+        )
+        assert handler.unit(0).finished
+        # two settle now, the bound for one slot: the third must wait for one of them
+        assert await committed_after_two_commits() is None
+        assert not handler.unit(2).started
+        handler.settle.setdefault(1, asyncio.Event()).set()
+        await handler.changes.until(lambda: handler.unit(2).finished, "the third to run")
+        handler.settle.setdefault(2, asyncio.Event()).set()
+        await handler.changes.until(lambda: handler.settled == [1, 2], "1 and 2 to settle")
+        assert await committed_after_two_commits() is None  # 0 has not settled yet
+        handler.settle.setdefault(0, asyncio.Event()).set()
+        await handler.changes.until(lambda: 0 in handler.settled, "0 to settle")
+        assert await committed_after_two_commits() == 3
 
 
 async def test_failing_unit_stops_the_worker_after_the_others_drain(
