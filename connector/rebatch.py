@@ -44,12 +44,14 @@ class Batch:
     """Events that travel in one HTTP request.
 
     `target`: where the request goes when not to the destination's url and headers (one
-    tenant's route); `bodies`: what each event is sent as when not its value (a projection).
+    tenant's route); `bodies`: what each event is sent as when not its value (a projection);
+    `full`: cut at one of the bounds (more events were waiting), not for want of events.
     """
 
     events: list[Event]
     target: Target | None = None
     bodies: list[bytes] | None = None
+    full: bool = False
 
     def __len__(self) -> int:
         return len(self.events)
@@ -150,8 +152,10 @@ def take_batch(pending: deque[Event], *, max_records: int, max_bytes: int) -> Ba
     Under backlog this merges what several polls returned; when idle it sends what is there.
     """
     taken = list(itertools.islice(pending, min(max_records, len(pending))))
+    full = len(taken) == max_records
     body_bytes = sum(map(len, map(_value_of, taken))) + _SEPARATOR_BYTES * len(taken)
     if _ARRAY_BRACKETS_BYTES + body_bytes > max_bytes:  # the bytes bound cuts the batch short
+        full = True
         size, count = _ARRAY_BRACKETS_BYTES, 0
         for value in map(_value_of, taken):
             added = len(value) + _SEPARATOR_BYTES
@@ -164,7 +168,7 @@ def take_batch(pending: deque[Event], *, max_records: int, max_bytes: int) -> Ba
     else:
         for _ in range(len(taken)):
             pending.popleft()
-    return Batch(taken)
+    return Batch(taken, full=full)
 
 
 def encode_body(events: Sequence[Event], body_format: str) -> tuple[bytes, str]:

@@ -278,11 +278,12 @@ class TenantPending:
         self._queued_bytes -= before_bytes - queue.size_bytes
         if len(queue) < self.max_records and queue.size_bytes < self.max_bytes:
             self._full.pop(route, None)
+        full = len(events) >= self.max_records or bool(queue)  # bool(queue): cut at a bound
         if queue:
             self._queues.move_to_end(route)  # what is left waits behind the other tenants
         else:
             del self._queues[route]
-        return Batch(events, route, bodies)
+        return Batch(events, route, bodies, full=full)
 
     def drop(self, partitions: set[TopicPartition]) -> None:
         """Forget the events of `partitions` (revoked, or the connector is stopping)."""

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
+from unittest.mock import Mock
 
 import httpx
 import orjson
@@ -12,6 +15,7 @@ import respx
 from aiokafka import ConsumerRecord, TopicPartition
 
 from config.catalog import Destination
+from connector.daemon import _Delivery
 from connector.delivery import Deliverer
 from connector.divert import DLQ_RECORD_MAX_BYTES, Diverter, Unreadable
 from connector.rebatch import Batch
@@ -216,3 +220,58 @@ def test_the_columns_of_connector_events_match_the_event_by_event_reading() -> N
     assert ("a", 1, 7, "back", 1_700_000_000_000, TAKEN_MS) in rows(fast)
     assert ("a", 0, 0, None, 1_700_000_000_000, TAKEN_MS) in rows(fast)  # no id: by origin
     assert sorted((s.topic, s.partition) for s in fast) == [("a", 0), ("a", 1)]
+
+
+class HeldAcks(FakeKafka):
+    """A `FakeKafka` whose writes are acknowledged only once `acknowledge` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.acknowledge = asyncio.Event()
+        self.acknowledged = 0
+
+    async def append_all(self, records: Sequence[Any]) -> Awaitable[None]:
+        self.records.extend(records)
+        return self._acknowledged()
+
+    async def _acknowledged(self) -> None:
+        await self.acknowledge.wait()
+        self.acknowledged += 1
+
+
+async def _until(condition: Callable[[], bool], what: str) -> None:
+    for _ in range(10_000):  # loop turns, not time: the HTTP exchange is mocked
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"never happened: {what}")
+
+
+@respx.mock
+async def test_a_full_batch_leaves_its_facts_acknowledgement_to_the_worker(
+    dest: Destination,
+) -> None:
+    """A full batch's unit returns once the destination accepted it, with its facts'
+    acknowledgement still to await (the worker awaits it after the unit gave up its slot);
+    a partial batch's unit awaits it itself, so the events arriving meanwhile wait for the slot."""
+    respx.post(URL).mock(return_value=httpx.Response(200))
+    kafka = HeldAcks()
+    deliverer, client = _deliverer(dest, kafka)
+    delivery = _Delivery(dest, deliverer, Mock())
+    async with client, asyncio.timeout(30):  # a unit that awaited its acknowledgement: a hang
+        acknowledged = await delivery._deliver(Batch([make_event(1)], full=True))
+        assert acknowledged is not None
+        assert [_named(fact) for fact in _facts(kafka)] == [[("src", 0, 1, "e1")]]
+        assert kafka.acknowledged == 0
+        kafka.acknowledge.set()
+        await acknowledged
+        assert kafka.acknowledged == 1
+
+        kafka.acknowledge.clear()
+        partial = asyncio.create_task(delivery._deliver(Batch([make_event(2)])))
+        await _until(lambda: len(_facts(kafka)) == 2, "the partial batch's fact to be written")
+        await asyncio.sleep(0)
+        assert not partial.done()  # waits in its slot for the acknowledgement
+        kafka.acknowledge.set()
+        assert await partial is None
+        assert kafka.acknowledged == 2

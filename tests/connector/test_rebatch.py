@@ -26,6 +26,7 @@ def test_batches_are_cut_by_record_count() -> None:
     while pending:
         batches.append(take_batch(pending, max_records=3, max_bytes=1_000_000))
     assert [len(b) for b in batches] == [3, 3, 1]
+    assert [b.full for b in batches] == [True, True, False]  # the last: no more events
     assert [e.id for b in batches for e in b.events] == [f"e{i}" for i in range(7)]
 
 
@@ -38,6 +39,7 @@ def test_batches_are_cut_by_body_bytes() -> None:
         body, _ = encode_body(batch.events, "json_array")
         assert len(body) <= limit
         assert len(batch) >= 1
+        assert batch.full == bool(pending)  # cut by the bytes bound while events remain
 
 
 def _drain(pending: PendingEvents) -> list[Batch]:

@@ -65,6 +65,7 @@ def test_batches_are_cut_per_tenant(dest: Destination) -> None:
         ("c", ["e3"]),
         ("a", ["e6"]),
     ]
+    assert [batch.full for batch in batches] == [True, True, False, False]  # cut at a bound
     assert batches[0].target is routes["a"]
     assert pending.size_bytes == 0
     assert not pending.fills_a_batch()
