@@ -258,7 +258,8 @@ async def test_a_full_batch_leaves_its_facts_acknowledgement_to_the_worker(
     kafka = HeldAcks()
     deliverer, client = _deliverer(dest, kafka)
     delivery = _Delivery(dest, deliverer, Mock())
-    async with client, asyncio.timeout(30):  # a unit that awaited its acknowledgement: a hang
+    # the timeout bounds a unit that would await the held acknowledgement itself
+    async with client, asyncio.timeout(30):
         acknowledged = await delivery._deliver(Batch([make_event(1)], full=True))
         assert acknowledged is not None
         assert [_named(fact) for fact in _facts(kafka)] == [[("src", 0, 1, "e1")]]
