@@ -52,14 +52,15 @@ _PRODUCER_BATCH_BYTES = 1024 * 1024  # per partition
 def _producer(settings: KafkaSettings) -> contextlib.AbstractAsyncContextManager[kafka.Producer]:
     """The connector's producer, for hand-offs, dead letters and audit facts.
 
-    Hand-offs and dead letters are awaited inside a unit of work that holds an in-flight slot;
-    a delivery's audit facts are awaited after the unit gave up its slot (`hifi.worker.Work`).
-    No linger: it only added its wait to each unit (a fact's ack took 6 ms at 5 ms, 0.6 ms at
-    0 on Tansu, alone); the records of one write are appended before the sender runs, so they
-    are batched all the same. A linger of 2 or 5 ms measured no better once facts no longer
-    held a slot. Batches of up to 1 MiB: at aiokafka's 16 KiB a fact of 500 events (~16 KB) did not fit
-    beside another, so the facts of concurrent units waited for each other's sends (the audit
-    trail then took ~30 % of the bench's throughput, ~5 % with both changes).
+    Hand-offs, dead letters and a partial batch's audit facts are awaited inside a unit of work
+    that holds an in-flight slot; a full batch's facts after the unit gave up its slot
+    (`_Delivery._deliver`, `hifi.worker.Work`). No linger: it only added its wait to each unit
+    (a fact's ack took 6 ms at 5 ms, 0.6 ms at 0 on Tansu, alone); the records of one write are
+    appended before the sender runs, so they are batched all the same. A linger of 2 or 5 ms
+    measured no better once facts no longer held a slot. Batches of up to 1 MiB: at aiokafka's
+    16 KiB a fact of 500 events (~16 KB) did not fit beside another, so the facts of concurrent
+    units waited for each other's sends (the audit trail then took ~30 % of the bench's
+    throughput, ~5 % with both changes).
     """
     return kafka.producer(settings, linger_ms=0, max_batch_size=_PRODUCER_BATCH_BYTES)
 
