@@ -158,8 +158,8 @@ class Deliverer:
     async def resolve(self, batch: Batch) -> Awaitable[None] | None:
         """`deliver`, except that it returns once the destination accepted the batch, with the
         broker's acknowledgement of the delivery's audit facts still to await (None: nothing
-        is left). The connector's unit gives its in-flight slot to the next request meanwhile:
-        under load a fact's acknowledgement took 6-8 ms, most of a request's time in a slot."""
+        is left). For a full batch the connector's unit gives its in-flight slot to the next
+        request meanwhile: under load a fact's acknowledgement took 6-8 ms."""
         try:
             status = await self.send_with_retries(batch)
         except DestinationUnavailable as exc:

@@ -66,7 +66,7 @@ class Work:
     """One unit of work to run as a task, and the records whose outcome it decides.
 
     `job` may return an awaitable: what is left to wait for once it no longer needs its slot
-    (the connector returns the broker's acknowledgement of a delivery's audit facts, so the
+    (the connector returns the broker's acknowledgement of a full batch's audit facts, so the
     next request starts while it waits). The records are done once that is done too.
     """
 
