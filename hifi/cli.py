@@ -19,7 +19,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from types import FrameType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -40,18 +40,36 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 def fail(prog: str, message: str, code: int = EXIT_USAGE) -> NoReturn:
     """Print `prog: message` on stderr, no traceback, and exit with `code`."""
-    click.echo(f"{prog}: {mask(' '.join(message.split()))}", err=True)
+    click.echo(_line(prog, message), err=True)
     sys.exit(code)
 
 
-class _Failed(Exception):
-    """A `HifiError` (or a timeout) that ended a command, with the command path it ended."""
+class _Failed(click.ClickException):
+    """A `HifiError` (or a timeout) that ended a command, with the command path it ended; shown
+    as `PATH: message` by the runner and by click's own `main` (as under `CliRunner`) alike."""
 
-    def __init__(self, where: str, message: str, exit_code: int) -> None:
+    exit_code = EXIT_FAILURE
+
+    def __init__(self, where: str, message: str) -> None:
         super().__init__(message)
         self.where = where
-        self.message = message
-        self.exit_code = exit_code
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(_line(self.where, self.message), err=file is None, file=file)
+
+
+class _BadInput(_Failed):
+    """A `ConfigError` that ended a command."""
+
+    exit_code = EXIT_USAGE
+
+
+def _failure(where: str, message: str, exit_code: int) -> _Failed:
+    return (_BadInput if exit_code == EXIT_USAGE else _Failed)(where, message)
+
+
+def _line(where: str, message: str) -> str:
+    return f"{where}: {mask(' '.join(message.split()))}"
 
 
 def _named(ctx: click.Context, invoke: Callable[[], Any]) -> Any:
@@ -59,15 +77,27 @@ def _named(ctx: click.Context, invoke: Callable[[], Any]) -> Any:
     try:
         return invoke()
     except HifiError as exc:
-        raise _Failed(ctx.command_path, str(exc), exc.exit_code) from exc
+        raise _failure(ctx.command_path, str(exc), exc.exit_code) from exc
     except TimeoutError as exc:  # an `asyncio.timeout` around a whole operation ran out
-        raise _Failed(ctx.command_path, str(exc) or "timed out", EXIT_FAILURE) from exc
+        raise _Failed(ctx.command_path, str(exc) or "timed out") from exc
+
+
+_PREPARE = "hifi.cli.prepare"
+
+
+def before_subcommand(ctx: click.Context, prepare: Callable[[], None]) -> None:
+    """Run `prepare` (configure logging, say) when the subcommand runs: after its arguments
+    parsed, so its `--help` or a usage error never pays for what `prepare` imports."""
+    ctx.meta[_PREPARE] = prepare
 
 
 class Command(click.Command):
     """A hifi subcommand: a `HifiError` it raises ends it as `PATH: message`, its exit code."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        prepare = ctx.meta.pop(_PREPARE, None)
+        if prepare is not None:
+            prepare()
         return _named(ctx, lambda: super(Command, self).invoke(ctx))
 
 
@@ -88,12 +118,12 @@ def run_command(command: click.Command, prog: str) -> NoReturn:
     except click.UsageError as exc:
         where = exc.ctx.command_path if exc.ctx is not None else prog
         fail(where, f"{exc.format_message()} (see '{where} --help')", EXIT_USAGE)
+    except _Failed as exc:
+        fail(exc.where, exc.message, exc.exit_code)
     except click.ClickException as exc:
         fail(prog, exc.format_message(), exc.exit_code)
     except click.Abort:
         fail(prog, "aborted", EXIT_FAILURE)
-    except _Failed as exc:
-        fail(exc.where, exc.message, exc.exit_code)
     except HifiError as exc:  # raised while the arguments were parsed, before a command ran
         fail(prog, str(exc), exc.exit_code)
     raise SystemExit(code if isinstance(code, int) else 0)
@@ -197,6 +227,7 @@ __all__ = [
     "STOP_SIGNALS",
     "Command",
     "Group",
+    "before_subcommand",
     "fail",
     "parse_time",
     "run_command",

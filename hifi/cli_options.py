@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from hifi.cli import STOP_SIGNALS
+from hifi.cli import STOP_SIGNALS, before_subcommand
 
 if TYPE_CHECKING:
     from hifi.logging import LogFormat
@@ -99,13 +99,15 @@ def daemon_options(
         @functools.wraps(function)
         def command(*args: Any, **kwargs: Any) -> Any:
             flags = _daemon_flags(kwargs)
-            one_shot = flags.check or click.get_current_context().invoked_subcommand is not None
-            if one_shot:
+            ctx = click.get_current_context()
+            if ctx.invoked_subcommand is not None:
                 STOP_SIGNALS.release()
-            from hifi.logging import configure_logging
-
-            # a one-shot run's failure is its one line: the libraries' own warnings stay quiet
-            configure_logging(flags.log_format, flags.log_level, libraries=not one_shot)
+                before_subcommand(ctx, functools.partial(_log_to, flags, libraries=False))
+            elif flags.check:
+                STOP_SIGNALS.release()
+                _log_to(flags, libraries=False)
+            else:
+                _log_to(flags, libraries=True)
             return function(*args, flags=flags, **kwargs)
 
         decorated: Callable[..., Any] = command
@@ -114,6 +116,14 @@ def daemon_options(
         return decorated
 
     return decorate
+
+
+def _log_to(flags: DaemonFlags, *, libraries: bool) -> None:
+    """Configure logging; a one-shot run's failure is its one line, so it passes
+    `libraries=False` and the libraries' own warnings stay quiet."""
+    from hifi.logging import configure_logging
+
+    configure_logging(flags.log_format, flags.log_level, libraries=libraries)
 
 
 def _daemon_flags(kwargs: dict[str, Any]) -> DaemonFlags:

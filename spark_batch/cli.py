@@ -90,6 +90,8 @@ def reconcile(
     with its charts. The same input gives the same output; a rerun replaces it.
     """
     window = _window(from_text, to_text)
+    if "://" not in archive and not Path(archive).exists():  # a local path: no Spark to say so
+        raise ConfigError(f"--archive {archive}: no such file or directory")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: is a file, not a directory")
     started = time.monotonic()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from hifi.cli import EXIT_FAILURE, Group, run_command
+from hifi.cli import EXIT_FAILURE, Group, before_subcommand, run_command
 from hifi.cli_options import catalog_option, version_option
 from hifi.errors import ConfigError
 from hifi.redaction import mask
@@ -49,8 +49,13 @@ class _AnyVariable(Mapping[str, str]):
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @version_option(PROG)
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Load, show and compare the tenant entries of a destination with `[lookups]` in Redis."""
+    before_subcommand(ctx, _quiet_logging)
+
+
+def _quiet_logging() -> None:
     from hifi.logging import configure_logging
 
     configure_logging("console", "WARNING", libraries=False)
