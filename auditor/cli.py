@@ -194,9 +194,7 @@ def report(
 
     From a running auditor (--url) or from the archive (--archive); exactly one of the two.
     """
-    import orjson
-
-    from auditor.tables import day_availability, day_range_ms, render, render_availability
+    from auditor.tables import day_availability, day_range_ms
 
     if (url is None) == (archive_dir is None):
         raise ConfigError(
@@ -216,19 +214,33 @@ def report(
     else:
         assert archive_dir is not None
         rows, final_before_ms = _from_archive(archive_dir, dest, from_ms, to_ms, now_ms)
-    console = _console()
     if availability:
-        result = day_availability(rows, day, final_before_ms=final_before_ms)
-        result["dest"] = dest
-        if fmt == "json":
-            click.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
-        else:
-            console.print(render_availability(result, dest=dest))
-        return
+        _show_availability(dest, fmt, day_availability(rows, day, final_before_ms=final_before_ms))
+    else:
+        _show_table(dest, fmt, rows)
+
+
+def _show_availability(dest: str, fmt: str, result: dict[str, Any]) -> None:
+    import orjson
+
+    from auditor.tables import render_availability
+
+    result["dest"] = dest
+    if fmt == "json":
+        click.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
+    else:
+        _console().print(render_availability(result, dest=dest))
+
+
+def _show_table(dest: str, fmt: str, rows: list[dict[str, Any]]) -> None:
+    import orjson
+
+    from auditor.tables import render
+
     if fmt == "json":
         click.echo(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
         return
-    console.print(render(rows, title=f"{dest}: per-minute accounts (UTC)"))
+    _console().print(render(rows, title=f"{dest}: per-minute accounts (UTC)"))
     if not rows:
         click.echo(f"no minutes with events for {dest} in this range", err=True)
 

@@ -144,6 +144,10 @@ def _daemon_flags(kwargs: dict[str, Any]) -> DaemonFlags:
 def _daemon_flag_options(
     metrics_port: int, metrics_help: str, idle_help: str
 ) -> list[Callable[[F], F]]:
+    return [*_ops_options(metrics_port, metrics_help, idle_help), *_log_and_check_options()]
+
+
+def _ops_options(metrics_port: int, metrics_help: str, idle_help: str) -> list[Callable[[F], F]]:
     return [
         catalog_option,
         click.option(
@@ -168,6 +172,11 @@ def _daemon_flag_options(
             metavar="SECONDS",
             help=idle_help,
         ),
+    ]
+
+
+def _log_and_check_options() -> list[Callable[[F], F]]:
+    return [
         click.option(
             "--log-format",
             type=click.Choice(["auto", "json", "console"]),
