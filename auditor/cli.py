@@ -33,7 +33,9 @@ def _archive_default() -> Path:
     return Path(os.environ.get(ARCHIVE_ENV_VAR) or DEFAULT_ARCHIVE)
 
 
-@click.group(cls=Group, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=Group, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @version_option(PROG)
 @click.option(
     "--dest",

@@ -23,7 +23,9 @@ CHECKPOINT_EVERY_S = 10.0  # as connector.backfill.CHECKPOINT_EVERY_S, the defau
 _TIME_HELP = "ISO 8601 (2026-01-31T08:00:00Z; UTC unless it says) or a duration ago (30m, 2h, 1d)."
 
 
-@click.group(cls=Group, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=Group, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @version_option(PROG)
 @click.option("--dest", metavar="NAME", help="Destination name: the file NAME.toml in the catalog.")
 @daemon_options(

@@ -23,7 +23,9 @@ AUDITOR_URL_ENV = "HIFI_AUDITOR_URL"  # as auditor.client.AUDITOR_URL_ENV
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@click.group(cls=Group, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=Group, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @version_option(PROG)
 @click.option(
     "--dest",

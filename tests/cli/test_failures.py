@@ -104,7 +104,10 @@ def test_spark_batch_bad_archive_is_one_line_and_exit_2(tmp_path: Path) -> None:
     )
     line = _the_line("spark-batch", run.stderr)
     assert run.returncode == 2, run.stderr
-    assert line == f"spark-batch reconcile: --archive {tmp_path / 'nowhere'}: no such file or directory"
+    assert (
+        line
+        == f"spark-batch reconcile: --archive {tmp_path / 'nowhere'}: no such file or directory"
+    )
     assert not out.exists()
 
 

@@ -93,7 +93,11 @@ def _run(
 @pytest.mark.parametrize(
     ("args", "code", "line"),
     [
-        (["--fail-with", "config"], 2, "tool: catalog/x.toml: key 'urll' is not allowed; did you mean url?"),
+        (
+            ["--fail-with", "config"],
+            2,
+            "tool: catalog/x.toml: key 'urll' is not allowed; did you mean url?",
+        ),
         (["--fail-with", "kafka"], 1, "tool: kafka 127.0.0.1:1: connection refused"),
         (["run", "config"], 2, "tool run: kafka refused the SASL credentials of user 'x'"),
         (["run", "redis"], 1, "tool run: redis at redis://127.0.0.1:1: connection refused"),
