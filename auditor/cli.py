@@ -2,52 +2,40 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
-import sys
 import time
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import httpx
-import orjson
-from rich.console import Console
 
-from auditor.archive import Archive
-from auditor.archive_read import read_minutes, read_settings
-from auditor.client import HTTP_TIMEOUT_S, AuditorTables, base_url, fetch_tables
-from auditor.daemon import DEFAULT_ROLL_S, GROUP_ID, Auditor
-from auditor.ledger import MINUTE_MS
-from auditor.tables import day_availability, day_range_ms, render, render_availability, report_row
-from config.catalog import Catalog, Destination, default_catalog_dir
-from hifi.audit import AUDIT_RETENTION_MS, audit_topic
-from hifi.check import CheckReport, probe_kafka
-from hifi.cli import (
-    EXIT_FAILURE,
-    FINITE_POSITIVE_SECONDS,
-    DaemonFlags,
-    daemon_options,
-    fail,
-    parse_time,
-    run_command,
-    run_daemon,
-    version_option,
-)
+from hifi.cli import STOP_SIGNALS, Group, parse_time, run_command, run_daemon
+from hifi.cli_options import FINITE_POSITIVE_SECONDS, DaemonFlags, daemon_options, version_option
 from hifi.errors import ConfigError, HifiError
-from hifi.kafka_settings import KafkaSettings
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from auditor.client import AuditorTables
+    from config.catalog import Destination
+    from hifi.check import CheckReport
+    from hifi.kafka_settings import KafkaSettings
 
 PROG = "auditor"
 ARCHIVE_ENV_VAR = "HIFI_ARCHIVE_DIR"
 DEFAULT_ARCHIVE = "hifi-archive"
+GROUP_ID = "hifi.auditor"  # as auditor.daemon.GROUP_ID
+DEFAULT_ROLL_S = 60.0  # as auditor.daemon.DEFAULT_ROLL_S
 
 
 def _archive_default() -> Path:
     return Path(os.environ.get(ARCHIVE_ENV_VAR) or DEFAULT_ARCHIVE)
 
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=Group, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @version_option(PROG)
 @click.option(
     "--dest",
@@ -105,28 +93,38 @@ def cli(
     ctx.obj = flags.catalog
     if ctx.invoked_subcommand is not None:
         return
-    try:
-        catalog = Catalog(flags.catalog or default_catalog_dir(), for_delivery=False)
-        destinations = catalog.load_named(dests)
-        settings = KafkaSettings.from_env()
-        archive = archive_dir or _archive_default()
-        if flags.check:
-            Archive(archive)  # creates it if missing, and says so if it cannot be written
-            report = _check(destinations, settings, archive_dir=archive, probe=flags.probe)
-            asyncio.run(report).finish()
-        auditor = Auditor(
-            destinations,
-            settings,
-            archive_dir=archive,
-            roll_s=roll_s,
-            group_id=group_id,
-            metrics_port=flags.metrics_port,
-            metrics_host=flags.metrics_host,
-            until_idle_s=flags.until_idle_s,
-        )
-    except ConfigError as exc:
-        fail(PROG, str(exc))
-    run_daemon(PROG, auditor.run, auditor.request_stop)
+    _serve(dests, archive_dir or _archive_default(), group_id, roll_s, flags)
+
+
+def _serve(
+    dests: tuple[str, ...], archive: Path, group_id: str, roll_s: float, flags: DaemonFlags
+) -> None:
+    """Load the destinations and run the auditor (or `--check` it) until a signal stops it."""
+    import asyncio
+
+    from auditor.archive import Archive
+    from auditor.daemon import Auditor
+    from config.catalog import Catalog, default_catalog_dir
+    from hifi.kafka_settings import KafkaSettings
+
+    catalog = Catalog(flags.catalog or default_catalog_dir(), for_delivery=False)
+    destinations = catalog.load_named(dests)
+    settings = KafkaSettings.from_env()
+    if flags.check:
+        Archive(archive)  # creates it if missing, and says so if it cannot be written
+        report = _check(destinations, settings, archive_dir=archive, probe=flags.probe)
+        asyncio.run(report).finish()
+    auditor = Auditor(
+        destinations,
+        settings,
+        archive_dir=archive,
+        roll_s=roll_s,
+        group_id=group_id,
+        metrics_port=flags.metrics_port,
+        metrics_host=flags.metrics_host,
+        until_idle_s=flags.until_idle_s,
+    )
+    run_daemon(auditor.run, auditor.request_stop)
 
 
 async def _check(
@@ -134,6 +132,9 @@ async def _check(
 ) -> CheckReport:
     """What the auditor would meet at start: its destinations' accounting settings, the
     archive, and with `probe` Kafka, the source topics and the audit topic's retention."""
+    from hifi.audit import AUDIT_RETENTION_MS, audit_topic
+    from hifi.check import CheckReport, probe_kafka
+
     report = CheckReport(PROG)
     for dest in destinations:
         acc = dest.accounting
@@ -195,43 +196,63 @@ def report(
 
     From a running auditor (--url) or from the archive (--archive); exactly one of the two.
     """
-    where = f"{PROG} report"
+    from auditor.tables import day_availability, day_range_ms
+
     if (url is None) == (archive_dir is None):
-        fail(where, "give exactly one of --url (a running auditor) and --archive (a directory)")
+        raise ConfigError(
+            "give exactly one of --url (a running auditor) and --archive (a directory)"
+        )
     now_ms = int(time.time() * 1000)
     from_ms: int | None
     to_ms: int | None
-    try:
-        if availability:
-            day = _day(day_text, now_ms)
-            from_ms, to_ms = day_range_ms(day)
-        else:
-            from_ms = parse_time(from_text, now_ms=now_ms, flag="--from") if from_text else None
-            to_ms = parse_time(to_text, now_ms=now_ms, flag="--to") if to_text else None
-        if url is not None:
-            rows, final_before_ms = _from_auditor(url, dest, from_ms, to_ms)
-        else:
-            assert archive_dir is not None
-            rows, final_before_ms = _from_archive(archive_dir, dest, from_ms, to_ms, now_ms)
-    except ConfigError as exc:
-        fail(where, str(exc))
-    except HifiError as exc:
-        fail(where, str(exc), EXIT_FAILURE)
-    console = Console(width=None if sys.stdout.isatty() else 160)
     if availability:
-        result = day_availability(rows, day, final_before_ms=final_before_ms)
-        result["dest"] = dest
-        if fmt == "json":
-            click.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
-        else:
-            console.print(render_availability(result, dest=dest))
-        return
+        day = _day(day_text, now_ms)
+        from_ms, to_ms = day_range_ms(day)
+    else:
+        from_ms = parse_time(from_text, now_ms=now_ms, flag="--from") if from_text else None
+        to_ms = parse_time(to_text, now_ms=now_ms, flag="--to") if to_text else None
+    if url is not None:
+        rows, final_before_ms = _from_auditor(url, dest, from_ms, to_ms)
+    else:
+        assert archive_dir is not None
+        rows, final_before_ms = _from_archive(archive_dir, dest, from_ms, to_ms, now_ms)
+    if availability:
+        _show_availability(dest, fmt, day_availability(rows, day, final_before_ms=final_before_ms))
+    else:
+        _show_table(dest, fmt, rows)
+
+
+def _show_availability(dest: str, fmt: str, result: dict[str, Any]) -> None:
+    import orjson
+
+    from auditor.tables import render_availability
+
+    result["dest"] = dest
+    if fmt == "json":
+        click.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
+    else:
+        _console().print(render_availability(result, dest=dest))
+
+
+def _show_table(dest: str, fmt: str, rows: list[dict[str, Any]]) -> None:
+    import orjson
+
+    from auditor.tables import render
+
     if fmt == "json":
         click.echo(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
         return
-    console.print(render(rows, title=f"{dest}: per-minute accounts (UTC)"))
+    _console().print(render(rows, title=f"{dest}: per-minute accounts (UTC)"))
     if not rows:
         click.echo(f"no minutes with events for {dest} in this range", err=True)
+
+
+def _console() -> Console:
+    import sys
+
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 160)
 
 
 def _day(text: str | None, now_ms: int) -> date:
@@ -246,6 +267,12 @@ def _day(text: str | None, now_ms: int) -> date:
 def _from_auditor(
     url: str, dest: str, from_ms: int | None, to_ms: int | None
 ) -> tuple[list[dict[str, Any]], int | None]:
+    import asyncio
+
+    import httpx
+
+    from auditor.client import HTTP_TIMEOUT_S, base_url, fetch_tables
+
     base = base_url(url)
 
     async def fetch() -> AuditorTables:
@@ -264,6 +291,10 @@ def _from_auditor(
 def _from_archive(
     root: Path, dest: str, from_ms: int | None, to_ms: int | None, now_ms: int
 ) -> tuple[list[dict[str, Any]], int | None]:
+    from auditor.archive_read import read_minutes, read_settings
+    from auditor.ledger import MINUTE_MS
+    from auditor.tables import report_row
+
     if not root.is_dir():
         raise ConfigError(f"--archive {root}: not a directory")
     rows = [report_row(row) for row in read_minutes(root, dest, from_ms=from_ms, to_ms=to_ms)]
@@ -276,5 +307,6 @@ def _from_archive(
 
 
 def main() -> None:
-    """The `auditor` command."""
+    """The `auditor` command; a stop signal is caught from here on, before anything heavy loads."""
+    STOP_SIGNALS.catch()
     run_command(cli, PROG)

@@ -2,54 +2,30 @@
 
 from __future__ import annotations
 
-import asyncio
-import signal
 import time
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING
 
 import click
 
-from config.catalog import Catalog, Destination, default_catalog_dir
-from connector import checkpoint as checkpoints
-from connector import views
-from connector.backfill import (
-    CHECKPOINT_EVERY_S,
-    Backfill,
-    BackfillRequest,
-    BackfillResult,
-    Status,
-    backfill_key,
-    time_key,
-)
-from connector.check import check
-from connector.daemon import Connector
-from connector.pacing import MAX_RATE_PER_S
-from connector.rewind import RewindPlan, check_idle, commit_rewind, plan_rewind
-from connector.selection import Selection, read_missing
-from hifi.cli import (
-    EXIT_FAILURE,
-    DaemonFlags,
-    catalog_option,
-    daemon_options,
-    fail,
-    parse_time,
-    run_command,
-    run_daemon,
-    version_option,
-)
-from hifi.errors import ConfigError, HifiError
-from hifi.kafka_settings import KafkaSettings
-from hifi.logging import configure_logging
-from hifi.redis_hash import RedisSettings
+from hifi.cli import STOP_SIGNALS, Group, parse_time, run_command, run_daemon
+from hifi.cli_options import DaemonFlags, catalog_option, daemon_options, version_option
+from hifi.errors import CommandFailed, ConfigError, HifiError
+
+if TYPE_CHECKING:
+    from config.catalog import Destination
+    from connector.backfill import BackfillRequest, BackfillResult
+    from hifi.kafka_settings import KafkaSettings
 
 PROG = "connector"
-T = TypeVar("T")
+MAX_RATE_PER_S = 1_000_000.0  # as connector.pacing.MAX_RATE_PER_S, the highest --rate
+CHECKPOINT_EVERY_S = 10.0  # as connector.backfill.CHECKPOINT_EVERY_S, the default
 _TIME_HELP = "ISO 8601 (2026-01-31T08:00:00Z; UTC unless it says) or a duration ago (30m, 2h, 1d)."
 
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=Group, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @version_option(PROG)
 @click.option("--dest", metavar="NAME", help="Destination name: the file NAME.toml in the catalog.")
 @daemon_options(
@@ -70,17 +46,25 @@ def cli(ctx: click.Context, dest: str | None, flags: DaemonFlags) -> None:
     """
     ctx.obj = flags.catalog
     if ctx.invoked_subcommand is not None:
-        # a one-shot tool: a failure is its one line, so the libraries' own warnings stay quiet
-        configure_logging(flags.log_format, flags.log_level, libraries=False)
         return
     if dest is None:
         raise click.MissingParameter(ctx=ctx, param=_param(ctx, "dest"))
-    try:
-        destination = Catalog(flags.catalog or default_catalog_dir()).load(dest)
-        settings = KafkaSettings.from_env()
-        redis = RedisSettings.from_env() if destination.lookups is not None else None
-    except ConfigError as exc:
-        fail(PROG, str(exc))
+    _serve(dest, flags)
+
+
+def _serve(name: str, flags: DaemonFlags) -> None:
+    """Load destination `name` and run its connector (or `--check` it) until a signal stops it."""
+    import asyncio
+
+    from config.catalog import Catalog, default_catalog_dir
+    from connector.check import check
+    from connector.daemon import Connector
+    from hifi.kafka_settings import KafkaSettings
+    from hifi.redis_hash import RedisSettings
+
+    destination = Catalog(flags.catalog or default_catalog_dir()).load(name)
+    settings = KafkaSettings.from_env()
+    redis = RedisSettings.from_env() if destination.lookups is not None else None
     if flags.check:
         asyncio.run(check(destination, settings, probe=flags.probe, redis=redis)).finish()
     connector = Connector(
@@ -91,7 +75,7 @@ def cli(ctx: click.Context, dest: str | None, flags: DaemonFlags) -> None:
         until_idle_s=flags.until_idle_s,
         redis=redis,
     )
-    run_daemon(PROG, connector.run, connector.request_stop)
+    run_daemon(connector.run, connector.request_stop)
 
 
 @cli.command()
@@ -113,9 +97,13 @@ def rewind(
     offset now, the offset after, and the records delivered again. Refuses while the group has
     active members: stop the connector first.
     """
-    where = f"{PROG} rewind"
-    destination, settings = _configured(where, catalog or group_catalog, dest)
-    to_ms = _time(where, to_text, "--to")
+    import asyncio
+
+    from connector import views
+    from connector.rewind import RewindPlan, check_idle, commit_rewind, plan_rewind
+
+    destination, settings = _configured(catalog or group_catalog, dest)
+    to_ms = _time(to_text, "--to")
 
     async def work() -> RewindPlan:
         plan = await plan_rewind(settings, destination, to_ms)
@@ -124,7 +112,7 @@ def rewind(
             await commit_rewind(settings, plan)
         return plan
 
-    plan = _run(where, work())
+    plan = asyncio.run(work())
     views.console().print(views.rewind_table(plan, dry_run=dry_run))
     if dry_run and plan.group.active:
         click.echo(
@@ -203,24 +191,52 @@ def backfill(
     command started again resumes there, and does nothing once the backfill has finished.
     SIGTERM or Ctrl-C stops after the write in flight and saves the checkpoint.
     """
-    where = f"{PROG} backfill"
-    destination, settings = _configured(where, catalog or group_catalog, dest)
-    from_ms, to_ms = _time(where, from_text, "--from"), _time(where, to_text, "--to")
+    destination, settings = _configured(catalog or group_catalog, dest)
+    request = _backfill_request(
+        destination,
+        (from_text, to_text),
+        only_missing,
+        checkpoint_file,
+        rate_per_s=rate_per_s,
+        checkpoint_every_s=checkpoint_every_s,
+        restart=restart,
+        dry_run=dry_run,
+    )
+    if not dry_run:
+        click.echo(f"checkpoint: {request.checkpoint_path}", err=True)
+    _report(request, _run_backfill(settings, request))
+
+
+def _backfill_request(
+    destination: Destination,
+    span: tuple[str, str],
+    only_missing: Path | None,
+    checkpoint_file: Path | None,
+    *,
+    rate_per_s: float | None,
+    checkpoint_every_s: float,
+    restart: bool,
+    dry_run: bool,
+) -> BackfillRequest:
+    """The backfill the flags describe: its range, its selection and its checkpoint file."""
+    from connector import checkpoint as checkpoints
+    from connector.backfill import BackfillRequest, backfill_key, time_key
+    from connector.selection import Selection, read_missing
+
+    from_text, to_text = span
+    from_ms, to_ms = _time(from_text, "--from"), _time(to_text, "--to")
     if from_ms >= to_ms:
-        fail(where, f"--from {from_text!r} is not before --to {to_text!r}; give FROM < TO")
-    try:
-        selection = (
-            read_missing(only_missing, destination.name) if only_missing else Selection.everything()
-        )
-        key = backfill_key(
-            destination.name,
-            time_key(from_text, flag="--from"),
-            time_key(to_text, flag="--to"),
-            selection.digest,
-        )
-    except ConfigError as exc:
-        fail(where, str(exc))
-    request = BackfillRequest(
+        raise ConfigError(f"--from {from_text!r} is not before --to {to_text!r}; give FROM < TO")
+    selection = (
+        read_missing(only_missing, destination.name) if only_missing else Selection.everything()
+    )
+    key = backfill_key(
+        destination.name,
+        time_key(from_text, flag="--from"),
+        time_key(to_text, flag="--to"),
+        selection.digest,
+    )
+    return BackfillRequest(
         destination,
         from_ms,
         to_ms,
@@ -232,25 +248,34 @@ def backfill(
         restart=restart,
         dry_run=dry_run,
     )
-    if not dry_run:
-        click.echo(f"checkpoint: {request.checkpoint_path}", err=True)
+
+
+def _run_backfill(settings: KafkaSettings, request: BackfillRequest) -> BackfillResult:
+    """Run the backfill; a failure says where the acknowledged progress is saved."""
+    import asyncio
+
     try:
-        result = asyncio.run(_backfill(settings, request))
-    except ConfigError as exc:
-        fail(where, str(exc))
+        return asyncio.run(_backfill(settings, request))
+    except ConfigError:
+        raise
     except (HifiError, TimeoutError) as exc:
         resume = (
             f"; what the broker acknowledged is saved in {request.checkpoint_path}:"
             " run the same command again to resume"
-            if not dry_run and request.checkpoint_path.exists()
+            if not request.dry_run and request.checkpoint_path.exists()
             else ""
         )
-        fail(where, f"{exc}{resume}", EXIT_FAILURE)
-    _report(where, request, result)
+        raise CommandFailed(f"{exc or 'timed out'}{resume}") from exc
 
 
 async def _backfill(settings: KafkaSettings, request: BackfillRequest) -> BackfillResult:
     """Prepare and run one backfill; SIGTERM and SIGINT stop it at the next write."""
+    import asyncio
+    import signal
+
+    from connector import views
+    from connector.backfill import Backfill
+
     job = Backfill(settings, request)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -266,8 +291,11 @@ async def _backfill(settings: KafkaSettings, request: BackfillRequest) -> Backfi
         return await job.run(show)
 
 
-def _report(where: str, request: BackfillRequest, result: BackfillResult) -> None:
+def _report(request: BackfillRequest, result: BackfillResult) -> None:
     """The per-partition table and the totals; a stopped backfill ends in one line, exit 1."""
+    from connector import views
+    from connector.backfill import Status
+
     state = result.state
     span = f"{state.dest} from {views.iso_ms(state.from_ms)} to {views.iso_ms(state.to_ms)}"
     scanned, selected, reoffered = state.totals()
@@ -279,12 +307,10 @@ def _report(where: str, request: BackfillRequest, result: BackfillResult) -> Non
         return
     views.console().print(views.backfill_table(state, dry_run=request.dry_run))
     if result.status is Status.STOPPED:
-        fail(
-            where,
+        raise CommandFailed(
             f"stopped by {result.stopped_by or 'request'} after {reoffered} of the"
             f" {selected} selected so far were re-offered; progress is saved in"
-            f" {request.checkpoint_path}: run the same command again to resume",
-            EXIT_FAILURE,
+            f" {request.checkpoint_path}: run the same command again to resume"
         )
     listed = (
         f"; {state.listed} listed for {state.dest}, {selected} of them in range"
@@ -305,36 +331,21 @@ def _param(ctx: click.Context, name: str) -> click.Parameter:
     return next(param for param in ctx.command.params if param.name == name)
 
 
-def _configured(
-    where: str, catalog_dir: Path | None, name: str
-) -> tuple[Destination, KafkaSettings]:
+def _configured(catalog_dir: Path | None, name: str) -> tuple[Destination, KafkaSettings]:
     """The destination (without its HTTP secrets, which rewind and backfill never use) and the
-    Kafka settings; a bad one ends in one line and exit 2."""
-    try:
-        destination = Catalog(catalog_dir or default_catalog_dir(), for_delivery=False).load(name)
-        return destination, KafkaSettings.from_env()
-    except ConfigError as exc:
-        fail(where, str(exc))
+    Kafka settings; a bad one is a `ConfigError`."""
+    from config.catalog import Catalog, default_catalog_dir
+    from hifi.kafka_settings import KafkaSettings
+
+    destination = Catalog(catalog_dir or default_catalog_dir(), for_delivery=False).load(name)
+    return destination, KafkaSettings.from_env()
 
 
-def _time(where: str, text: str, flag: str) -> int:
-    try:
-        return parse_time(text, now_ms=int(time.time() * 1000), flag=flag)
-    except ConfigError as exc:
-        fail(where, str(exc))
-
-
-def _run(where: str, work: Coroutine[Any, Any, T]) -> T:
-    """Run one Kafka operation of a subcommand; failures end in one line: exit 2 for bad
-    configuration, else 1."""
-    try:
-        return asyncio.run(work)
-    except ConfigError as exc:
-        fail(where, str(exc))
-    except (HifiError, TimeoutError) as exc:
-        fail(where, str(exc), EXIT_FAILURE)
+def _time(text: str, flag: str) -> int:
+    return parse_time(text, now_ms=int(time.time() * 1000), flag=flag)
 
 
 def main() -> None:
-    """The `connector` command."""
+    """The `connector` command; a stop signal is caught from here on, before anything heavy loads."""
+    STOP_SIGNALS.catch()
     run_command(cli, PROG)

@@ -1,8 +1,9 @@
 """The one exception tree of hifi; library exceptions are translated into it at the boundary.
 
-    HifiError
-    ├── ConfigError               bad catalog file, flag or environment; CLIs exit 2 with one line
+    HifiError                     exit code 1 (the subclasses keep it unless they say otherwise)
+    ├── ConfigError               bad catalog file, flag or environment; exit code 2
     │   └── BrokerAuthFailed          Kafka refused the credentials, the TLS handshake or a permission
+    ├── CommandFailed             a command stopped before it finished what it was asked to do
     ├── GroupActive               a consumer group has members; its offsets move only once they stop
     ├── TransientError            may succeed if tried again later
     │   ├── DestinationUnavailable    timeout, connection error, 5xx, 429 (carries Retry-After)
@@ -15,6 +16,11 @@
         ├── EntryRefused              a lookup entry that cannot be used (not JSON, wrong types)
         └── BrokerRefused             Kafka refused a request for good (unknown topic, codec, version)
             └── UnknownTopic
+
+Every class carries the exit code a command ends with when it escapes (`HifiError.exit_code`,
+as click's `ClickException.exit_code`): 2 for `ConfigError` and its subclasses (the input is
+wrong: a service manager should not restart), 1 for everything else (unreachable, refused,
+failed: worth another try). `hifi.cli.run_command` turns one into a line on stderr and that code.
 
 The boundaries: `connector.delivery` for httpx, `hifi.kafka` for aiokafka, `hifi.redis_hash` for
 redis. Code above them only ever catches these types. A `status` is a real HTTP status or None (no reply); the reason a
@@ -29,9 +35,20 @@ from hifi.vocabulary import Reason
 class HifiError(Exception):
     """Base of every error hifi raises on purpose."""
 
+    #: what a command exits with when this error ends it: 1, a failure worth another try
+    exit_code: int = 1
+
 
 class ConfigError(HifiError):
     """Invalid configuration; the message names the file or variable, the key and what is allowed."""
+
+    #: 2, bad configuration or usage: the same command fails the same way until the input changes
+    exit_code = 2
+
+
+class CommandFailed(HifiError):
+    """A command stopped before it finished what it was asked to do (interrupted, or a job
+    failed); the message says how far it got and how to resume."""
 
 
 class GroupActive(HifiError):

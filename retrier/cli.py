@@ -2,46 +2,30 @@
 
 from __future__ import annotations
 
-import asyncio
-import getpass
-import os
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from auditor.client import AUDITOR_URL_ENV
-from config.catalog import Catalog, Destination, default_catalog_dir
-from config.topics import audit_line, audit_retention_wanted, retention_wanted
-from hifi.check import CheckReport, probe_kafka
-from hifi.cli import (
-    EXIT_FAILURE,
-    DaemonFlags,
-    catalog_option,
-    daemon_options,
-    fail,
-    parse_time,
-    run_command,
-    run_daemon,
-    version_option,
-)
-from hifi.errors import ConfigError, HifiError
-from hifi.kafka_settings import KafkaSettings
+from hifi.cli import STOP_SIGNALS, Group, parse_time, run_command, run_daemon
+from hifi.cli_options import DaemonFlags, catalog_option, daemon_options, version_option
 from hifi.vocabulary import Reason
-from retrier.daemon import DashboardOptions, Retrier
-from retrier.dashboard.access import read_token
-from retrier.dlq import plan_replay, read_marked_letters, replay, select_marked
-from retrier.replays import ReplayFilter, checked_operator
-from retrier.tiers import tier_topic
+
+if TYPE_CHECKING:
+    from config.catalog import Destination
+    from hifi.check import CheckReport
+    from hifi.kafka_settings import KafkaSettings
 
 PROG = "retrier"
-T = TypeVar("T")
+AUDITOR_URL_ENV = "HIFI_AUDITOR_URL"  # as auditor.client.AUDITOR_URL_ENV
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=Group, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @version_option(PROG)
 @click.option(
     "--dest",
@@ -106,31 +90,50 @@ def cli(
     ctx.obj = flags.catalog
     if ctx.invoked_subcommand is not None:
         return
-    try:
-        catalog = Catalog(flags.catalog or default_catalog_dir(), for_delivery=False)
-        destinations = catalog.load_named(dests)
-        settings = KafkaSettings.from_env()
-        if flags.check:
-            asyncio.run(_check(destinations, settings, probe=flags.probe)).finish()
-        retrier = Retrier(
-            destinations,
-            settings,
-            metrics_port=flags.metrics_port,
-            metrics_host=flags.metrics_host,
-            until_idle_s=flags.until_idle_s,
-            dashboard=DashboardOptions(
-                token=read_token(dashboard_token_file),
-                auditor_url=auditor_url,
-                index_dir=dlq_index_dir,
-            ),
-        )
-    except ConfigError as exc:
-        fail(PROG, str(exc))
-    run_daemon(PROG, retrier.run, retrier.request_stop)
+    _serve(dests, flags, auditor_url, dashboard_token_file, dlq_index_dir)
+
+
+def _serve(
+    dests: tuple[str, ...],
+    flags: DaemonFlags,
+    auditor_url: str | None,
+    dashboard_token_file: Path | None,
+    dlq_index_dir: Path | None,
+) -> None:
+    """Load the destinations and run the retrier (or `--check` it) until a signal stops it."""
+    import asyncio
+
+    from config.catalog import Catalog, default_catalog_dir
+    from hifi.kafka_settings import KafkaSettings
+    from retrier.daemon import DashboardOptions, Retrier
+    from retrier.dashboard.access import read_token
+
+    catalog = Catalog(flags.catalog or default_catalog_dir(), for_delivery=False)
+    destinations = catalog.load_named(dests)
+    settings = KafkaSettings.from_env()
+    if flags.check:
+        asyncio.run(_check(destinations, settings, probe=flags.probe)).finish()
+    retrier = Retrier(
+        destinations,
+        settings,
+        metrics_port=flags.metrics_port,
+        metrics_host=flags.metrics_host,
+        until_idle_s=flags.until_idle_s,
+        dashboard=DashboardOptions(
+            token=read_token(dashboard_token_file),
+            auditor_url=auditor_url,
+            index_dir=dlq_index_dir,
+        ),
+    )
+    run_daemon(retrier.run, retrier.request_stop)
 
 
 async def _check(dests: list[Destination], settings: KafkaSettings, *, probe: bool) -> CheckReport:
     """What the retrier would meet at start: its destinations, and with `probe` their topics."""
+    from config.topics import audit_line, audit_retention_wanted, retention_wanted
+    from hifi.check import CheckReport, probe_kafka
+    from retrier.tiers import tier_topic
+
     report = CheckReport(PROG)
     for dest in dests:
         tiers = ", ".join(f"{s:g}s" for s in dest.retry_tiers_s)
@@ -191,8 +194,12 @@ def dlq_list(
 ) -> None:
     """Print one line per dead letter, oldest first: reason, status, error, origin, age, the
     last replay (`replayed=TIME by WHO`, from NAME.dlq_replays) if any, body."""
+    import asyncio
+
+    from retrier.dlq import read_marked_letters, select_marked
+
     destination, settings = _configured(catalog or group_catalog, dest)
-    letters, marks = _run(read_marked_letters(settings, destination, reason=reason))
+    letters, marks = asyncio.run(read_marked_letters(settings, destination, reason=reason))
     if replayed is not None:
         letters = select_marked(letters, marks, replayed=replayed)
     now_ms = int(time.time() * 1000)
@@ -241,13 +248,15 @@ def dlq_replay(
     any retried event. Each replay is recorded in NAME.dlq_replays (which letters, when, by
     whom); letters replayed before are skipped unless --again.
     """
+    import asyncio
+
+    from retrier.dlq import plan_replay, read_marked_letters, replay
+    from retrier.replays import ReplayFilter, checked_operator
+
     destination, settings = _configured(catalog or group_catalog, dest)
-    try:
-        since_ms = parse_time(since, now_ms=int(time.time() * 1000)) if since else None
-        operator = checked_operator(by or _os_user())
-    except ConfigError as exc:
-        fail(f"{PROG} dlq replay", str(exc))
-    letters, marks = _run(
+    since_ms = parse_time(since, now_ms=int(time.time() * 1000)) if since else None
+    operator = checked_operator(by or _os_user())
+    letters, marks = asyncio.run(
         read_marked_letters(settings, destination, reason=reason, since_ms=since_ms)
     )
     plan = plan_replay(letters, marks, again=again)
@@ -258,13 +267,16 @@ def dlq_replay(
         click.echo(skipped)
         return
     chosen = ReplayFilter(reason=reason, since_ms=since_ms, again=again)
-    count = _run(replay(settings, destination, plan.letters, by=operator, filter=chosen))
+    count = asyncio.run(replay(settings, destination, plan.letters, by=operator, filter=chosen))
     click.echo(f"replayed {count} dead letters {route}")
     click.echo(skipped)
 
 
 def _os_user() -> str:
     """The operator's login name, or `uid N` where the system has none for the process."""
+    import getpass
+    import os
+
     try:
         return getpass.getuser()
     except (OSError, KeyError):
@@ -272,21 +284,15 @@ def _os_user() -> str:
 
 
 def _configured(catalog_dir: Path | None, name: str) -> tuple[Destination, KafkaSettings]:
-    try:
-        destination = Catalog(catalog_dir or default_catalog_dir(), for_delivery=False).load(name)
-        return destination, KafkaSettings.from_env()
-    except ConfigError as exc:
-        fail(PROG, str(exc))
+    """The destination (without its HTTP secrets) and the Kafka settings."""
+    from config.catalog import Catalog, default_catalog_dir
+    from hifi.kafka_settings import KafkaSettings
 
-
-def _run(work: Coroutine[Any, Any, T]) -> T:
-    """Run one Kafka operation of a subcommand; failures end in one line and exit 1."""
-    try:
-        return asyncio.run(work)
-    except (HifiError, TimeoutError) as exc:
-        fail(PROG, str(exc), EXIT_FAILURE)
+    destination = Catalog(catalog_dir or default_catalog_dir(), for_delivery=False).load(name)
+    return destination, KafkaSettings.from_env()
 
 
 def main() -> None:
-    """The `retrier` command."""
+    """The `retrier` command; a stop signal is caught from here on, before anything heavy loads."""
+    STOP_SIGNALS.catch()
     run_command(cli, PROG)

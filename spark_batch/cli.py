@@ -7,7 +7,7 @@ Run directly it starts a local Spark (`--master`, default `local[*]`); the same 
 runs under `spark-submit` (docs/reconciliation.md), which then decides the master. Bad input
 (an archive with no rows, a destination or range it does not hold, a corrupt Parquet file,
 bad flags) is one line on stderr and exit 2, with nothing written under `--out`; other
-failures exit 1.
+failures exit 1. Neither Spark nor the archive reader is imported before `reconcile` runs.
 """
 
 from __future__ import annotations
@@ -15,16 +15,19 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from hifi.cli import EXIT_FAILURE, EXIT_USAGE, fail, parse_time, run_command, version_option
-from hifi.errors import ConfigError, HifiError
-from spark_batch.archive_input import ArchiveInputError, Window, describe
-from spark_batch.session import DEFAULT_MASTER
+from hifi.cli import Group, parse_time, run_command
+from hifi.cli_options import version_option
+from hifi.errors import CommandFailed, ConfigError, HifiError
+
+if TYPE_CHECKING:
+    from spark_batch.archive_input import Window
 
 PROG = "spark-batch"
+DEFAULT_MASTER = "local[*]"  # as spark_batch.session.DEFAULT_MASTER
 _DAY_MS = 86_400_000
 _MINUTE_MS = 60_000
 # the words Spark uses when a file of the input cannot be read (corrupt, truncated, not Parquet)
@@ -36,7 +39,7 @@ _BAD_FILE = re.compile(
 _FILE_IN_MESSAGE = re.compile(r"(?:file:)?(/[^\s,;'\"]+\.parquet)")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @version_option(PROG)
 def cli() -> None:
     """Batch jobs over the auditor's archive: the authoritative recount of delivery."""
@@ -86,20 +89,13 @@ def reconcile(
     --only-missing), days.parquet, nodes.parquet, minutes.json, summary.json and report.html
     with its charts. The same input gives the same output; a rerun replaces it.
     """
-    prog = f"{PROG} reconcile"
-    window = _window(prog, from_text, to_text)
+    window = _window(from_text, to_text)
+    if "://" not in archive and not Path(archive).exists():  # a local path: no Spark to say so
+        raise ConfigError(f"--archive {archive}: no such file or directory")
     if out.exists() and not out.is_dir():
-        fail(prog, f"--out {out}: is a file, not a directory")
+        raise ConfigError(f"--out {out}: is a file, not a directory")
     started = time.monotonic()
-    try:
-        summary = _run(archive, window, list(dests), out, lag_sla_s, master)
-    except (ArchiveInputError, ConfigError) as exc:
-        fail(prog, str(exc), EXIT_USAGE)
-    except HifiError as exc:
-        fail(prog, str(exc), EXIT_FAILURE)
-    except Exception as exc:  # Spark's and Py4J's errors: one line, the JVM's trace left out
-        code, message = _spark_failure(exc, archive)
-        fail(prog, message, code)
+    summary = _run(archive, window, list(dests), out, lag_sla_s, master)
     for dest, about in summary["destinations"].items():
         totals = about["totals"]
         verdict = "lossless" if about["lossless"] else f"{totals['missing']:,} missing"
@@ -108,20 +104,19 @@ def reconcile(
             f" {totals['dead_lettered']:,} dead-lettered, {totals['in_retry']:,} in retry:"
             f" {verdict}; {'on time' if about['on_time'] else 'minutes down for lag'}"
         )
-    click.echo(f"{prog}: wrote {out} in {time.monotonic() - started:.1f} s")
+    click.echo(f"{PROG} reconcile: wrote {out} in {time.monotonic() - started:.1f} s")
 
 
-def _window(prog: str, from_text: str, to_text: str | None) -> Window:
+def _window(from_text: str, to_text: str | None) -> Window:
+    from spark_batch.archive_input import Window
+
     now_ms = int(time.time() * 1000)
-    try:
-        from_ms = parse_time(from_text, now_ms=now_ms, flag="--from")
-        to_ms = parse_time(to_text, now_ms=now_ms, flag="--to") if to_text else from_ms + _DAY_MS
-    except ConfigError as exc:
-        fail(prog, str(exc))
+    from_ms = parse_time(from_text, now_ms=now_ms, flag="--from")
+    to_ms = parse_time(to_text, now_ms=now_ms, flag="--to") if to_text else from_ms + _DAY_MS
     from_ms -= from_ms % _MINUTE_MS
     to_ms += -to_ms % _MINUTE_MS
     if to_ms <= from_ms:
-        fail(prog, f"--to {to_text!r} is not after --from {from_text!r}")
+        raise ConfigError(f"--to {to_text!r} is not after --from {from_text!r}")
     return Window(from_ms, to_ms)
 
 
@@ -133,25 +128,39 @@ def _run(
     lag_sla_s: float | None,
     master: str | None,
 ) -> dict[str, Any]:
+    """Reconcile on a Spark session and write the outputs; Spark's failures become hifi's:
+    bad input (`ArchiveInputError`, an unreadable file) a `ConfigError`, the rest a failure."""
+    from spark_batch.archive_input import ArchiveInputError
     from spark_batch.outputs import summarize, write_outputs
     from spark_batch.reconcile import reconcile as rebuild
     from spark_batch.session import spark_session
 
-    with spark_session("hifi-reconcile", master=master) as started:
-        result = rebuild(started.spark, archive, window, dests=dests or None, lag_sla_s=lag_sla_s)
-    summary = summarize(result, window, archive=archive)
-    write_outputs(out, result, summary)
+    try:
+        with spark_session("hifi-reconcile", master=master) as started:
+            result = rebuild(
+                started.spark, archive, window, dests=dests or None, lag_sla_s=lag_sla_s
+            )
+        summary = summarize(result, window, archive=archive)
+        write_outputs(out, result, summary)
+    except ArchiveInputError as exc:
+        raise ConfigError(str(exc)) from exc
+    except HifiError:
+        raise
+    except Exception as exc:  # Spark's and Py4J's errors: one line, the JVM's trace left out
+        raise _spark_failure(exc, archive) from exc
     return summary
 
 
-def _spark_failure(exc: Exception, archive: str) -> tuple[int, str]:
-    """Exit code and one line for an error Spark raised while reading or computing."""
+def _spark_failure(exc: Exception, archive: str) -> HifiError:
+    """hifi's error, in one line, for an error Spark raised while reading or computing."""
+    from spark_batch.archive_input import describe
+
     text = str(exc)
     if _BAD_FILE.search(text):
         found = _FILE_IN_MESSAGE.search(text)
         where = found.group(1) if found else archive
-        return EXIT_USAGE, f"archive file {where}: cannot be read (corrupt or not Parquet)"
-    return EXIT_FAILURE, f"spark failed: {describe(exc)}"
+        return ConfigError(f"archive file {where}: cannot be read (corrupt or not Parquet)")
+    return CommandFailed(f"spark failed: {describe(exc)}")
 
 
 def main() -> None:

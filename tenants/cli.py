@@ -9,29 +9,24 @@ unreachable, a difference (diff) or an entry in Redis that cannot be read (get),
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
-import orjson
 
-from config.catalog import Catalog, Destination, default_catalog_dir
-from hifi import redis_hash
-from hifi.cli import EXIT_FAILURE, catalog_option, fail, run_command, version_option
-from hifi.errors import ConfigError, EntryRefused, HifiError
-from hifi.logging import configure_logging
+from hifi.cli import EXIT_FAILURE, Group, before_subcommand, run_command
+from hifi.cli_options import catalog_option, version_option
+from hifi.errors import ConfigError
 from hifi.redaction import mask
-from hifi.redis_hash import RedisSettings
-from tenants.entry import parse_entry
-from tenants.files import read_entries
-from tenants.keys import tenants_key
-from tenants.store import Comparison, compare, shown
+
+if TYPE_CHECKING:
+    from config.catalog import Destination
+    from hifi.redis_hash import RedisSettings
+    from tenants.store import Comparison
 
 PROG = "hifi-tenants"
-T = TypeVar("T")
 _FILE = click.Path(path_type=Path, dir_okay=False, exists=True)
 
 
@@ -52,10 +47,17 @@ class _AnyVariable(Mapping[str, str]):
         return len(os.environ)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @version_option(PROG)
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Load, show and compare the tenant entries of a destination with `[lookups]` in Redis."""
+    before_subcommand(ctx, _quiet_logging)
+
+
+def _quiet_logging() -> None:
+    from hifi.logging import configure_logging
+
     configure_logging("console", "WARNING", libraries=False)
 
 
@@ -68,9 +70,14 @@ def cli() -> None:
 def push(dest: str, entries_file: Path, dry_run: bool, prune: bool, catalog: Path | None) -> None:
     """Write the tenants of FILE (TOML or JSON) to Redis: new and changed entries (HSET);
     entries Redis holds that FILE does not list stay, unless --prune."""
-    where = f"{PROG} push"
-    destination, settings = _configured(where, catalog, dest)
-    wanted = _file_entries(where, entries_file, destination)
+    import asyncio
+
+    from hifi import redis_hash
+    from tenants.keys import tenants_key
+    from tenants.store import compare
+
+    destination, settings = _configured(catalog, dest)
+    wanted = _file_entries(entries_file, destination)
 
     async def work() -> Comparison:
         async with redis_hash.connected(settings, tenants_key(destination.name)) as store:
@@ -82,7 +89,7 @@ def push(dest: str, entries_file: Path, dry_run: bool, prune: bool, catalog: Pat
                     await store.delete(found.extra)
             return found
 
-    found = _run(where, work())
+    found = asyncio.run(work())
     for tenant in found.added:
         click.echo(f"added      {tenant}")
     for tenant, keys in found.changed.items():
@@ -105,8 +112,17 @@ def push(dest: str, entries_file: Path, dry_run: bool, prune: bool, catalog: Pat
 def get(dest: str, tenants: tuple[str, ...], catalog: Path | None) -> None:
     """Print the entries Redis holds (all, or these TENANTs) as an entries file in JSON; every
     value the destination puts into a header is shown as ***."""
-    where = f"{PROG} get"
-    destination, settings = _configured(where, catalog, dest)
+    import asyncio
+
+    import orjson
+
+    from hifi import redis_hash
+    from hifi.errors import EntryRefused
+    from tenants.entry import parse_entry
+    from tenants.keys import tenants_key
+    from tenants.store import shown
+
+    destination, settings = _configured(catalog, dest)
 
     async def work() -> dict[str, bytes | None]:
         async with redis_hash.connected(settings, tenants_key(destination.name)) as store:
@@ -114,7 +130,7 @@ def get(dest: str, tenants: tuple[str, ...], catalog: Path | None) -> None:
                 return await store.read(list(tenants))
             return dict(await store.read_all())
 
-    held = _run(where, work())
+    held = asyncio.run(work())
     secret_names = destination.templates().header_value_names
     printed: dict[str, Any] = {}
     problems = []
@@ -131,7 +147,7 @@ def get(dest: str, tenants: tuple[str, ...], catalog: Path | None) -> None:
     text = orjson.dumps({"tenants": printed}, option=orjson.OPT_INDENT_2).decode()
     click.echo(mask(text))
     for problem in problems:
-        click.echo(f"{where}: {mask(problem)}", err=True)
+        click.echo(f"{PROG} get: {mask(problem)}", err=True)
     if problems:
         raise SystemExit(EXIT_FAILURE)
 
@@ -143,15 +159,20 @@ def get(dest: str, tenants: tuple[str, ...], catalog: Path | None) -> None:
 def diff(dest: str, entries_file: Path, catalog: Path | None) -> None:
     """Compare FILE with the entries Redis holds: each tenant only in one of them, and the keys
     that differ (never their values); exit 1 when anything differs."""
-    where = f"{PROG} diff"
-    destination, settings = _configured(where, catalog, dest)
-    wanted = _file_entries(where, entries_file, destination)
+    import asyncio
+
+    from hifi import redis_hash
+    from tenants.keys import tenants_key
+    from tenants.store import compare
+
+    destination, settings = _configured(catalog, dest)
+    wanted = _file_entries(entries_file, destination)
 
     async def work() -> Comparison:
         async with redis_hash.connected(settings, tenants_key(destination.name)) as store:
             return compare(wanted, await store.read_all(), store.describe())
 
-    found = _run(where, work())
+    found = asyncio.run(work())
     for tenant in found.added:
         click.echo(f"only in {entries_file}: {tenant}")
     for tenant in found.extra:
@@ -164,38 +185,31 @@ def diff(dest: str, entries_file: Path, catalog: Path | None) -> None:
     raise SystemExit(EXIT_FAILURE)
 
 
-def _configured(where: str, catalog: Path | None, name: str) -> tuple[Destination, RedisSettings]:
-    """The destination (with `[lookups]`) and where Redis is; a bad one is one line, exit 2."""
-    try:
-        destination = Catalog(catalog or default_catalog_dir(), _AnyVariable()).load(name)
-        settings = RedisSettings.from_env()
-    except ConfigError as exc:
-        fail(where, str(exc))
+def _configured(catalog: Path | None, name: str) -> tuple[Destination, RedisSettings]:
+    """The destination (with `[lookups]`) and where Redis is; a bad one is a `ConfigError`."""
+    from config.catalog import Catalog, default_catalog_dir
+    from hifi.redis_hash import RedisSettings
+
+    destination = Catalog(catalog or default_catalog_dir(), _AnyVariable()).load(name)
+    settings = RedisSettings.from_env()
     if destination.lookups is None:
-        fail(where, f"destination {name!r} has no [lookups] table; tenant entries serve only one")
+        raise ConfigError(
+            f"destination {name!r} has no [lookups] table; tenant entries serve only one"
+        )
     return destination, settings
 
 
-def _file_entries(where: str, path: Path, dest: Destination) -> dict[str, bytes]:
-    """The entries of `path`, validated for `dest`; a bad one is one line, exit 2."""
-    try:
-        return read_entries(path, dest, os.environ)
-    except ConfigError as exc:
-        fail(where, str(exc))
+def _file_entries(path: Path, dest: Destination) -> dict[str, bytes]:
+    """The entries of `path`, validated for `dest`; a bad one is a `ConfigError`."""
+    from tenants.files import read_entries
+
+    return read_entries(path, dest, os.environ)
 
 
 def _where(dest: Destination, settings: RedisSettings) -> str:
+    from tenants.keys import tenants_key
+
     return f"hash {tenants_key(dest.name)} at {settings.describe()}"
-
-
-def _run(where: str, work: Coroutine[Any, Any, T]) -> T:
-    """Run one Redis operation; failures end in one line: exit 2 for bad input, else 1."""
-    try:
-        return asyncio.run(work)
-    except ConfigError as exc:
-        fail(where, str(exc))
-    except HifiError as exc:
-        fail(where, str(exc), EXIT_FAILURE)
 
 
 def main() -> None:

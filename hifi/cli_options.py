@@ -1,0 +1,205 @@
+"""The flags hifi's commands share: `--version`, `--catalog`, and the daemons' ops, idle and logging flags.
+
+Defining them imports nothing heavy: `--help` and `--version` answer before any of hifi's
+runtime (asyncio, structlog, the catalog) is loaded. The few values the flags show as defaults
+are repeated here from the modules that own them (pinned equal by tests/cli/test_options.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from hifi.cli import STOP_SIGNALS, before_subcommand
+
+if TYPE_CHECKING:
+    from hifi.logging import LogFormat
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # as hifi.logging.LOG_LEVELS
+METRICS_HOST = "127.0.0.1"  # as hifi.ops_http.DEFAULT_HOST
+
+
+def version_option(prog: str) -> Callable[[F], F]:
+    """`--version`: print `PROG VERSION` and exit 0 (the installed version, read only then)."""
+
+    def show(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+        if not value or ctx.resilient_parsing:
+            return
+        from hifi.version import VERSION
+
+        click.echo(f"{prog} {VERSION}")
+        ctx.exit()
+
+    return click.option(
+        "--version",
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=show,
+        help="Show the version and exit.",
+    )
+
+
+def catalog_option(function: F) -> F:
+    """`--catalog DIR`, shared by every command that reads the destination catalog."""
+    return click.option(
+        "--catalog",
+        type=click.Path(path_type=Path, file_okay=False),
+        default=None,
+        help="Catalog directory (default: $HIFI_CATALOG_DIR, else the catalog shipped with hifi).",
+    )(function)
+
+
+class _FinitePositive(click.FloatRange):
+    """A number of seconds above 0; `inf` and `nan` are not."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return number
+
+
+FINITE_POSITIVE_SECONDS = _FinitePositive(min=0, min_open=True)
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonFlags:
+    """The flags every hifi daemon shares, parsed; logging is configured from them already."""
+
+    catalog: Path | None
+    metrics_host: str
+    metrics_port: int
+    until_idle_s: float | None
+    log_format: LogFormat
+    log_level: str
+    check: bool  # validate and report instead of running
+    probe: bool  # with check: also reach Kafka and the destinations
+
+
+def daemon_options(
+    *, metrics_port: int, metrics_help: str, idle_help: str
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The flags every hifi daemon shares (catalog, ops port, --until-idle, logging), handed to
+    the command as one `flags: DaemonFlags` argument once logging is configured.
+
+    A subcommand or `--check` is a one-shot run, not the daemon: the stop signals caught since
+    the start go back to their default handling before it runs, and the libraries' log lines
+    stay quiet."""
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            flags = _daemon_flags(kwargs)
+            ctx = click.get_current_context()
+            if ctx.invoked_subcommand is not None:
+                STOP_SIGNALS.release()
+                before_subcommand(ctx, functools.partial(_log_to, flags, libraries=False))
+            elif flags.check:
+                STOP_SIGNALS.release()
+                _log_to(flags, libraries=False)
+            else:
+                _log_to(flags, libraries=True)
+            return function(*args, flags=flags, **kwargs)
+
+        decorated: Callable[..., Any] = command
+        for option in reversed(_daemon_flag_options(metrics_port, metrics_help, idle_help)):
+            decorated = option(decorated)
+        return decorated
+
+    return decorate
+
+
+def _log_to(flags: DaemonFlags, *, libraries: bool) -> None:
+    """Configure logging; a one-shot run's failure is its one line, so it passes
+    `libraries=False` and the libraries' own warnings stay quiet."""
+    from hifi.logging import configure_logging
+
+    configure_logging(flags.log_format, flags.log_level, libraries=libraries)
+
+
+def _daemon_flags(kwargs: dict[str, Any]) -> DaemonFlags:
+    """Take the shared flags out of a command's keyword arguments."""
+    check, probe = kwargs.pop("check"), kwargs.pop("probe")
+    return DaemonFlags(
+        catalog=kwargs.pop("catalog"),
+        metrics_host=kwargs.pop("metrics_host"),
+        metrics_port=kwargs.pop("metrics_port"),
+        until_idle_s=kwargs.pop("until_idle_s"),
+        log_format=kwargs.pop("log_format"),
+        log_level=kwargs.pop("log_level"),
+        check=check or probe,
+        probe=probe,
+    )
+
+
+def _daemon_flag_options(
+    metrics_port: int, metrics_help: str, idle_help: str
+) -> list[Callable[[F], F]]:
+    return [*_ops_options(metrics_port, metrics_help, idle_help), *_log_and_check_options()]
+
+
+def _ops_options(metrics_port: int, metrics_help: str, idle_help: str) -> list[Callable[[F], F]]:
+    return [
+        catalog_option,
+        click.option(
+            "--metrics-host",
+            envvar="HIFI_METRICS_HOST",
+            default=METRICS_HOST,
+            show_default=True,
+            help="Address the ops port listens on ($HIFI_METRICS_HOST); 0.0.0.0 for all.",
+        ),
+        click.option(
+            "--metrics-port",
+            type=click.IntRange(0, 65535),
+            default=metrics_port,
+            show_default=True,
+            help=metrics_help,
+        ),
+        click.option(
+            "--until-idle",
+            "until_idle_s",
+            type=FINITE_POSITIVE_SECONDS,
+            default=None,
+            metavar="SECONDS",
+            help=idle_help,
+        ),
+    ]
+
+
+def _log_and_check_options() -> list[Callable[[F], F]]:
+    return [
+        click.option(
+            "--log-format",
+            type=click.Choice(["auto", "json", "console"]),
+            default="auto",
+            show_default=True,
+            help="auto: JSON lines unless stderr is a terminal.",
+        ),
+        click.option(
+            "--log-level",
+            type=click.Choice(LOG_LEVELS, case_sensitive=False),
+            default="INFO",
+            show_default=True,
+        ),
+        click.option(
+            "--check",
+            is_flag=True,
+            help="Validate the catalog and the environment, print what was found, and exit:"
+            " 0 fine, 2 bad configuration, 1 unreachable.",
+        ),
+        click.option(
+            "--probe",
+            is_flag=True,
+            help="With --check: also reach Kafka (topics, retention) and the destinations"
+            " (TCP, TLS and a HEAD request; never a POST).",
+        ),
+    ]
