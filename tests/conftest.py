@@ -15,6 +15,7 @@ from devstack.broker import LocalBroker
 from devstack.destination import TestDestination
 from devstack.redis import local_redis
 from hifi.kafka_settings import KafkaSettings
+from tests.tiers import QuickTierGuard, mark_by_fixtures
 
 TEST_BOOTSTRAP_ENV_VAR = "HIFI_TEST_BOOTSTRAP"
 
@@ -85,3 +86,34 @@ def spark() -> Iterator[Any]:
     pytest.importorskip("pyspark", reason="PySpark is not installed: pip install '.[spark]'")
     with spark_session("hifi-tests", master="local[2]") as started:
         yield started.spark
+
+
+# --- the tiers (tests/tiers.py) ---------------------------------------------------------------
+
+_GUARD = QuickTierGuard()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _GUARD.install()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _GUARD.uninstall()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_by_fixtures(items, group_spark=config.pluginmanager.hasplugin("xdist"))
+
+
+# Setup and call only: a teardown also ends the module's and session's fixtures (the broker,
+# Spark) when a quick test happens to be the last to use their scope.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with _GUARD.active(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with _GUARD.active(item):
+        return (yield)
