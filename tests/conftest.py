@@ -22,14 +22,29 @@ TEST_BOOTSTRAP_ENV_VAR = "HIFI_TEST_BOOTSTRAP"
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """$HIFI_TEST_BOOTSTRAP when set (a real Kafka), else a Tansu broker for this session."""
+    """$HIFI_TEST_BOOTSTRAP when set (a real Kafka), else a Tansu broker for this session (with
+    pytest-xdist: for this worker, on its own port, stopped when the worker ends)."""
     external = os.environ.get(TEST_BOOTSTRAP_ENV_VAR)
     if external:
         yield external
         return
     log_path = tmp_path_factory.mktemp("tansu") / "tansu.log"
-    with LocalBroker(log_path=log_path) as broker:
+    with _started_broker(log_path) as broker:
         yield broker.bootstrap
+
+
+def _started_broker(log_path: Path, attempts: int = 3) -> LocalBroker:
+    """A started Tansu; with xdist each worker starts its own, so the free port one picked can be
+    taken by another worker before Tansu binds it: then another port is tried."""
+    for attempt in range(1, attempts + 1):
+        broker = LocalBroker(log_path=log_path)
+        try:
+            return broker.start()
+        except RuntimeError:
+            broker.stop()
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
 
 
 @pytest.fixture(scope="session")
