@@ -116,8 +116,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     _GUARD.uninstall()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    mark_by_fixtures(items, group_spark=config.pluginmanager.hasplugin("xdist"))
+    mark_by_fixtures(items, xdist=config.pluginmanager.hasplugin("xdist"))
 
 
 # Setup and call only: a teardown also ends the module's and session's fixtures (the broker,

@@ -42,16 +42,48 @@ class QuickTierViolation(Exception):
     """A quick-tier test reached a service or started a process: mark it, or use a fake."""
 
 
-def mark_by_fixtures(items: list[pytest.Item], *, group_spark: bool) -> None:
-    """Mark each test that asks for a service fixture; with xdist, keep Spark on one worker."""
+def mark_by_fixtures(items: list[pytest.Item], *, xdist: bool) -> None:
+    """Mark each test that asks for a service fixture; with xdist, group what must share a worker."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         for fixture, mark in SERVICE_FIXTURES.items():
             if fixture in fixtures and item.get_closest_marker(mark) is None:
                 item.add_marker(getattr(pytest.mark, mark))
-        if group_spark and item.get_closest_marker("spark") is not None:
-            # One local Spark session (a JVM) per worker that runs a Spark test: all on one.
-            item.add_marker(pytest.mark.xdist_group("spark"))
+    if xdist:
+        for item, group in worker_groups(items).items():
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def worker_groups(items: list[pytest.Item]) -> dict[pytest.Item, str]:
+    """The tests `--dist loadgroup` must keep on one worker, by group name.
+
+    Spark tests share one local Spark session (a JVM): all go to one worker ("spark"). A module
+    whose tests share a module-scoped fixture (a story built once, a broker behind a proxy)
+    keeps them on one worker, or each worker would build it again; a module holding a Spark
+    test goes with the Spark group.
+    """
+    by_module: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        by_module.setdefault(item.nodeid.split("::")[0], []).append(item)
+    groups: dict[pytest.Item, str] = {}
+    for module, members in by_module.items():
+        if any(item.get_closest_marker("spark") for item in members):
+            groups.update(dict.fromkeys(members, "spark"))
+        elif any(_shares_a_fixture(item) for item in members):
+            groups.update(dict.fromkeys(members, module))
+    return groups
+
+
+def _shares_a_fixture(item: pytest.Item) -> bool:
+    """True if the test uses a module-, package- or class-scoped fixture of the project."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        definition.scope in ("module", "package", "class") and "tests" in str(definition.baseid)
+        for definitions in info.name2fixturedefs.values()
+        for definition in definitions
+    )
 
 
 def is_quick(item: pytest.Item) -> bool:
