@@ -15,7 +15,7 @@ from devstack.broker import LocalBroker
 from devstack.destination import TestDestination
 from devstack.redis import local_redis
 from hifi.kafka_settings import KafkaSettings
-from tests.tiers import QuickTierGuard, mark_by_fixtures
+from tests.tiers import QuickTierGuard, group_for_xdist, mark_by_fixtures
 
 TEST_BOOTSTRAP_ENV_VAR = "HIFI_TEST_BOOTSTRAP"
 
@@ -29,8 +29,11 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield external
         return
     log_path = tmp_path_factory.mktemp("tansu") / "tansu.log"
-    with _started_broker(log_path) as broker:
+    broker = _started_broker(log_path)
+    try:
         yield broker.bootstrap
+    finally:
+        broker.stop()
 
 
 def _started_broker(log_path: Path, attempts: int = 3) -> LocalBroker:
@@ -116,9 +119,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     _GUARD.uninstall()
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    mark_by_fixtures(items, xdist=config.pluginmanager.hasplugin("xdist"))
+    mark_by_fixtures(items)
+    if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
+        group_for_xdist(items)
 
 
 # Setup and call only: a teardown also ends the module's and session's fixtures (the broker,

@@ -42,16 +42,30 @@ class QuickTierViolation(Exception):
     """A quick-tier test reached a service or started a process: mark it, or use a fake."""
 
 
-def mark_by_fixtures(items: list[pytest.Item], *, xdist: bool) -> None:
-    """Mark each test that asks for a service fixture; with xdist, group what must share a worker."""
+def mark_by_fixtures(items: list[pytest.Item]) -> None:
+    """Mark each test that asks for a service fixture with the mark of its tier."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         for fixture, mark in SERVICE_FIXTURES.items():
             if fixture in fixtures and item.get_closest_marker(mark) is None:
                 item.add_marker(getattr(pytest.mark, mark))
-    if xdist:
-        for item, group in worker_groups(items).items():
-            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def group_for_xdist(items: list[pytest.Item]) -> None:
+    """Name each test's group (`worker_groups`) for `--dist loadgroup`.
+
+    loadgroup reads the group after an "@" at the end of the node id. pytest-xdist 3.8 writes
+    that suffix (from `xdist_group` marks) to `item._nodeid`, which pytest 9.2 no longer reads
+    (it keeps the id in `item._id`), so every test would be scheduled alone; it is written here.
+    """
+    for item, group in worker_groups(items).items():
+        grouped = f"{item.nodeid}@{group}"
+        if hasattr(item, "_id"):
+            from _pytest.nodeid import coerce_node_id  # pytest >= 9.2
+
+            item._id = coerce_node_id(grouped)
+        else:
+            item._nodeid = grouped  # type: ignore[attr-defined]
 
 
 def worker_groups(items: list[pytest.Item]) -> dict[pytest.Item, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -287,7 +288,8 @@ async def test_kill_9_resumes_from_the_checkpoint(
     first = await start_command(*args, bootstrap=kafka_settings.bootstrap)
     try:
         assert await until(lambda: _reoffered(cp) >= 80, timeout_s=30)
-        await asyncio.sleep(0.4)  # a chunk or two after the checkpoint
+        # killed once it wrote records its checkpoint does not count yet
+        assert await _eventually(lambda: _written_beyond(kafka_settings, unique, cp), 30)
     finally:
         first.send_signal(signal.SIGKILL)
         await asyncio.wait_for(first.wait(), 30)
@@ -317,7 +319,7 @@ async def test_sigterm_checkpoints_what_was_acknowledged(
         *args, "--checkpoint", str(cp), bootstrap=kafka_settings.bootstrap
     )
     assert await until(cp.exists, timeout_s=30)
-    await asyncio.sleep(1.0)  # some re-offers at 50/s
+    assert await _eventually(lambda: _any_written(kafka_settings, unique), 30)  # some re-offers
     process.send_signal(signal.SIGTERM)
     _, stderr = await asyncio.wait_for(process.communicate(), 30)
     assert process.returncode == 1
@@ -356,6 +358,27 @@ async def test_the_connector_delivers_a_backfill_with_the_original_ids(
     assert code == 0, err
     await asyncio.wait_for(Connector(dest, kafka_settings, until_idle_s=1.0).run(), 60)
     assert sorted(destination.delivered_ids()) == ["p0-4", "p1-7", "p1-8"]
+
+
+async def _written_beyond(settings: KafkaSettings, name: str, cp: Path) -> bool:
+    """True while NAME.retry_out holds more records than the checkpoint at `cp` counts."""
+    written = len(await _retry_out(settings, name))
+    return written > _reoffered(cp)
+
+
+async def _any_written(settings: KafkaSettings, name: str) -> bool:
+    return bool(await _retry_out(settings, name))
+
+
+async def _eventually(condition: Callable[[], Awaitable[bool]], timeout_s: float) -> bool:
+    """Poll an async `condition` (state in Kafka, read by a fresh consumer)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not await condition():
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
 
 
 def _reoffered(path: Path) -> int:
