@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +52,9 @@ def _args(name: str, catalog_dir: Path, *more: str) -> list[str]:
     return ["backfill", "--dest", name, "--catalog", str(catalog_dir), *more]
 
 
-async def _retry_out(settings: KafkaSettings, name: str) -> list[Any]:
-    return await kafka.read_topic(settings, f"{name}.retry_out")
+async def _retry_out(settings: KafkaSettings, name: str, *, at_least: int = 0) -> list[Any]:
+    """NAME.retry_out to its end; with `at_least`, as soon as that many records are there."""
+    return await kafka.read_topic(settings, f"{name}.retry_out", at_least=at_least)
 
 
 async def test_backfill_reoffers_the_range_as_fresh_events(
@@ -289,7 +289,7 @@ async def test_kill_9_resumes_from_the_checkpoint(
     try:
         assert await until(lambda: _reoffered(cp) >= 80, timeout_s=30)
         # killed once it wrote records its checkpoint does not count yet
-        assert await _eventually(lambda: _written_beyond(kafka_settings, unique, cp), 30)
+        await _retry_out(kafka_settings, unique, at_least=_reoffered(cp) + 1)
     finally:
         first.send_signal(signal.SIGKILL)
         await asyncio.wait_for(first.wait(), 30)
@@ -319,7 +319,7 @@ async def test_sigterm_checkpoints_what_was_acknowledged(
         *args, "--checkpoint", str(cp), bootstrap=kafka_settings.bootstrap
     )
     assert await until(cp.exists, timeout_s=30)
-    assert await _eventually(lambda: _any_written(kafka_settings, unique), 30)  # some re-offers
+    await _retry_out(kafka_settings, unique, at_least=1)  # some re-offers
     process.send_signal(signal.SIGTERM)
     _, stderr = await asyncio.wait_for(process.communicate(), 30)
     assert process.returncode == 1
@@ -358,27 +358,6 @@ async def test_the_connector_delivers_a_backfill_with_the_original_ids(
     assert code == 0, err
     await asyncio.wait_for(Connector(dest, kafka_settings, until_idle_s=1.0).run(), 60)
     assert sorted(destination.delivered_ids()) == ["p0-4", "p1-7", "p1-8"]
-
-
-async def _written_beyond(settings: KafkaSettings, name: str, cp: Path) -> bool:
-    """True while NAME.retry_out holds more records than the checkpoint at `cp` counts."""
-    written = len(await _retry_out(settings, name))
-    return written > _reoffered(cp)
-
-
-async def _any_written(settings: KafkaSettings, name: str) -> bool:
-    return bool(await _retry_out(settings, name))
-
-
-async def _eventually(condition: Callable[[], Awaitable[bool]], timeout_s: float) -> bool:
-    """Poll an async `condition` (state in Kafka, read by a fresh consumer)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not await condition():
-        if loop.time() > deadline:
-            return False
-        await asyncio.sleep(0.05)
-    return True
 
 
 def _reoffered(path: Path) -> int:
