@@ -54,7 +54,8 @@ demo: $(STAMP)
 
 # Every test, on PYTEST_WORKERS pytest-xdist workers (each with its own broker); the tests that
 # share a Spark session or a module's fixture stay on one worker (tests/tiers.py).
-PYTEST_WORKERS ?= 4  # measured: 4 workers 6:46, 3 workers 9:00 (both on a busy 2-core machine)
+# Four, measured on a busy 2-core machine: most tests wait on I/O (4 workers 6:46, 3 workers 9:00).
+PYTEST_WORKERS ?= 4
 
 test: $(STAMP) java browser
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
