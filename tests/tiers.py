@@ -66,6 +66,8 @@ def group_for_xdist(items: list[pytest.Item]) -> None:
             item._id = coerce_node_id(grouped)
         else:
             item._nodeid = grouped  # type: ignore[attr-defined]
+        # Loud if a pytest release moves the id again: loadgroup would spread the group.
+        assert item.nodeid == grouped, f"cannot group {item.nodeid} for xdist"
 
 
 def worker_groups(items: list[pytest.Item]) -> dict[pytest.Item, str]:
