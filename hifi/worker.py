@@ -33,14 +33,16 @@ How a new daemon uses it (the auditor next):
     worker = PartitionWorker(settings, WorkerOptions(group_id="hifi.auditor", max_in_flight=4,
                              commit_interval_s=1.0, shutdown_timeout_s=30.0))
     await worker.run(Auditing(...), topics=[...])    # worker.request_stop() from a signal
+
+The consumer is a seam (`worker_seams.GroupConsumer`): by default a `kafka.consumer` of the
+settings; tests pass `consumer=` a fake to run the lifecycle without a broker.
 """
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -53,63 +55,22 @@ from hifi.errors import HifiError
 from hifi.kafka_settings import KafkaSettings
 from hifi.offsets import OffsetTracker
 from hifi.ops_http import OpsServer
+from hifi.worker_seams import ConsumerOpener, GroupConsumer, PartitionHandler, Work
+
+__all__ = [
+    "ConsumerOpener",
+    "GroupConsumer",
+    "PartitionHandler",
+    "PartitionWorker",
+    "Work",
+    "WorkerOptions",
+]
 
 log = structlog.get_logger(__name__)
 
 _POLL_TIMEOUT_MS = 200
 _PAUSED_WAIT_S = 0.5  # with every partition paused: wait this long at most for progress
 _offset_of = attrgetter("offset")
-
-
-@dataclass(frozen=True, slots=True)
-class Work:
-    """One unit of work to run as a task, and the records whose outcome it decides.
-
-    `job` may return an awaitable: what is left to wait for once it no longer needs its slot
-    (the connector returns the broker's acknowledgement of a full batch's audit facts, so the
-    next request starts while it waits). The records are done once that is done too.
-    """
-
-    job: Coroutine[Any, Any, Awaitable[None] | None]
-    offsets: Mapping[TopicPartition, Sequence[int]]
-
-
-class PartitionHandler(abc.ABC):
-    """What a daemon does with its records; the worker calls it from its event loop only."""
-
-    @abc.abstractmethod
-    def take(self, tp: TopicPartition, records: list[Any]) -> int | None:
-        """Take in one partition's records of a poll.
-
-        Return None when every record was taken, or the offset to read `tp` from again: the
-        records from there on are not taken (the worker seeks back; they come again).
-        """
-
-    @abc.abstractmethod
-    def next_work(self, *, poll_open: bool) -> Work | None:
-        """The next unit to start now, or None. `poll_open`: more records of the poll being
-        taken in are still to come, so work that would grow with them can wait."""
-
-    def room(self) -> int:
-        """How many records the next poll may bring; 0 pauses every partition."""
-        return 500
-
-    def held(self, owned: set[TopicPartition]) -> set[TopicPartition]:
-        """Owned partitions that must not be fetched now (the rest are resumed)."""
-        return set()
-
-    @property
-    def busy(self) -> bool:
-        """True while work is taken in but not started, or records wait: the daemon is not idle."""
-        return False
-
-    def drop(self, partitions: set[TopicPartition]) -> None:
-        """Forget work not yet started for `partitions`: revoked, or the worker is stopping."""
-        return
-
-    def after_commit(self, lag_records: Mapping[TopicPartition, int]) -> None:
-        """Periodic duties after a commit; `lag_records` is high watermark minus committed."""
-        return
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,10 +91,18 @@ class PartitionWorker:
     """Runs one consumer-group member; `run()` returns after `request_stop()` or the idle timeout."""
 
     def __init__(
-        self, settings: KafkaSettings, options: WorkerOptions, *, ops: OpsServer | None = None
+        self,
+        settings: KafkaSettings,
+        options: WorkerOptions,
+        *,
+        ops: OpsServer | None = None,
+        consumer: ConsumerOpener | None = None,
     ) -> None:
+        """`consumer`: opens the group member to poll; by default a `kafka.consumer` of
+        `settings` with `options.consumer_options` (tests pass a fake, see `worker_seams`)."""
         self.options = options
         self._settings = settings
+        self._open_consumer = consumer or self._kafka_consumer
         self._ops = ops
         self._stop = asyncio.Event()
         self._progress = asyncio.Event()
@@ -156,9 +125,7 @@ class PartitionWorker:
     async def run(self, handler: PartitionHandler, *, topics: Sequence[str]) -> None:
         """Consume `topics` until stopped; raises the first failure of a unit of work, or of Kafka."""
         options = self.options
-        async with kafka.consumer(
-            self._settings, group_id=options.group_id, **options.consumer_options
-        ) as consumer:
+        async with self._open_consumer() as consumer:
             member = _Membership(
                 options, consumer, handler, stop=self._stop, progress=self._progress, ops=self._ops
             )
@@ -172,6 +139,10 @@ class PartitionWorker:
         if member.failure is not None:
             raise member.failure
 
+    def _kafka_consumer(self) -> contextlib.AbstractAsyncContextManager[GroupConsumer]:
+        options = self.options
+        return kafka.consumer(self._settings, group_id=options.group_id, **options.consumer_options)
+
 
 class _Membership:
     """The state of one run: the consumer, the watermark, the running tasks."""
@@ -179,7 +150,7 @@ class _Membership:
     def __init__(
         self,
         options: WorkerOptions,
-        consumer: kafka.Consumer,
+        consumer: GroupConsumer,
         handler: PartitionHandler,
         *,
         stop: asyncio.Event,

@@ -15,20 +15,39 @@ from devstack.broker import LocalBroker
 from devstack.destination import TestDestination
 from devstack.redis import local_redis
 from hifi.kafka_settings import KafkaSettings
+from tests.tiers import QuickTierGuard, group_for_xdist, mark_by_fixtures
 
 TEST_BOOTSTRAP_ENV_VAR = "HIFI_TEST_BOOTSTRAP"
 
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """$HIFI_TEST_BOOTSTRAP when set (a real Kafka), else a Tansu broker for this session."""
+    """$HIFI_TEST_BOOTSTRAP when set (a real Kafka), else a Tansu broker for this session (with
+    pytest-xdist: for this worker, on its own port, stopped when the worker ends)."""
     external = os.environ.get(TEST_BOOTSTRAP_ENV_VAR)
     if external:
         yield external
         return
     log_path = tmp_path_factory.mktemp("tansu") / "tansu.log"
-    with LocalBroker(log_path=log_path) as broker:
+    broker = _started_broker(log_path)
+    try:
         yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+def _started_broker(log_path: Path, attempts: int = 3) -> LocalBroker:
+    """A started Tansu; with xdist each worker starts its own, so the free port one picked can be
+    taken by another worker before Tansu binds it: then another port is tried."""
+    for attempt in range(1, attempts + 1):
+        broker = LocalBroker(log_path=log_path)
+        try:
+            return broker.start()
+        except RuntimeError:
+            broker.stop()
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
 
 
 @pytest.fixture(scope="session")
@@ -85,3 +104,36 @@ def spark() -> Iterator[Any]:
     pytest.importorskip("pyspark", reason="PySpark is not installed: pip install '.[spark]'")
     with spark_session("hifi-tests", master="local[2]") as started:
         yield started.spark
+
+
+# --- the tiers (tests/tiers.py) ---------------------------------------------------------------
+
+_GUARD = QuickTierGuard()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _GUARD.install()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _GUARD.uninstall()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_by_fixtures(items)
+    if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
+        group_for_xdist(items)
+
+
+# Setup and call only: a teardown also ends the module's and session's fixtures (the broker,
+# Spark) when a quick test happens to be the last to use their scope.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with _GUARD.active(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with _GUARD.active(item):
+        return (yield)

@@ -16,7 +16,7 @@ from devstack.kafka_tools import move_committed, produce_events
 from hifi import kafka_admin
 from hifi.kafka_settings import KafkaSettings
 from tests.auditor.support import audited_destination, now_ms, running, settled
-from tests.helpers import events
+from tests.helpers import events, until
 
 
 async def test_a_deliberate_gap_is_reported_as_exactly_its_missing_ids(
@@ -51,7 +51,10 @@ async def test_a_deliberate_gap_is_reported_as_exactly_its_missing_ids(
     with structlog.testing.capture_logs() as logs:
         async with running(auditor):
             ledger = await settled(auditor, unique, 400)
-            await asyncio.sleep(3)  # a roll writes the rows the missing ids are resolved from
+            # a roll writes the rows the missing ids are resolved from, then names them
+            assert await until(
+                lambda: sum(len(b.missing_ids or []) for b in ledger.rows()) >= 7, timeout_s=60
+            ), "the auditor never named the missing ids"
             assert auditor.ops is not None
             async with httpx.AsyncClient(timeout=10) as client:
                 status = await client.get(f"http://127.0.0.1:{auditor.ops.port}/status")

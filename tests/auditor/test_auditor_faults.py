@@ -126,18 +126,27 @@ async def test_bad_input_is_counted_by_reason_and_the_rest_stays_right(story: St
 async def test_a_killed_auditor_counts_the_same_events(story: Story) -> None:
     """Killed, and restarted after its minutes should have settled, its counts equal a live one's."""
     assert story.process.starts == 3
+    assert story.names
     for dest in story.names:
         restarted = by_minute(story.process_rows[dest], COUNTS)
         uninterrupted = by_minute(rows_of(story.live, dest), COUNTS)
+        assert uninterrupted, f"{dest}: the live auditor has no minute with events"
+        assert all(row["final"] for row in uninterrupted.values()), dest
         assert differences(restarted, uninterrupted) == {}, dest
 
 
 async def test_a_killed_auditor_judges_its_minutes_the_same(story: Story) -> None:
     """Killed, and restarted after its minutes should have settled, its lags and up/down equal a live one's."""
+    assert story.names
+    judged: set[object] = set()
     for dest in story.names:
         restarted = by_minute(story.process_rows[dest], JUDGEMENT)
         uninterrupted = by_minute(rows_of(story.live, dest), JUDGEMENT)
+        assert uninterrupted, f"{dest}: the live auditor has no minute with events"
+        assert all(row["up"] is not None for row in uninterrupted.values()), dest  # judged
+        judged |= {row["up"] for row in uninterrupted.values()}
         assert differences(restarted, uninterrupted) == {}, dest
+    assert judged == {True, False}  # the story has minutes up and minutes down
 
 
 async def _health(url: str) -> dict[str, dict[str, Any]]:

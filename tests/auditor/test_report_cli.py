@@ -9,6 +9,8 @@ import pytest
 from devstack.ports import free_port
 from tests.auditor.support import run_auditor_command
 
+pytestmark = [pytest.mark.integration]  # each test runs the command as a process
+
 
 @pytest.mark.parametrize(
     ("args", "code", "line"),

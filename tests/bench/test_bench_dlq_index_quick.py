@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # runs the bench as a process
 
 LETTERS = 20_000
 _LINE = re.compile(

@@ -52,8 +52,9 @@ def _args(name: str, catalog_dir: Path, *more: str) -> list[str]:
     return ["backfill", "--dest", name, "--catalog", str(catalog_dir), *more]
 
 
-async def _retry_out(settings: KafkaSettings, name: str) -> list[Any]:
-    return await kafka.read_topic(settings, f"{name}.retry_out")
+async def _retry_out(settings: KafkaSettings, name: str, *, at_least: int = 0) -> list[Any]:
+    """NAME.retry_out to its end; with `at_least`, as soon as that many records are there."""
+    return await kafka.read_topic(settings, f"{name}.retry_out", at_least=at_least)
 
 
 async def test_backfill_reoffers_the_range_as_fresh_events(
@@ -287,7 +288,8 @@ async def test_kill_9_resumes_from_the_checkpoint(
     first = await start_command(*args, bootstrap=kafka_settings.bootstrap)
     try:
         assert await until(lambda: _reoffered(cp) >= 80, timeout_s=30)
-        await asyncio.sleep(0.4)  # a chunk or two after the checkpoint
+        # killed once it wrote records its checkpoint does not count yet
+        await _retry_out(kafka_settings, unique, at_least=_reoffered(cp) + 1)
     finally:
         first.send_signal(signal.SIGKILL)
         await asyncio.wait_for(first.wait(), 30)
@@ -317,7 +319,7 @@ async def test_sigterm_checkpoints_what_was_acknowledged(
         *args, "--checkpoint", str(cp), bootstrap=kafka_settings.bootstrap
     )
     assert await until(cp.exists, timeout_s=30)
-    await asyncio.sleep(1.0)  # some re-offers at 50/s
+    await _retry_out(kafka_settings, unique, at_least=1)  # some re-offers
     process.send_signal(signal.SIGTERM)
     _, stderr = await asyncio.wait_for(process.communicate(), 30)
     assert process.returncode == 1

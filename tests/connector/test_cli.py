@@ -11,6 +11,8 @@ import pytest
 
 from tests.helpers import write_destination
 
+pytestmark = [pytest.mark.integration]  # each test runs the command as a process
+
 CONNECTOR = [sys.executable, "-m", "connector"]
 
 

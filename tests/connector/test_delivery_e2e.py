@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -76,9 +77,13 @@ async def test_delivers_every_event_once_without_faults(
     assert all(len(r.events) <= 50 for r in destination.requests)
     committed = await committed_offsets(kafka_settings, dest.connector_group, unique)
     assert sum(offset or 0 for offset in committed.values()) == len(sent)
-    first = destination.requests[0]
-    assert first.headers["content-type"] == "application/json"
-    assert first.headers["idempotency-key"]
+    requests = destination.requests
+    assert {r.headers["content-type"] for r in requests} == {"application/json"}
+    # One key per set of events: as many distinct keys as requests (no retries here), each a
+    # 40-digit hex digest.
+    keys = [r.headers["idempotency-key"] for r in requests]
+    assert len(set(keys)) == len(keys) == len({r.ids for r in requests}) >= 600 // 50
+    assert all(re.fullmatch("[0-9a-f]{40}", key) for key in keys)
     assert _outcomes(unique) == _expected(delivered=len(delivered))
     # Events were stamped when produced, seconds ago: the lag is in seconds, not ms or hours.
     mean_lag_s = _metric("hifi_connector_lag_out_seconds_sum", unique, attempt="first") / 600

@@ -38,6 +38,7 @@ def test_bad_demo_flags_are_usage_errors(argv: list[str]) -> None:
     assert exited.value.code == 2
 
 
+@pytest.mark.integration
 def test_makefile_passes_keep_only_when_set() -> None:
     """`make demo` runs the demo as before; KEEP=1 adds --keep, KEEP=0 does not."""
 
@@ -155,6 +156,7 @@ async def test_pasted_hints_list_dead_letters_and_produce_more(
     assert len(await kafka.read_topic(kafka_settings, demo.TOPIC)) == before + 30
 
 
+@pytest.mark.integration
 def test_ctrl_c_does_not_reach_children_started_shielded() -> None:
     """Tansu dies on SIGINT; started inside `shielded_from_ctrl_c` it ignores it (not SIGTERM)."""
     with demo.shielded_from_ctrl_c(True):

@@ -36,6 +36,7 @@ def _one_line(result: subprocess.CompletedProcess[str], prog: str) -> str:
 
 @pytest.mark.parametrize("value", ["inf", "nan", "-1", "0", "soon"])
 @pytest.mark.parametrize("prog", ["connector", "retrier"])
+@pytest.mark.integration
 def test_until_idle_takes_only_a_finite_positive_number(prog: str, value: str) -> None:
     """`--until-idle inf` (or nan, negative, zero, text) is refused in one line with exit 2."""
     result = _run(prog, "--dest", "x", "--until-idle", value)
@@ -44,6 +45,7 @@ def test_until_idle_takes_only_a_finite_positive_number(prog: str, value: str) -
 
 
 @pytest.mark.parametrize("prog", ["connector", "retrier"])
+@pytest.mark.integration
 def test_unknown_log_level_is_refused_with_the_allowed_list(prog: str) -> None:
     """An unknown `--log-level` names the levels that are allowed."""
     result = _run(prog, "--dest", "x", "--log-level", "LOUD")
@@ -52,6 +54,7 @@ def test_unknown_log_level_is_refused_with_the_allowed_list(prog: str) -> None:
     assert all(level in line for level in ("debug", "info", "warning", "error"))
 
 
+@pytest.mark.integration
 def test_version_on_every_command() -> None:
     """`--version` prints the command and hifi's version, and exits 0."""
     for prog in ("connector", "retrier"):
@@ -60,6 +63,7 @@ def test_version_on_every_command() -> None:
         assert result.stdout.startswith(f"{prog} ")
 
 
+@pytest.mark.integration
 def test_kafka_ca_file_that_is_no_certificate(catalog_dir: Path, tmp_path: Path) -> None:
     """HIFI_KAFKA_CA_FILE pointing at something that is not a PEM certificate: one line, exit 2."""
     write_destination(catalog_dir, "d", url="https://x.test/", source_topics=["e"])
@@ -93,6 +97,7 @@ async def _silent_listener() -> AsyncIterator[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 async def test_a_bootstrap_that_never_answers_kafka_fails_with_the_cause_in_time(
     catalog_dir: Path,
 ) -> None:

@@ -294,6 +294,7 @@ def test_coordinates_of_a_filter(index: DeadLetterIndex) -> None:
     assert index.coordinates(LetterFilter(text="nothing like this")) == {}
 
 
+@pytest.mark.integration
 async def test_indexing_survives_an_unreachable_broker(tmp_path: Path, catalog_dir: Path) -> None:
     """With no broker the indexing task warns and keeps trying; the block runs and ends cleanly."""
     dest = make_destination(catalog_dir, "shop", "https://example.invalid", "shop.src")

@@ -39,6 +39,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.integration
 def test_help_documents_flags_subcommands_and_ordering() -> None:
     """--help lists the flags and the dlq commands and says retried events are not ordered."""
     result = _run("--help")
@@ -51,6 +52,7 @@ def test_help_documents_flags_subcommands_and_ordering() -> None:
     assert "replay" in dlq_help
 
 
+@pytest.mark.integration
 def test_bad_invocations_exit_2_with_one_line(catalog_dir: Path) -> None:
     """Unknown destinations, bad flags and bad --since values are one line on stderr, exit 2."""
     write_destination(catalog_dir, "ok", url="https://x.test/", source_topics=["e"])
@@ -79,6 +81,7 @@ def test_bad_invocations_exit_2_with_one_line(catalog_dir: Path) -> None:
         assert "Traceback" not in result.stderr
 
 
+@pytest.mark.integration
 def test_empty_catalog_exits_2(catalog_dir: Path) -> None:
     """Serving every destination of a catalog that has none is a one-line error."""
     result = _run("--catalog", str(catalog_dir))

@@ -208,7 +208,11 @@ async def test_changes_reach_the_connector_and_redis_going_away_loses_nothing(
             _async(lambda: metric("hifi_lookup_refresh_failures_total", unique, kind="full") > 0)
         )
         mark = len(destination.requests)
-        await asyncio.sleep(0.6)  # past refresh_after_s: what is served now is stale
+        routes = connector.routes
+        assert routes is not None
+        assert len(routes) == 1  # one tenant: the oldest value is the one served
+        # past refresh_after_s (0.5) since it was loaded: what is served now is stale
+        assert await until(lambda: (routes.reading().oldest_value_age_s or 0) > 0.5, 30)
         sent = tenant_events("down", ["acme"] * 20)
         produced.extend(e["id"] for e in sent)
         await produce_events(kafka_settings, unique, sent)

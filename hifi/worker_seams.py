@@ -1,0 +1,106 @@
+"""What the `PartitionWorker` talks to: the consumer it polls, the handler a daemon supplies, its work.
+
+`GroupConsumer` is the worker's consumer seam, as `kafka.RecordWriter` is the producer's:
+`kafka.Consumer` is the real one; tests pass a fake that owns its partitions in memory, so the
+lifecycle (revocation, drain, commit watermark, idle exit) runs without a broker.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aiokafka import TopicPartition
+
+__all__ = ["ConsumerOpener", "GroupConsumer", "PartitionHandler", "Work"]
+
+
+class GroupConsumer(Protocol):
+    """One member of a consumer group, as the worker uses it; failures are hifi errors."""
+
+    def subscribe(
+        self,
+        topics: Sequence[str],
+        *,
+        on_assigned: Callable[[set[TopicPartition]], None] | None = None,
+        on_revoked: Callable[[set[TopicPartition]], Awaitable[None]] | None = None,
+    ) -> None:
+        """Join the group for `topics`; the callbacks run inside rebalances, revocation first."""
+
+    def assignment(self) -> set[TopicPartition]: ...
+
+    async def getmany(
+        self, *, timeout_ms: int, max_records: int | None = None
+    ) -> dict[TopicPartition, list[Any]]:
+        """Records (with `.offset`) of unpaused owned partitions; empty after `timeout_ms`."""
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None: ...
+
+    def seek(self, tp: TopicPartition, offset: int) -> None: ...
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None: ...
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None: ...
+
+    def paused(self) -> set[TopicPartition]: ...
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        """The partition's end as of the last fetch (None before one)."""
+
+
+#: Opens the worker's consumer for one `run()` and closes it when the block exits.
+ConsumerOpener = Callable[[], AbstractAsyncContextManager[GroupConsumer]]
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """One unit of work to run as a task, and the records whose outcome it decides.
+
+    `job` may return an awaitable: what is left to wait for once it no longer needs its slot
+    (the connector returns the broker's acknowledgement of a full batch's audit facts, so the
+    next request starts while it waits). The records are done once that is done too.
+    """
+
+    job: Coroutine[Any, Any, Awaitable[None] | None]
+    offsets: Mapping[TopicPartition, Sequence[int]]
+
+
+class PartitionHandler(abc.ABC):
+    """What a daemon does with its records; the worker calls it from its event loop only."""
+
+    @abc.abstractmethod
+    def take(self, tp: TopicPartition, records: list[Any]) -> int | None:
+        """Take in one partition's records of a poll.
+
+        Return None when every record was taken, or the offset to read `tp` from again: the
+        records from there on are not taken (the worker seeks back; they come again).
+        """
+
+    @abc.abstractmethod
+    def next_work(self, *, poll_open: bool) -> Work | None:
+        """The next unit to start now, or None. `poll_open`: more records of the poll being
+        taken in are still to come, so work that would grow with them can wait."""
+
+    def room(self) -> int:
+        """How many records the next poll may bring; 0 pauses every partition."""
+        return 500
+
+    def held(self, owned: set[TopicPartition]) -> set[TopicPartition]:
+        """Owned partitions that must not be fetched now (the rest are resumed)."""
+        return set()
+
+    @property
+    def busy(self) -> bool:
+        """True while work is taken in but not started, or records wait: the daemon is not idle."""
+        return False
+
+    def drop(self, partitions: set[TopicPartition]) -> None:
+        """Forget work not yet started for `partitions`: revoked, or the worker is stopping."""
+        return
+
+    def after_commit(self, lag_records: Mapping[TopicPartition, int]) -> None:
+        """Periodic duties after a commit; `lag_records` is high watermark minus committed."""
+        return

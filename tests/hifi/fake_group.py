@@ -1,0 +1,155 @@
+"""A consumer-group member in memory (`worker_seams.GroupConsumer`), so the worker runs without a broker.
+
+The test owns the partitions' logs, decides the member's assignment and when a rebalance
+happens; the fake keeps what aiokafka keeps for the worker: positions, pauses, high watermarks
+and committed offsets, and it runs a rebalance inside a poll as aiokafka's eager protocol does
+(every owned partition revoked, the callback awaited, then the new assignment, read from the
+committed offsets).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from hifi.worker_seams import GroupConsumer
+
+
+@dataclass(frozen=True, slots=True)
+class FakeRecord:
+    topic: str
+    partition: int
+    offset: int
+    value: bytes
+
+
+class FakeGroup:
+    """One member's view of a group over in-memory partitions."""
+
+    def __init__(self, topic: str, partitions: int, *, assign_at_join: bool = True) -> None:
+        self.topic = topic
+        self.logs = {TopicPartition(topic, p): 0 for p in range(partitions)}  # tp: record count
+        self.committed: dict[TopicPartition, int] = {}
+        self.commits: list[dict[TopicPartition, int]] = []  # every commit, in order
+        self.opened = self.closed = 0
+        self._assign_at_join = assign_at_join
+        self._owned: set[TopicPartition] = set()
+        self._paused: set[TopicPartition] = set()
+        self._position: dict[TopicPartition, int] = {}
+        self._seen: set[TopicPartition] = set()  # fetched at least once: high watermark known
+        self._pending: set[TopicPartition] | None = None  # the next assignment, once polled
+        self._rebalanced: asyncio.Future[None] | None = None
+        self._on_assigned: Callable[[set[TopicPartition]], None] | None = None
+        self._on_revoked: Callable[[set[TopicPartition]], Awaitable[None]] | None = None
+        self._wake = asyncio.Event()
+
+    # --- what the test does ---
+
+    def append(self, partition: int, count: int) -> None:
+        self.logs[TopicPartition(self.topic, partition)] += count
+        self._wake.set()
+
+    def rebalance(self, partitions: Iterable[int]) -> asyncio.Future[None]:
+        """Assign these partitions at the next poll; the future is done once the member has them."""
+        self._pending = {TopicPartition(self.topic, p) for p in partitions}
+        self._rebalanced = asyncio.get_running_loop().create_future()
+        self._wake.set()
+        return self._rebalanced
+
+    @contextlib.asynccontextmanager
+    async def open(self) -> AsyncIterator[GroupConsumer]:
+        """The `ConsumerOpener` to give the worker."""
+        self.opened += 1
+        try:
+            yield self
+        finally:
+            self.closed += 1
+
+    # --- GroupConsumer ---
+
+    def subscribe(
+        self,
+        topics: Sequence[str],
+        *,
+        on_assigned: Callable[[set[TopicPartition]], None] | None = None,
+        on_revoked: Callable[[set[TopicPartition]], Awaitable[None]] | None = None,
+    ) -> None:
+        assert list(topics) == [self.topic]
+        self._on_assigned, self._on_revoked = on_assigned, on_revoked
+        if self._assign_at_join:
+            self.rebalance(range(len(self.logs)))
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._owned)
+
+    async def getmany(
+        self, *, timeout_ms: int, max_records: int | None = None
+    ) -> dict[TopicPartition, list[Any]]:
+        if self._pending is not None:
+            await self._run_rebalance()
+            return {}
+        fetched = self._fetch(max_records or 500)
+        if not fetched:
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout_ms / 1000)
+        return fetched
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        assert set(offsets) <= self._owned, "commit for a partition the member does not own"
+        self.committed.update(offsets)
+        self.commits.append(dict(offsets))
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._position[tp] = offset
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        self._paused |= set(partitions)
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        self._paused -= set(partitions)
+        self._wake.set()
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        return self.logs[tp] if tp in self._seen else None
+
+    # --- inside ---
+
+    def _fetch(self, max_records: int) -> dict[TopicPartition, list[Any]]:
+        fetched: dict[TopicPartition, list[Any]] = {}
+        for tp in sorted(self._owned - self._paused):
+            self._seen.add(tp)
+            start = self._position[tp]
+            end = min(self.logs[tp], start + max_records)
+            if end > start:
+                fetched[tp] = [
+                    FakeRecord(tp.topic, tp.partition, n, b'{"n":%d}' % n)
+                    for n in range(start, end)
+                ]
+                self._position[tp] = end
+                max_records -= end - start
+            if max_records <= 0:
+                break
+        return fetched
+
+    async def _run_rebalance(self) -> None:
+        assert self._pending is not None
+        assert self._rebalanced is not None
+        new, done = self._pending, self._rebalanced
+        self._pending = None
+        if self._owned and self._on_revoked is not None:
+            await self._on_revoked(set(self._owned))
+        self._owned = new
+        self._paused &= new
+        self._position = {tp: self.committed.get(tp, 0) for tp in new}
+        if self._on_assigned is not None:
+            self._on_assigned(set(new))
+        done.set_result(None)

@@ -1,0 +1,161 @@
+"""The shared consumer lifecycle (`PartitionWorker`) against a fake group member, without a broker.
+
+The same handler as `test_worker.py` (which runs these behaviours against the real broker), with
+`FakeGroup` behind the worker's consumer seam: the test decides when a rebalance happens and
+reads every commit the worker makes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiokafka import TopicPartition
+
+from hifi.kafka_settings import KafkaSettings
+from hifi.worker import PartitionWorker
+from tests.hifi.fake_group import FakeGroup
+from tests.hifi.worker_support import WAIT_S, Units, not_done_within, options, running
+
+TOPIC = "src"
+P0, P1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
+NEVER_DIALED = KafkaSettings()  # the fake stands in for the consumer; the guard forbids dialing
+
+
+async def test_revocation_waits_for_running_work_commits_it_and_drops_the_rest() -> None:
+    """A revoked member drops work not started, waits for its running work before the rebalance
+    goes on, commits exactly what finished, and reads a partition it keeps from that commit."""
+    group = FakeGroup(TOPIC, partitions=2)
+    group.append(0, 6)
+    group.append(1, 6)
+    handler = Units(start=False)
+    worker = PartitionWorker(NEVER_DIALED, options("g"), consumer=group.open)
+    async with running(worker, handler, [TOPIC]):
+        await handler.changes.until(lambda: len(handler.units) == 12, "all twelve records taken")
+        handler.start = True
+        worker.wake()
+        await handler.changes.until(lambda: len(handler.started()) == 4, "four units running")
+        handler.unit(0, partition=0).release.set()
+        handler.unit(0, partition=1).release.set()
+        await handler.changes.until(lambda: len(handler.started()) == 6, "two more running")
+        rebalanced = group.rebalance([1])
+        await handler.changes.until(lambda: bool(handler.drops), "the revocation to drop work")
+        in_flight = [u for u in handler.units if u.started and not u.finished]
+        dropped = [u for u in handler.units if u.dropped]
+        assert {(u.tp.partition, u.offset) for u in in_flight} == {(0, 1), (1, 1), (0, 2), (1, 2)}
+        assert len(dropped) == 6
+        assert handler.drops == [{P0, P1}]
+        assert await not_done_within(asyncio.ensure_future(rebalanced), 0.3)  # waits for them
+        assert group.commits == []  # nothing committed while they run (60 s interval)
+        taken_before = len(handler.units)
+        handler.auto_release = True
+        for unit in in_flight:
+            unit.release.set()
+        await asyncio.wait_for(rebalanced, WAIT_S)
+        assert group.commits == [{P0: 3, P1: 3}]  # both revoked partitions, all that finished
+        await handler.changes.until(
+            lambda: len(handler.units) == taken_before + 3, "partition 1 read again"
+        )
+        assert handler.taken()[taken_before:] == [(1, 3), (1, 4), (1, 5)]
+    assert all(u.finished and not u.cancelled for u in in_flight)
+    assert not any(u.started for u in dropped)
+
+
+async def test_stop_lets_work_finish_within_the_deadline_cancels_the_rest_and_commits() -> None:
+    """`request_stop()` drops work not started, lets running work finish until the deadline,
+    cancels what still runs, commits only what finished and closes the consumer."""
+    group = FakeGroup(TOPIC, partitions=1)
+    group.append(0, 5)
+    handler = Units(start=False)
+    worker = PartitionWorker(
+        NEVER_DIALED,
+        options("g", max_in_flight=3, shutdown_timeout_s=0.5),
+        consumer=group.open,
+    )
+    async with running(worker, handler, [TOPIC]) as task:
+        await handler.changes.until(lambda: len(handler.units) == 5, "five records taken")
+        handler.start = True
+        worker.wake()
+        await handler.changes.until(lambda: len(handler.started()) == 3, "three units running")
+        handler.unit(0).release.set()
+        await handler.changes.until(lambda: len(handler.started()) == 4, "a fourth to start")
+        worker.request_stop()
+        await handler.changes.until(lambda: bool(handler.drops), "the stop to drop work")
+        assert not task.done()
+        handler.unit(1).release.set()  # finishes within the deadline; 2 and 3 never do
+        await asyncio.wait_for(task, WAIT_S)
+        assert task.result() is None
+    assert [(u.offset, u.finished, u.cancelled, u.started) for u in handler.units] == [
+        (0, True, False, True),
+        (1, True, False, True),
+        (2, False, True, True),
+        (3, False, True, True),
+        (4, False, False, False),  # dropped: never started
+    ]
+    assert group.committed == {P0: 2}
+    assert (group.opened, group.closed) == (1, 1)
+
+
+async def test_commit_watermark_stops_at_the_first_unfinished_record() -> None:
+    """Records finished out of order are committed only up to the first unfinished one, and
+    the handler is told the lag behind the high watermark after each commit."""
+    group = FakeGroup(TOPIC, partitions=1)
+    group.append(0, 5)
+    handler = Units()
+    worker = PartitionWorker(
+        NEVER_DIALED, options("g", max_in_flight=5, commit_interval_s=0.05), consumer=group.open
+    )
+
+    async def committed_after_two_commits() -> int | None:
+        seen = len(handler.commits)
+        await handler.changes.until(lambda: len(handler.commits) >= seen + 2, "two commits")
+        return group.committed.get(P0)
+
+    async with running(worker, handler, [TOPIC]):
+        await handler.changes.until(lambda: len(handler.started()) == 5, "five units running")
+        for offset in (1, 3, 4):
+            handler.unit(offset).release.set()
+        await handler.changes.until(
+            lambda: all(handler.unit(o).finished for o in (1, 3, 4)), "1, 3 and 4 to finish"
+        )
+        assert await committed_after_two_commits() is None  # 0 is unfinished
+        handler.unit(0).release.set()
+        await handler.changes.until(lambda: handler.unit(0).finished, "0 to finish")
+        assert await committed_after_two_commits() == 2  # 2 is unfinished
+        assert handler.commits[-1] == {P0: 3}  # lag: high watermark 5 minus committed 2
+        handler.unit(2).release.set()
+        await handler.changes.until(lambda: handler.unit(2).finished, "2 to finish")
+        assert await committed_after_two_commits() == 5
+    assert [offsets[P0] for offsets in group.commits] == [2, 5]  # a commit only when it moved
+
+
+async def test_idle_exit_after_the_partition_is_drained_but_not_while_work_runs() -> None:
+    """With `until_idle_s`, `run()` returns once nothing arrives or runs, not while a unit runs,
+    and commits what finished on the way out."""
+    group = FakeGroup(TOPIC, partitions=1)
+    group.append(0, 2)
+    handler = Units()
+    worker = PartitionWorker(NEVER_DIALED, options("g", until_idle_s=0.2), consumer=group.open)
+    async with running(worker, handler, [TOPIC]) as task:
+        await handler.changes.until(lambda: len(handler.started()) == 2, "two units running")
+        handler.unit(0).release.set()
+        assert await not_done_within(task, 0.6)  # three idle periods while 1 runs
+        assert handler.drops == []  # nor did it begin to stop (the drain would wait for 1)
+        handler.unit(1).release.set()
+        await asyncio.wait_for(task, WAIT_S)
+    assert [u.finished for u in handler.units] == [True, True]
+    assert group.committed == {P0: 2}
+
+
+async def test_idle_clock_starts_at_the_first_assignment() -> None:
+    """A member waiting for its first assignment longer than `until_idle_s` does not exit; once
+    assigned it takes what arrives, then exits when idle."""
+    group = FakeGroup(TOPIC, partitions=1, assign_at_join=False)
+    handler = Units(auto_release=True)
+    worker = PartitionWorker(NEVER_DIALED, options("g", until_idle_s=0.2), consumer=group.open)
+    async with running(worker, handler, [TOPIC]) as task:
+        assert await not_done_within(task, 0.6)  # three idle periods without an assignment
+        await asyncio.wait_for(group.rebalance([0]), WAIT_S)
+        group.append(0, 2)
+        await asyncio.wait_for(task, WAIT_S)
+    assert [(u.offset, u.finished) for u in handler.units] == [(0, True), (1, True)]
+    assert group.committed == {P0: 2}
