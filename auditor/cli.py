@@ -16,7 +16,7 @@ import orjson
 from rich.console import Console
 
 from auditor.archive import Archive
-from auditor.archive_read import read_minutes, read_settings
+from auditor.archive.read import read_minutes, read_settings
 from auditor.client import HTTP_TIMEOUT_S, AuditorTables, base_url, fetch_tables
 from auditor.daemon import DEFAULT_ROLL_S, GROUP_ID, Auditor
 from auditor.ledger import MINUTE_MS
@@ -36,7 +36,7 @@ from hifi.cli import (
     version_option,
 )
 from hifi.errors import ConfigError, HifiError
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 
 PROG = "auditor"
 ARCHIVE_ENV_VAR = "HIFI_ARCHIVE_DIR"

@@ -34,18 +34,18 @@ from auditor.archive import (
     write_settings,
     write_snapshot,
 )
-from auditor.archive_read import find_ids
+from auditor.archive.read import find_ids
 from auditor.health import Health
 from auditor.ledger import MAX_MISSING_IDS, MINUTE_MS, Ledger, Problem, Settled, minute_of
 from auditor.progress import ProgressClock
 from auditor.tables import archive_row, iso_minute, live_rows
 from config.catalog import Destination
-from connector.intake import parse
-from hifi import kafka_admin
+from config.parsing import parse
 from hifi.audit import AUDIT_RETENTION_MS, FactRefused, audit_topic, decode_fact
 from hifi.envelope import Parsed
 from hifi.errors import ConfigError, HifiError
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from hifi.ops_http import DEFAULT_HOST, OpsServer
 from hifi.worker import PartitionHandler, PartitionWorker, Work, WorkerOptions
 
@@ -205,7 +205,7 @@ class _Accounting(PartitionHandler):
 
     async def restore(self) -> None:
         """Carry on from the last snapshot in the archive, if there is one."""
-        from auditor.archive_read import read_snapshot
+        from auditor.archive.read import read_snapshot
 
         data = await asyncio.to_thread(read_snapshot, self._archive.root, self._snapshot_name)
         if data is None:

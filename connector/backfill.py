@@ -38,7 +38,7 @@ from hifi import kafka
 from hifi.cli import parse_time
 from hifi.envelope import reoffer_headers
 from hifi.errors import BrokerUnavailable, ConfigError, HifiError
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 
 log = structlog.get_logger(__name__)
 

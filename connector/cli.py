@@ -40,9 +40,9 @@ from hifi.cli import (
     version_option,
 )
 from hifi.errors import ConfigError, HifiError
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 from hifi.logging import configure_logging
-from hifi.redis_hash import RedisSettings
+from hifi.lookup_cache.redis_hash import RedisSettings
 
 PROG = "connector"
 T = TypeVar("T")

@@ -16,25 +16,28 @@ import structlog
 from aiokafka import TopicPartition
 
 from config.catalog import Destination
+from config.parsing import parse
 from config.topics import ensure_destination_topics
 from connector import metrics, status
 from connector.delivery import Deliverer, http_client
 from connector.divert import Diversion, Diverter, Unreadable
-from connector.intake import BUFFER_WINDOWS, consumer_options, intake_limit, parse
+from connector.intake import BUFFER_WINDOWS, consumer_options, intake_limit
 from connector.rebatch import Batch, Pending, PendingEvents, offsets_of
-from hifi import audit, kafka, kafka_admin, redis_hash
-from hifi.kafka_settings import KafkaSettings
+from connector.tenant_queues import TenantPending
+from hifi import audit, kafka
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
+from hifi.lookup_cache import redis_hash
+from hifi.lookup_cache.redis_hash import RedisSettings
+from hifi.lookup_cache.refresh_ahead import RefreshAheadCache
 from hifi.ops_http import DEFAULT_HOST, OpsServer
 from hifi.redaction import short_error
-from hifi.redis_hash import RedisSettings
-from hifi.refresh_ahead import RefreshAheadCache
 from hifi.vocabulary import Outcome, Reason
 from hifi.worker import PartitionHandler, PartitionWorker, Work, WorkerOptions
 from tenants.keys import tenants_key
 from tenants.lookups import snapshot_path as tenant_snapshot_path
 from tenants.lookups import tenant_cache
 from tenants.route import Route
-from tenants.routing import TenantPending
 
 log = structlog.get_logger(__name__)
 

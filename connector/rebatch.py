@@ -89,7 +89,7 @@ def offsets_of(events: Iterable[Event]) -> dict[TopicPartition, list[int]]:
 
 class Pending(Protocol):
     """Events taken in, not yet in a request nor diverted: how the connector holds them
-    (`PendingEvents`; per tenant, `tenants.routing.TenantPending`)."""
+    (`PendingEvents`; per tenant, `connector.tenant_queues.TenantPending`)."""
 
     @property
     def size_bytes(self) -> int: ...

@@ -16,7 +16,7 @@
         └── BrokerRefused             Kafka refused a request for good (unknown topic, codec, version)
             └── UnknownTopic
 
-The boundaries: `connector.delivery` for httpx, `hifi.kafka` for aiokafka, `hifi.redis_hash` for
+The boundaries: `connector.delivery` for httpx, `hifi.kafka` for aiokafka, `hifi.lookup_cache.redis_hash` for
 redis. Code above them only ever catches these types. A `status` is a real HTTP status or None (no reply); the reason a
 record was dead-lettered is a `hifi.vocabulary.Reason`, never a status.
 """

@@ -28,7 +28,7 @@ from hifi.cli import (
     version_option,
 )
 from hifi.errors import ConfigError, HifiError
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 from hifi.vocabulary import Reason
 from retrier.daemon import DashboardOptions, Retrier
 from retrier.dashboard.access import read_token

@@ -34,7 +34,7 @@ from config.catalog import Destination
 from hifi import kafka
 from hifi.errors import ConfigError, ReplayRecordRefused
 from hifi.kafka import Record, RecordWriter
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 
 log = structlog.get_logger(__name__)
 

@@ -32,7 +32,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from auditor.archive_layout import Kind
+from auditor.archive.layout import Kind
 from auditor.ledger import MAX_MISSING_IDS, MINUTE_MS, Counts, judge
 from config.catalog import Accounting
 from hifi.vocabulary import Outcome

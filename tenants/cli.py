@@ -19,12 +19,12 @@ import click
 import orjson
 
 from config.catalog import Catalog, Destination, default_catalog_dir
-from hifi import redis_hash
 from hifi.cli import EXIT_FAILURE, catalog_option, fail, run_command, version_option
 from hifi.errors import ConfigError, EntryRefused, HifiError
 from hifi.logging import configure_logging
+from hifi.lookup_cache import redis_hash
+from hifi.lookup_cache.redis_hash import RedisSettings
 from hifi.redaction import mask
-from hifi.redis_hash import RedisSettings
 from tenants.entry import parse_entry
 from tenants.files import read_entries
 from tenants.keys import tenants_key

@@ -22,7 +22,7 @@ from hifi.audit import decode_fact
 from hifi.envelope import Event, parse_records
 from hifi.errors import BrokerUnavailable
 from hifi.kafka import Headers
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 
 __all__ = [
     "TAKEN_MS",

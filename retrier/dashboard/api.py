@@ -27,15 +27,15 @@ from starlette.staticfiles import StaticFiles
 from config.catalog import Destination
 from hifi.cli import parse_time
 from hifi.errors import ConfigError
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 from hifi.redaction import mask
 from retrier.dashboard.access import Access, Refused
 from retrier.dashboard.auditor_feed import AuditorFeed
 from retrier.dashboard.letters import open_letter
 from retrier.dashboard.replay_jobs import Busy, ReplayJobs
-from retrier.dlq_index import DeadLetterIndex
-from retrier.dlq_letter import REASONS
-from retrier.dlq_query import Cursor, LetterFilter, LetterRow
+from retrier.dlq.index import DeadLetterIndex
+from retrier.dlq.letter import REASONS
+from retrier.dlq.query import Cursor, LetterFilter, LetterRow
 from retrier.replays import ReplayFilter
 
 log = structlog.get_logger(__name__)

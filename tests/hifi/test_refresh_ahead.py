@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 from hifi.errors import EntryRefused, StoreUnavailable
-from hifi.refresh_ahead import CacheSettings, RefreshAheadCache
+from hifi.lookup_cache.refresh_ahead import CacheSettings, RefreshAheadCache
 from tests.helpers import until
 
 SETTINGS = CacheSettings(

@@ -9,7 +9,7 @@ import pytest
 
 from hifi import kafka
 from hifi.envelope import header_map
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 from retrier import Retrier
 from tests.helpers import make_destination
 from tests.retrier.support import create_topics

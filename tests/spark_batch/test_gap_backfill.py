@@ -18,8 +18,8 @@ from config.catalog import Destination
 from connector import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import move_committed, produce_events
-from hifi import kafka_admin
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from spark_batch.archive_input import Window
 from spark_batch.outputs import summarize, write_outputs
 from spark_batch.reconcile import Reconciled, reconcile

@@ -1,4 +1,4 @@
-"""The archive's layout and schemas: what the auditor writes, readers (`auditor.archive_read`,
+"""The archive's layout and schemas: what the auditor writes, readers (`auditor.archive.read`,
 the Spark reconciliation) read, and the rules both follow.
 
     ROOT/{kind}/dest={name}/date={YYYY-MM-DD}/hour={HH}/part-{first_minute_ms}-{uuid8}.parquet
@@ -73,6 +73,18 @@ SCHEMAS: dict[Kind, Any] = {
 }
 MINUTE_NAMES = frozenset(MINUTE_SCHEMA.names)
 ID_COLUMNS = ["minute_ms", "topic", "partition", "offset", "event_id"]
+# Outcome columns that repeat a fact's or a slice's value for each of its events: the writer
+# buffers them once per slice as runs (few list appends, and runs decode faster than lists).
+OUTCOME_RUNS = (
+    "fact_id",
+    "node",
+    "outcome",
+    "reason",
+    "status",
+    "outcome_ms",
+    "topic",
+    "partition",
+)
 
 
 class ArchiveError(HifiError):

@@ -2,7 +2,7 @@
 
 Per letter the index holds about 60 bytes of columns (position, time, reason, failure group,
 replay mark, hashes of its event id and origin) and writes its search text and its row to a
-spill directory (`retrier.dlq_spill`). Filters on reason, time and replay are pyarrow kernels
+spill directory (`retrier.dlq.spill`). Filters on reason, time and replay are pyarrow kernels
 over the columns; a text filter scans the spill file once and is then kept per text, extended
 as letters arrive. Listing is keyset paging on (dead_ms, partition, offset), newest first, so a
 cursor stays right while letters are appended.
@@ -31,10 +31,10 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from retrier.dlq_columns import Column, Interned, indices, true_count, value_counts
-from retrier.dlq_letter import REASONS, UNKNOWN, Letter, decode_row, read_letter
-from retrier.dlq_query import Cursor, LetterFilter, LetterRow, Page
-from retrier.dlq_spill import Spill, literal
+from retrier.dlq.columns import Column, Interned, indices, true_count, value_counts
+from retrier.dlq.letter import REASONS, UNKNOWN, Letter, decode_row, read_letter
+from retrier.dlq.query import Cursor, LetterFilter, LetterRow, Page
+from retrier.dlq.spill import Spill, literal
 
 __all__ = [
     "REASONS",

@@ -40,13 +40,14 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
 
-from hifi import cache_snapshot, lookup_metrics
-from hifi.cache_entries import Entries, Entry
-from hifi.cache_snapshot import Snapshot, SnapshotUnusable
 from hifi.errors import EntryRefused, HifiError, StoreUnavailable
+from hifi.lookup_cache import metrics as lookup_metrics
+from hifi.lookup_cache import snapshot as cache_snapshot
+from hifi.lookup_cache.entries import Entries, Entry
+from hifi.lookup_cache.snapshot import Snapshot, SnapshotUnusable
+from hifi.lookup_cache.source_health import SourceHealth
 from hifi.ops_http import Readiness
 from hifi.redaction import short_error
-from hifi.source_health import SourceHealth
 
 log = structlog.get_logger(__name__)
 
@@ -55,7 +56,7 @@ T = TypeVar("T")
 
 
 class Source(Protocol):
-    """Where the entries live (a Redis hash: `hifi.redis_hash.RedisHash`)."""
+    """Where the entries live (a Redis hash: `hifi.lookup_cache.redis_hash.RedisHash`)."""
 
     def describe(self) -> str: ...
 
