@@ -17,9 +17,9 @@ from rich.console import Console
 
 from auditor.archive import Archive
 from auditor.archive.read import read_minutes, read_settings
+from auditor.buckets import MINUTE_MS
 from auditor.client import HTTP_TIMEOUT_S, AuditorTables, base_url, fetch_tables
 from auditor.daemon import DEFAULT_ROLL_S, GROUP_ID, Auditor
-from auditor.ledger import MINUTE_MS
 from auditor.tables import day_availability, day_range_ms, render, render_availability, report_row
 from config.catalog import Catalog, Destination, default_catalog_dir
 from hifi.audit import AUDIT_RETENTION_MS, audit_topic

@@ -35,8 +35,9 @@ from auditor.archive import (
     write_snapshot,
 )
 from auditor.archive.read import find_ids
+from auditor.buckets import MINUTE_MS, Problem, Settled, minute_of
 from auditor.health import Health
-from auditor.ledger import MAX_MISSING_IDS, MINUTE_MS, Ledger, Problem, Settled, minute_of
+from auditor.ledger import MAX_MISSING_IDS, Ledger
 from auditor.progress import ProgressClock
 from auditor.tables import archive_row, iso_minute, live_rows
 from config.catalog import Destination

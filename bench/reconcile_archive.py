@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 from auditor.archive import write_settings
 from auditor.archive.files import DICTIONARY_COLUMNS as _DICTIONARY
 from auditor.archive.layout import ENTERED_SCHEMA, HOUR_MS, OUTCOME_SCHEMA, Kind, partition_dir
-from auditor.ledger import MINUTE_MS
+from auditor.buckets import MINUTE_MS
 from config.catalog import Accounting
 from hifi.vocabulary import Outcome, Reason
 

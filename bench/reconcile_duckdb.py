@@ -34,7 +34,7 @@ import duckdb
 
 from auditor.archive.layout import Kind
 from auditor.archive.read import read_settings
-from auditor.ledger import MINUTE_MS
+from auditor.buckets import MINUTE_MS
 from config.catalog import Accounting
 from hifi.vocabulary import Outcome
 from spark_batch.archive_input import SettingsVersion, Window

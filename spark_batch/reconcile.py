@@ -16,10 +16,10 @@ The rules are the auditor's (`auditor/ledger.py`):
 - `duplicates` are 2xx facts beyond the first; end-to-end lag is the first 2xx time minus the
   event time, lag-in the time the connector took the event in minus the event time, the
   node's process duration the first 2xx time minus that; percentiles are exact nearest-rank
-  (`auditor.ledger.rank_of`), computed from counts of each distinct value per minute;
+  (`auditor.percentiles.rank_of`), computed from counts of each distinct value per minute;
 - a minute is final when the auditor wrote it as final (its `minutes` rows), or when the
   archive reaches `settle_s` past its end (the newest Kafka timestamp entered or outcome
-  time in it), and judged with `auditor.ledger.judge`:
+  time in it), and judged with `auditor.buckets.judge`:
   first deliveries more than `settle_s` after the minute ended are late, as live.
 
 Settings (`settle_s`, `lag_sla_s`) are the versions the auditor wrote beside the rows, per
@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from auditor.archive.layout import Kind
-from auditor.ledger import MAX_MISSING_IDS, MINUTE_MS, Counts, judge
+from auditor.buckets import MINUTE_MS, Counts, judge
+from auditor.ledger import MAX_MISSING_IDS
 from config.catalog import Accounting
 from hifi.vocabulary import Outcome
 from spark_batch.archive_input import (

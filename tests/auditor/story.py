@@ -39,8 +39,8 @@ import orjson
 import pytest
 
 from auditor.archive.read import read_minutes
+from auditor.buckets import MINUTE_MS
 from auditor.daemon import GROUP_ID, Auditor
-from auditor.ledger import MINUTE_MS
 from auditor.tables import iso_minute
 from connector import Connector
 from devstack.destination import Reply, TestDestination

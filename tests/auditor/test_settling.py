@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from auditor.ledger import MINUTE_MS, Ledger
+from auditor.buckets import MINUTE_MS
+from auditor.ledger import Ledger
 from config.catalog import Accounting
 from hifi.vocabulary import Outcome
 from tests.auditor.test_ledger import T0, TP, fact
