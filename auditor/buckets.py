@@ -19,11 +19,7 @@ from config.catalog import Accounting
 MINUTE_MS = 60_000
 
 LAG_MAX_MS = 2**31 - 1  # the largest lag counted (about 24 days)
-
-
 LATE_RATIO_MAX = 0.05  # a final minute with more undelivered (waiting) events than this is late
-
-
 Partition = tuple[str, int]
 
 

@@ -8,8 +8,6 @@ from collections import Counter
 from collections.abc import Iterable
 
 _HIST_GROWTH = 1.02  # bin width of the approximate histograms
-
-
 _HIST_BINS = int(math.log(86_400_000) / math.log(_HIST_GROWTH)) + 2  # 1 ms .. 1 day
 
 

@@ -38,7 +38,8 @@ from auditor.buckets import MINUTE_MS
 from config.catalog import Accounting
 from hifi.vocabulary import Outcome
 from spark_batch.archive_input import SettingsVersion, Window
-from spark_batch.reconcile import FUTURE_TOLERANCE_MS, LAG_MAX_MS, Reconciled, finish
+from spark_batch.origins import FUTURE_TOLERANCE_MS, LAG_MAX_MS
+from spark_batch.reconcile import Reconciled, finish
 
 _DELIVERED = f"outcome = '{Outcome.DELIVERED}'"
 _DEAD = f"outcome = '{Outcome.DEAD_LETTERED}'"

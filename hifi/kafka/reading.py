@@ -17,8 +17,6 @@ from hifi.kafka.consuming import Consumer, consumer
 from hifi.kafka.settings import KafkaSettings
 
 _SEEK_GAP_RECORDS = 1000  # read_at seeks over a gap wider than this
-
-
 _READ_POLL_MS = 300
 
 
