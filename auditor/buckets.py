@@ -15,6 +15,7 @@ from pyroaring import BitMap
 
 from auditor.percentiles import LogHistogram, nearest_rank_counted
 from config.catalog import Accounting
+from hifi.vocabulary import Reason
 
 MINUTE_MS = 60_000
 
@@ -27,9 +28,9 @@ class Problem(StrEnum):
     """Why an entered record is odd (counted per destination; the `problem` of its archive row)."""
 
     #: not one JSON object of UTF-8 text; accounted by origin, the connector dead-letters it
-    MALFORMED = "malformed"
+    MALFORMED = Reason.MALFORMED.value
     #: larger than `max_batch_bytes`; the connector dead-letters it
-    TOO_LARGE = "too_large"
+    TOO_LARGE = Reason.TOO_LARGE.value
     #: no readable id: accounted by origin
     NO_ID = "no_id"
     #: event time more than a minute ahead of the Kafka timestamp: bucketed by the Kafka timestamp
