@@ -9,7 +9,7 @@ import orjson
 from aiokafka import TopicPartition
 
 from hifi import kafka
-from hifi.envelope import HDR_ORIGIN, HDR_REASON, header_map
+from hifi.headers import HDR_ORIGIN, HDR_REASON, header_map
 from hifi.kafka.settings import KafkaSettings
 
 

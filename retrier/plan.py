@@ -10,7 +10,7 @@ from aiokafka import TopicPartition
 
 from config.catalog import Destination
 from hifi.audit import Seen
-from hifi.envelope import (
+from hifi.headers import (
     HDR_EVENT_ID,
     HDR_EVENT_TIME_MS,
     HDR_ORIGIN,

@@ -9,7 +9,7 @@ import orjson
 
 from config.catalog import Destination
 from hifi import kafka
-from hifi.envelope import HDR_HISTORY
+from hifi.headers import HDR_HISTORY
 from hifi.kafka.settings import KafkaSettings
 from hifi.redaction import excerpt, mask, short_error
 

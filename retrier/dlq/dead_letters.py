@@ -14,7 +14,7 @@ from typing import Any
 from config.catalog import Destination
 from config.topics import ensure_destination_topics
 from hifi import kafka
-from hifi.envelope import HDR_ERROR, HDR_ORIGIN, HDR_REASON, HDR_STATUS, header_map
+from hifi.headers import HDR_ERROR, HDR_ORIGIN, HDR_REASON, HDR_STATUS, header_map
 from hifi.kafka import Headers, RecordWriter
 from hifi.kafka.settings import KafkaSettings
 from hifi.redaction import mask, short_error, shorten

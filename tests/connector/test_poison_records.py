@@ -10,7 +10,7 @@ import pytest
 
 from devstack.destination import TestDestination
 from hifi import kafka
-from hifi.envelope import header_map
+from hifi.headers import header_map
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from tests.helpers import make_destination, start_daemon, wait_exit

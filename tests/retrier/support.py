@@ -12,7 +12,7 @@ import orjson
 
 from config.catalog import Destination
 from hifi import kafka
-from hifi.envelope import header_map
+from hifi.headers import header_map
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 

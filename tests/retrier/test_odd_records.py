@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hifi import kafka
-from hifi.envelope import header_map
+from hifi.headers import header_map
 from hifi.kafka.settings import KafkaSettings
 from retrier import Retrier
 from tests.helpers import make_destination

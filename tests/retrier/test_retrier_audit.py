@@ -15,7 +15,7 @@ from devstack.destination import Reply, TestDestination
 from devstack.kafka_tools import produce_events
 from hifi import kafka
 from hifi.audit import Seen
-from hifi.envelope import header_map
+from hifi.headers import header_map
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from retrier import Retrier

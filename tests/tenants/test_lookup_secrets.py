@@ -24,7 +24,7 @@ from devstack.ports import free_port
 from devstack.processes import start_daemon
 from devstack.redis import RedisServer
 from hifi import kafka
-from hifi.envelope import header_map
+from hifi.headers import header_map
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from tests.helpers import all_headers, leaks, wait_exit
