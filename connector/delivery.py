@@ -108,8 +108,8 @@ def http_client(
         verify=verify,
         follow_redirects=dest.follow_redirects,
         # httpx's API over aiohttp's connection pool: httpcore's pool re-polls every idle socket
-        # and takes anyio locks on each request (encode/httpx#3215), about a third more CPU per
-        # request here (docs/performance.md).
+        # and takes anyio locks on each request (encode/httpx#3215): more CPU per request
+        # (docs/performance.md).
         transport=transport or AiohttpTransport(verify=verify, limits=limits),
         headers={"User-Agent": "hifi-connector"},
     )
