@@ -27,7 +27,7 @@ from auditor.health import Health
 from auditor.ledger import MAX_MISSING_IDS, Ledger
 from auditor.progress import ProgressClock
 from auditor.tables import archive_row, iso_minute, live_rows
-from config.catalog import Destination
+from config.destination import Destination
 from config.parsing import parse
 from hifi.audit import FactRefused, decode_fact
 from hifi.errors import HifiError

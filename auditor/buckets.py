@@ -14,7 +14,7 @@ import msgspec
 from pyroaring import BitMap
 
 from auditor.percentiles import LogHistogram, nearest_rank_counted
-from config.catalog import Accounting
+from config.destination import Accounting
 from hifi.vocabulary import Reason
 
 MINUTE_MS = 60_000

@@ -21,7 +21,8 @@ from auditor.buckets import MINUTE_MS
 from auditor.client import HTTP_TIMEOUT_S, AuditorTables, base_url, fetch_tables
 from auditor.daemon import DEFAULT_ROLL_S, GROUP_ID, Auditor
 from auditor.tables import day_availability, day_range_ms, render, render_availability, report_row
-from config.catalog import Catalog, Destination, default_catalog_dir
+from config.catalog import Catalog, default_catalog_dir
+from config.destination import Destination
 from hifi.audit import AUDIT_RETENTION_MS, audit_topic
 from hifi.check import CheckReport, probe_kafka
 from hifi.cli import (

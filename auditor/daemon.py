@@ -27,7 +27,7 @@ from auditor.archive import (
     write_settings,
 )
 from auditor.progress import ProgressClock
-from config.catalog import Destination
+from config.destination import Destination
 from hifi.audit import AUDIT_RETENTION_MS, audit_topic
 from hifi.errors import ConfigError
 from hifi.kafka import admin as kafka_admin

@@ -52,7 +52,7 @@ from auditor.buckets import (
     outcomes_state,
     tally,
 )
-from config.catalog import Accounting
+from config.destination import Accounting
 from hifi.audit import Fact
 from hifi.vocabulary import Outcome
 

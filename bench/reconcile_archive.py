@@ -41,7 +41,7 @@ from auditor.archive import write_settings
 from auditor.archive.files import DICTIONARY_COLUMNS as _DICTIONARY
 from auditor.archive.layout import ENTERED_SCHEMA, HOUR_MS, OUTCOME_SCHEMA, Kind, partition_dir
 from auditor.buckets import MINUTE_MS
-from config.catalog import Accounting
+from config.destination import Accounting
 from hifi.vocabulary import Outcome, Reason
 
 DAY_MS = 86_400_000

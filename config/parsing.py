@@ -10,7 +10,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi.envelope import Parsed, parse_records
 
 

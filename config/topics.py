@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi import audit
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings

@@ -26,7 +26,7 @@ from typing import Any
 import structlog
 from aiokafka import TopicPartition
 
-from config.catalog import Destination
+from config.destination import Destination
 from config.topics import ensure_destination_topics
 from connector import checkpoint as checkpoints
 from connector import positions

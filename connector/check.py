@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from config.catalog import Destination
+from config.destination import Destination
 from config.topics import audit_line, audit_retention_wanted, retention_wanted
 from connector.delivery import http_client
 from hifi.check import CheckReport, probe_kafka

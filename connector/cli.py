@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 
 import click
 
-from config.catalog import Catalog, Destination, default_catalog_dir
+from config.catalog import Catalog, default_catalog_dir
+from config.destination import Destination
 from connector import checkpoint as checkpoints
 from connector import views
 from connector.backfill import (

@@ -15,7 +15,7 @@ import httpx
 import structlog
 from aiokafka import TopicPartition
 
-from config.catalog import Destination
+from config.destination import Destination
 from config.parsing import parse
 from config.topics import ensure_destination_topics
 from connector import metrics, status

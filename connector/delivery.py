@@ -28,7 +28,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from config.catalog import Destination
+from config.destination import Destination
 from connector import metrics
 from connector.divert import Diverter
 from connector.rebatch import Batch, encode_values

@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from config.catalog import Destination
+from config.destination import Destination
 from connector import metrics
 from hifi.audit import AuditTrail, Seen
 from hifi.envelope import Event, KafkaRecord

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from config.catalog import Destination
+from config.destination import Destination
 
 # How long the broker may hold a fetch that has no data yet. Kafka answers as soon as data arrives,
 # so this only paces idle polls; some brokers (Tansu) hold every fetch this long, which was the

@@ -25,7 +25,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from config.catalog import Destination
+from config.destination import Destination
 from connector.intake import FETCH_MAX_WAIT_MS
 from hifi import kafka
 from hifi.errors import BrokerUnavailable, UnknownTopic

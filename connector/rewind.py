@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from aiokafka import TopicPartition
 
-from config.catalog import Destination
+from config.destination import Destination
 from connector import positions
 from hifi import kafka
 from hifi.errors import BrokerRefused, GroupActive

@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 import click
 
 from auditor.client import AUDITOR_URL_ENV
-from config.catalog import Catalog, Destination, default_catalog_dir
+from config.catalog import Catalog, default_catalog_dir
+from config.destination import Destination
 from config.topics import audit_line, audit_retention_wanted, retention_wanted
 from hifi.check import CheckReport, probe_kafka
 from hifi.cli import (

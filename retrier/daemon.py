@@ -15,7 +15,7 @@ from aiokafka import TopicPartition
 from starlette.requests import Request
 from starlette.routing import BaseRoute
 
-from config.catalog import Destination
+from config.destination import Destination
 from config.topics import ensure_destination_topics
 from hifi import audit, kafka
 from hifi.audit import Seen

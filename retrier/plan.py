@@ -8,7 +8,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi.audit import Seen
 from hifi.headers import (
     HDR_EVENT_ID,

@@ -30,7 +30,7 @@ from typing import Annotated, Any
 import msgspec
 import structlog
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi import kafka
 from hifi.errors import ConfigError, ReplayRecordRefused
 from hifi.kafka import Record, RecordWriter

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi.headers import HDR_ATTEMPT, HDR_DUE_MS, HDR_FIRST_FAILURE_MS, HDR_HANDOFF_MS, header_int
 
 _TIER_SUFFIX = ".retry_tier"

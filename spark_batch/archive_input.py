@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from auditor.archive.layout import Kind
-from config.catalog import Accounting
+from config.destination import Accounting
 from hifi.errors import HifiError
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from auditor.buckets import MINUTE_MS
-from config.catalog import Accounting
+from config.destination import Accounting
 from spark_batch.archive_input import (
     SettingsVersion,
 )

@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 import click
 import orjson
 
-from config.catalog import Catalog, Destination, default_catalog_dir
+from config.catalog import Catalog, default_catalog_dir
+from config.destination import Destination
 from hifi.cli import EXIT_FAILURE, catalog_option, fail, run_command, version_option
 from hifi.errors import ConfigError, EntryRefused, HifiError
 from hifi.logging import configure_logging

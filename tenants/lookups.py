@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from config.catalog import Destination, Templates
+from config.destination import Destination, Templates
 from hifi import redaction
 from hifi.files import state_dir
 from hifi.lookup_cache.refresh_ahead import CacheSettings, RefreshAheadCache, Source

@@ -15,7 +15,8 @@ from urllib.parse import quote
 import orjson
 from aiokafka import ConsumerRecord, TopicPartition
 
-from config.catalog import Catalog, Destination
+from config.catalog import Catalog
+from config.destination import Destination
 from devstack.processes import start_daemon
 from hifi import kafka
 from hifi.audit import decode_fact

@@ -25,7 +25,7 @@ from hifi.errors import HifiError
 HOUR_MS = 3_600_000
 MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant a partition can name
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")  # as config.catalog's dest names
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")  # as config.destination's names
 
 
 class Kind(StrEnum):

@@ -24,7 +24,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi.cli import parse_time
 from hifi.errors import ConfigError
 from hifi.kafka.settings import KafkaSettings

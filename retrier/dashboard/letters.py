@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi import kafka
 from hifi.headers import HDR_HISTORY
 from hifi.kafka.settings import KafkaSettings

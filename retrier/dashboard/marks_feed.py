@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 import structlog
 from aiokafka import TopicPartition
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi import kafka
 from hifi.errors import HifiError, ReplayRecordRefused
 from hifi.kafka.settings import KafkaSettings

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import msgspec
 import structlog
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi import kafka
 from hifi.errors import HifiError
 from hifi.kafka.settings import KafkaSettings

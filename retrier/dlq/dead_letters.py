@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from config.catalog import Destination
+from config.destination import Destination
 from config.topics import ensure_destination_topics
 from hifi import kafka
 from hifi.headers import HDR_ERROR, HDR_ORIGIN, HDR_REASON, HDR_STATUS, header_map

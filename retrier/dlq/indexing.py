@@ -20,7 +20,7 @@ from pathlib import Path
 import structlog
 from aiokafka import TopicPartition
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi import kafka
 from hifi.errors import HifiError
 from hifi.kafka.settings import KafkaSettings

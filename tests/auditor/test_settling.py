@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from auditor.buckets import MINUTE_MS
 from auditor.ledger import Ledger
-from config.catalog import Accounting
+from config.destination import Accounting
 from hifi.vocabulary import Outcome
 from tests.auditor.test_ledger import T0, TP, fact
 

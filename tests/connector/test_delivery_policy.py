@@ -11,7 +11,7 @@ import orjson
 import pytest
 import respx
 
-from config.catalog import Destination
+from config.destination import Destination
 from connector.delivery import Deliverer, parse_retry_after
 from connector.divert import Diverter
 from connector.rebatch import Batch

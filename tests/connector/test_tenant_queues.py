@@ -10,7 +10,7 @@ from unittest.mock import Mock
 import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 
-from config.catalog import Destination
+from config.destination import Destination
 from connector.daemon import _Delivery
 from connector.rebatch import Batch
 from connector.tenant_queues import OLDEST_WAIT_MAX_MS, TenantPending

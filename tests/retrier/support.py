@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi import kafka
 from hifi.headers import header_map
 from hifi.kafka import admin as kafka_admin

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi import kafka, redaction
 from hifi.kafka.settings import KafkaSettings
 from retrier.daemon import DashboardOptions, Retrier

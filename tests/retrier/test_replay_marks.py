@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi import kafka
 from hifi.kafka.settings import KafkaSettings
 from retrier.replays import ReplayFilter, decode_replay, read_replay_marks

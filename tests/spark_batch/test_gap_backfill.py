@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from auditor.daemon import Auditor
-from config.catalog import Destination
+from config.destination import Destination
 from connector import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import move_committed, produce_events

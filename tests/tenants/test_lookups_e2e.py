@@ -14,7 +14,7 @@ import pytest
 import redis
 from prometheus_client import REGISTRY
 
-from config.catalog import Destination
+from config.destination import Destination
 from connector import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import produce_events
