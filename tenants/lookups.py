@@ -8,7 +8,8 @@ from pathlib import Path
 from config.destination import Destination, Templates
 from hifi import redaction
 from hifi.files import state_dir
-from hifi.lookup_cache.refresh_ahead import CacheSettings, RefreshAheadCache, Source
+from hifi.lookup_cache.refresh_ahead import RefreshAheadCache
+from hifi.lookup_cache.source import CacheSettings, Source
 from tenants.entry import parse_entry
 from tenants.keys import tenants_key
 from tenants.route import Route, compile_route
