@@ -4,7 +4,7 @@
 - `letter`: one record of NAME.dlq as the index keeps it, masked;
 - `index`: a destination's dead-letter index, without Kafka; `query`: what is asked of it;
 - `indexing`: the task that tails every NAME.dlq into its index;
-- `columns`, `spill`: the index's columns in memory and its text on disk.
+- `columns`, `spill`, `search`: the index's columns in memory, its text on disk, text filters.
 """
 
 from retrier.dlq.dead_letters import (
