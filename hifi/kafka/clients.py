@@ -4,8 +4,7 @@ Every call into aiokafka that can fail (start, send, getmany, commit, committed,
 position, the offset look-ups, and the admin calls of `hifi.kafka.admin`) runs inside
 `kafka_errors()`, which raises hifi's own errors with the cause named (`raise ... from exc`,
 like httpx's `map_httpcore_exceptions`). No other module catches an aiokafka exception.
-Daemons, the DLQ tools, devstack, chaos, bench and the tests produce with `producer()` and read
-a topic with `read_topic()`.
+The clients start and stop here too (`running_client`), however they end.
 """
 
 from __future__ import annotations
@@ -125,7 +124,7 @@ def client_options(settings: KafkaSettings) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def _started(
+async def running_client(
     client: AIOKafkaProducer | AIOKafkaConsumer, settings: KafkaSettings, doing: str
 ) -> AsyncIterator[None]:
     """Start an aiokafka client (its failure translated) and stop it when the block exits."""
@@ -133,10 +132,10 @@ async def _started(
         await start_client(client.start, settings, doing)
         yield
     finally:
-        await _stop(client)
+        await stop_client(client)
 
 
-async def _stop(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
+async def stop_client(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
     """Stop a client. A consumer stopped soon after it started can raise the cancellation of its
     own internal task (the coordinator's committed-offsets refresh); that is not a cancellation
     of ours, so it is absorbed unless this task is being cancelled itself.

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from hifi.kafka.clients import _started, client_options, kafka_errors
+from hifi.kafka.clients import client_options, kafka_errors, running_client
 from hifi.kafka.settings import KafkaSettings
 
 
@@ -165,5 +165,5 @@ async def consumer(
     }
     options.update(overrides)
     client = AIOKafkaConsumer(**client_options(settings), **options)
-    async with _started(client, settings, "start consumer"):
+    async with running_client(client, settings, "start consumer"):
         yield Consumer(client, settings)

@@ -14,7 +14,13 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata
 
-from hifi.kafka.clients import MAX_REQUEST_BYTES, Record, _started, client_options, kafka_errors
+from hifi.kafka.clients import (
+    MAX_REQUEST_BYTES,
+    Record,
+    client_options,
+    kafka_errors,
+    running_client,
+)
 from hifi.kafka.settings import KafkaSettings
 
 
@@ -106,5 +112,5 @@ async def producer(settings: KafkaSettings, **overrides: Any) -> AsyncIterator[P
     }
     options.update(overrides)
     client = AIOKafkaProducer(**client_options(settings), **options)
-    async with _started(client, settings, "start producer"):
+    async with running_client(client, settings, "start producer"):
         yield Producer(client, settings)

@@ -76,7 +76,7 @@ async def test_a_stop_interrupted_by_an_internal_cancellation_still_closes_the_c
     """aiokafka's consumer.stop() marks itself closed, then its coordinator's close can raise the
     cancellation of an internal task: the network client (its metadata task, its sockets) must be
     closed all the same, or it refreshes metadata for the life of the process."""
-    from hifi.kafka.clients import _stop
+    from hifi.kafka.clients import stop_client as _stop
 
     async with kafka.consumer(kafka_settings, group_id=f"{unique}.g") as consumer:
         client = consumer._client  # the aiokafka consumer under hifi's
