@@ -15,11 +15,7 @@ from aiokafka import TopicPartition
 from starlette.requests import Request
 
 from auditor import metrics
-from auditor.archive import (
-    Archive,
-    PendingFiles,
-    write_snapshot,
-)
+from auditor.archive import Archive, PendingFiles, write_snapshot
 from auditor.archive.read import find_ids
 from auditor.buckets import MINUTE_MS, Problem, Settled
 from auditor.entered import entered_columns

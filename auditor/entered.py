@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from operator import attrgetter
 
-from auditor.archive import (
-    EnteredColumns,
-)
+from auditor.archive import EnteredColumns
 from auditor.buckets import Problem, minute_of
 from auditor.ledger import Ledger
 from hifi.envelope import Parsed

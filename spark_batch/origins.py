@@ -150,13 +150,24 @@ def origins(
             _outcome_rows(outcomes, codes)
             .repartition(partitions, *ORIGIN)
             .groupBy(*ORIGIN, "fact_id", "code")
-            .agg(F.min(_MINUTE_OR_OUTCOME).alias(_MINUTE_OR_OUTCOME), F.min(_EVENT_OR_TAKEN).alias(_EVENT_OR_TAKEN))
+            .agg(
+                F.min(_MINUTE_OR_OUTCOME).alias(_MINUTE_OR_OUTCOME),
+                F.min(_EVENT_OR_TAKEN).alias(_EVENT_OR_TAKEN),
+            )
             .select(
-                *ORIGIN, "code", _MINUTE_OR_OUTCOME, _EVENT_OR_TAKEN, F.lit(None).cast("long").alias("kafka_ms")
+                *ORIGIN,
+                "code",
+                _MINUTE_OR_OUTCOME,
+                _EVENT_OR_TAKEN,
+                F.lit(None).cast("long").alias("kafka_ms"),
             )
         )
         rows = rows.unionByName(facts)
-    code, minute_or_outcome, event_or_taken = F.col("code"), F.col(_MINUTE_OR_OUTCOME), F.col(_EVENT_OR_TAKEN)
+    code, minute_or_outcome, event_or_taken = (
+        F.col("code"),
+        F.col(_MINUTE_OR_OUTCOME),
+        F.col(_EVENT_OR_TAKEN),
+    )
 
     def of(bit: int, column: Column) -> Column:
         return F.when(code.bitwiseAND(bit) != 0, column)
@@ -175,7 +186,9 @@ def origins(
             of(_ROW_DEAD, F.shiftright(code, _REASON_SHIFT).bitwiseAND(_REASON_MASK)),
             of(_ROW_DEAD, minute_or_outcome),
         ).alias("reason"),
-        F.max(F.when(code.bitwiseAND(_ROW_ENTERED) == 0, minute_or_outcome)).alias("last_outcome_ms"),
+        F.max(F.when(code.bitwiseAND(_ROW_ENTERED) == 0, minute_or_outcome)).alias(
+            "last_outcome_ms"
+        ),
     )
     return _fates(grouped)
 

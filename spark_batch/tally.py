@@ -6,9 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from auditor.buckets import MINUTE_MS
 from config.destination import Accounting
-from spark_batch.archive_input import (
-    SettingsVersion,
-)
+from spark_batch.archive_input import SettingsVersion
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

@@ -13,14 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from auditor.archive.layout import (
-    OUTCOME_RUNS,
-    ArchiveError,
-    Kind,
-    check_name,
-    partition_dir,
-    why,
-)
+from auditor.archive.layout import OUTCOME_RUNS, ArchiveError, Kind, check_name, partition_dir, why
 from auditor.archive.read import read_settings
 
 STALE_TEMP_S = 3600  # temporary files older than this are a crashed writer's, removed at start

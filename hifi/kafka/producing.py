@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import (
-    AsyncIterator,
-    Awaitable,
-    Sequence,
-)
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer

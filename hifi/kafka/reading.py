@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import (
-    AsyncGenerator,
-    AsyncIterator,
-    Mapping,
-    Sequence,
-)
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from aiokafka import TopicPartition
