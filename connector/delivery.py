@@ -159,7 +159,7 @@ class Deliverer:
         """`deliver`, except that it returns once the destination accepted the batch, with the
         broker's acknowledgement of the delivery's audit facts still to await (None: nothing
         is left). For a full batch the connector's unit gives its in-flight slot to the next
-        request meanwhile: under load a fact's acknowledgement took 6-8 ms."""
+        request meanwhile: under load a fact's acknowledgement takes milliseconds."""
         try:
             status = await self.send_with_retries(batch)
         except DestinationUnavailable as exc:
