@@ -18,9 +18,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from auditor.client import AuditorTables
-    from config.catalog import Destination
+    from config.destination import Destination
     from hifi.check import CheckReport
-    from hifi.kafka_settings import KafkaSettings
+    from hifi.kafka.settings import KafkaSettings
 
 PROG = "auditor"
 ARCHIVE_ENV_VAR = "HIFI_ARCHIVE_DIR"
@@ -105,7 +105,7 @@ def _serve(
     from auditor.archive import Archive
     from auditor.daemon import Auditor
     from config.catalog import Catalog, default_catalog_dir
-    from hifi.kafka_settings import KafkaSettings
+    from hifi.kafka.settings import KafkaSettings
 
     catalog = Catalog(flags.catalog or default_catalog_dir(), for_delivery=False)
     destinations = catalog.load_named(dests)
@@ -291,8 +291,8 @@ def _from_auditor(
 def _from_archive(
     root: Path, dest: str, from_ms: int | None, to_ms: int | None, now_ms: int
 ) -> tuple[list[dict[str, Any]], int | None]:
-    from auditor.archive_read import read_minutes, read_settings
-    from auditor.ledger import MINUTE_MS
+    from auditor.archive.read import read_minutes, read_settings
+    from auditor.buckets import MINUTE_MS
     from auditor.tables import report_row
 
     if not root.is_dir():

@@ -24,252 +24,43 @@ histogram with 2 % wide bins.
 
 from __future__ import annotations
 
-import math
-from array import array
-from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
 from operator import sub
 from typing import Any
 
-import msgspec
 from pyroaring import BitMap
 
-from config.catalog import Accounting
+from auditor.buckets import (
+    LAG_MAX_MS,
+    MINUTE_MS,
+    Bucket,
+    Change,
+    Counts,
+    Lags,
+    Outcomes,
+    Partition,
+    Problem,
+    Settled,
+    bucket_from,
+    bucket_state,
+    finalize,
+    judge,
+    lags_of,
+    lowest_offsets,
+    minute_of,
+    outcomes_from,
+    outcomes_state,
+    tally,
+)
+from config.destination import Accounting
 from hifi.audit import Fact
 from hifi.vocabulary import Outcome
 
-MINUTE_MS = 60_000
 # An event time further ahead of the record's Kafka timestamp than this is a clock problem.
 FUTURE_TOLERANCE_MS = 60_000
-LATE_RATIO_MAX = 0.05  # a final minute with more undelivered (waiting) events than this is late
-_LAG_MAX_MS = 2**31 - 1
-_HIST_GROWTH = 1.02  # bin width of the approximate histograms
-_HIST_BINS = int(math.log(86_400_000) / math.log(_HIST_GROWTH)) + 2  # 1 ms .. 1 day
 MAX_MISSING_IDS = 1000  # ids of missing events named per final minute (live and in the reconciliation)
-SEEN_FACTS_KEEP_MS = (
-    30 * MINUTE_MS
-)  # a repeated fact comes within minutes (a producer retry, a crash)
-
-Partition = tuple[str, int]
-
-
-class Problem(StrEnum):
-    """Why an entered record is odd (counted per destination; the `problem` of its archive row)."""
-
-    #: not one JSON object of UTF-8 text; accounted by origin, the connector dead-letters it
-    MALFORMED = "malformed"
-    #: larger than `max_batch_bytes`; the connector dead-letters it
-    TOO_LARGE = "too_large"
-    #: no readable id: accounted by origin
-    NO_ID = "no_id"
-    #: event time more than a minute ahead of the Kafka timestamp: bucketed by the Kafka timestamp
-    TIME_FUTURE = "time_future"
-    #: event time in a minute already final: bucketed by the Kafka timestamp
-    TIME_PAST = "time_past"
-
-
-def minute_of(epoch_ms: int) -> int:
-    return epoch_ms - epoch_ms % MINUTE_MS
-
-
-def rank_of(pct: int, n: int) -> int:
-    """The nearest rank of the `pct` percentile among `n` values, 1-based: ceil(pct * n / 100),
-    in integers (no float rounding), at least 1. Spark's and DuckDB's checks use the same rule."""
-    return max(1, -(-pct * n // 100))
-
-
-def nearest_rank(sorted_values: array[int] | list[int], pct: int) -> int | None:
-    """The `pct` percentile by nearest rank: the smallest value with at least pct % at or below."""
-    n = len(sorted_values)
-    if n == 0:
-        return None
-    return int(sorted_values[rank_of(pct, n) - 1])
-
-
-def nearest_rank_counted(counted: list[tuple[int, int]], pct: int) -> int | None:
-    """`nearest_rank` over (value, how many) pairs sorted by value: the same answer as over the
-    values one by one."""
-    total = sum(count for _, count in counted)
-    if total == 0:
-        return None
-    rank = rank_of(pct, total)
-    seen = 0
-    for value, count in counted:
-        seen += count
-        if seen >= rank:
-            return value
-    return None
-
-
-def _bin(value_ms: int) -> int:
-    return 0 if value_ms < 1 else min(_HIST_BINS - 1, 1 + int(math.log(value_ms, _HIST_GROWTH)))
-
-
-class LogHistogram:
-    """Counts of milliseconds in log-spaced bins; percentiles within 2 %."""
-
-    __slots__ = ("counts",)
-
-    def __init__(self, counts: array[int] | None = None) -> None:
-        self.counts = counts if counts is not None else array("q", bytes(8 * _HIST_BINS))
-
-    def add(self, value_ms: int) -> None:
-        self.counts[_bin(value_ms)] += 1
-
-    def add_many(self, values_ms: Iterable[int]) -> None:
-        """Add values, one logarithm per distinct value (a fact's events share a few)."""
-        counts = self.counts
-        for value_ms, n in Counter(values_ms).items():
-            counts[_bin(value_ms)] += n
-
-    def percentile(self, pct: float) -> int | None:
-        total = sum(self.counts)
-        if total == 0:
-            return None
-        rank = max(1, math.ceil(pct / 100 * total))
-        seen = 0
-        for index, count in enumerate(self.counts):
-            seen += count
-            if seen >= rank:
-                return 0 if index == 0 else round(_HIST_GROWTH ** (index - 0.5))
-        return None
-
-
-@dataclass(slots=True)
-class Counts:
-    """A bucket's table row, counted."""
-
-    entered: int = 0
-    delivered: int = 0
-    dead_lettered_by_reason: dict[str, int] = field(default_factory=dict)
-    filtered: int = 0
-    in_retry: int = 0
-    missing: int = 0
-
-    @property
-    def dead_lettered(self) -> int:
-        return sum(self.dead_lettered_by_reason.values())
-
-
-def judge(
-    counts: Counts, lag_p95_ms: int | None, on_time: int, settings: Accounting
-) -> tuple[bool, str | None]:
-    """Whether a final minute was up, and if not why (`loss` or `lag`): no event missing, p95
-    end-to-end lag within `lag_sla_s`, and at most 5 % of its events (dead letters and filtered
-    ones aside) late: waiting when it became final, or delivered after (`on_time` counts the
-    first deliveries at most `settle_s` after the minute ended). The reconciliation judges
-    with this too."""
-    if counts.missing:
-        return False, "loss"
-    undelivered = counts.entered - counts.dead_lettered - counts.filtered
-    late = max(counts.in_retry + counts.missing, undelivered - on_time)
-    late_ratio = late / undelivered if undelivered > 0 else 0.0
-    if (lag_p95_ms is not None and lag_p95_ms > settings.lag_sla_s * 1000) or (
-        late_ratio > LATE_RATIO_MAX
-    ):
-        return False, "lag"
-    return True, None
-
-
-@dataclass(slots=True)
-class Lags:
-    """A bucket's lag figures in milliseconds; None when nothing was delivered."""
-
-    p50_ms: int | None = None
-    p95_ms: int | None = None
-    p99_ms: int | None = None
-    lag_in_p95_ms: int | None = None
-    process_p95_ms: int | None = None
-
-
-class Outcomes:
-    """What the facts say of the events of one origin partition, by offset."""
-
-    __slots__ = ("dead", "dead_by_reason", "delivered", "filtered", "handed")
-
-    def __init__(self) -> None:
-        self.delivered = BitMap()
-        self.dead = BitMap()
-        self.dead_by_reason: dict[str, BitMap] = {}
-        self.filtered = BitMap()
-        self.handed = BitMap()  # handed off to the retrier (or re-offered by it) at least once
-
-    def resolved(self) -> BitMap:
-        return self.delivered | self.dead | self.filtered
-
-    def forget(self, offsets: BitMap) -> None:
-        for bitmap in (self.delivered, self.dead, self.filtered, self.handed):
-            bitmap.difference_update(offsets)
-        for bitmap in self.dead_by_reason.values():
-            bitmap.difference_update(offsets)
-
-    def forget_below(self, offset: int) -> None:
-        """Drop what no bucket can ask about any more: offsets below every remaining bucket's."""
-        if offset <= 0:
-            return
-        for bitmap in (self.delivered, self.dead, self.filtered, self.handed):
-            bitmap.remove_range(0, offset)
-        for bitmap in self.dead_by_reason.values():
-            bitmap.remove_range(0, offset)
-
-    def is_empty(self) -> bool:
-        return not (self.delivered or self.dead or self.filtered or self.handed)
-
-
-@dataclass(slots=True)
-class Bucket:
-    """One destination minute (UTC, by event time)."""
-
-    minute_ms: int
-    entered: dict[Partition, BitMap] = field(default_factory=dict)
-    problems: Counter[str] = field(default_factory=Counter)
-    # end-to-end lag of the first deliveries, as ms -> how many: exact percentiles for a few
-    # bytes per distinct value instead of 4 per event
-    lags_ms: dict[int, int] = field(default_factory=dict)
-    lag_in: LogHistogram = field(default_factory=LogHistogram)
-    process: LogHistogram = field(default_factory=LogHistogram)
-    duplicates: int = 0
-    on_time: int = 0  # first deliveries at most settle_s after the minute ended
-    final: bool = False
-    # once final
-    counts: Counts | None = None
-    lags: Lags | None = None
-    waiting: dict[Partition, BitMap] = field(default_factory=dict)  # no final outcome yet
-    retrying: dict[Partition, BitMap] = field(default_factory=dict)  # waiting, handed off
-    up: bool | None = None
-    down_reason: str | None = None  # "loss" or "lag" (late events are lag)
-    missing_ids: list[str] | None = None  # resolved from the archive, when any are missing
-
-    @property
-    def end_ms(self) -> int:
-        return self.minute_ms + MINUTE_MS
-
-    def entered_count(self) -> int:
-        return sum(len(bitmap) for bitmap in self.entered.values())
-
-    def waiting_count(self) -> int:
-        return sum(len(bitmap) for bitmap in self.waiting.values())
-
-
-@dataclass(slots=True)
-class Settled:
-    """A bucket that became final in one `advance()`, with what it means for alarms and metrics."""
-
-    bucket: Bucket
-    loss_ratio: float
-    alarm: bool
-
-
-@dataclass(slots=True)
-class Change:
-    """Counts a late outcome moved in a final bucket (for the metrics' counters)."""
-
-    minute_ms: int
-    delivered: int = 0
-    dead_lettered: int = 0
-    filtered: int = 0
+# A repeated fact comes within minutes (a producer retry, a crash).
+SEEN_FACTS_KEEP_MS = 30 * MINUTE_MS
 
 
 class Ledger:
@@ -412,7 +203,7 @@ class Ledger:
             bucket.on_time += 1
             if taken and event_ms > taken + FUTURE_TOLERANCE_MS:
                 continue  # a clock problem: no lag to speak of
-            lag_ms = min(_LAG_MAX_MS, max(0, done_ms - event_ms))
+            lag_ms = min(LAG_MAX_MS, max(0, done_ms - event_ms))
             lags = bucket.lags_ms
             lags[lag_ms] = lags.get(lag_ms, 0) + 1
             if taken:
@@ -438,13 +229,7 @@ class Ledger:
         bucket = self._lag_bucket(minute, self.closed_before_ms, done_ms)
         if bucket is None or done_ms > bucket.end_ms + round(self.settings.settle_s * 1000):
             return False
-        bucket.on_time += len(event_times_ms)
-        lags = bucket.lags_ms
-        for lag_ms, count in Counter(map(done_ms.__sub__, event_times_ms)).items():
-            lag_ms = min(_LAG_MAX_MS, max(0, lag_ms))
-            lags[lag_ms] = lags.get(lag_ms, 0) + count
-        bucket.lag_in.add_many(map(sub, taken_ms, event_times_ms))
-        bucket.process.add_many(map(done_ms.__sub__, taken_ms))
+        bucket.add_on_time(event_times_ms, taken_ms, done_ms)
         return True
 
     def _lag_bucket(self, minute_ms: int, closed_before_ms: int, done_ms: int) -> Bucket | None:
@@ -492,48 +277,6 @@ class Ledger:
 
     # --- counting ------------------------------------------------------------------------
 
-    def tally(self, bucket: Bucket) -> Counts:
-        """The bucket's counts now: final ones as kept, provisional ones from the bitmaps."""
-        if bucket.counts is not None:
-            return bucket.counts
-        counts = Counts()
-        by_reason: Counter[str] = Counter()
-        for tp, entered in bucket.entered.items():
-            n = len(entered)
-            counts.entered += n
-            known = self.outcomes.get(tp)
-            if known is None:
-                counts.missing += n
-                continue
-            delivered = entered & known.delivered
-            dead = (entered & known.dead) - delivered
-            taken = BitMap(delivered)
-            for reason, bitmap in known.dead_by_reason.items():
-                mine = (dead & bitmap) - taken
-                if mine:
-                    by_reason[reason] += len(mine)
-                    taken |= mine
-            filtered = (entered & known.filtered) - delivered - dead
-            retrying = (entered & known.handed) - delivered - dead - filtered
-            counts.delivered += len(delivered)
-            counts.filtered += len(filtered)
-            counts.in_retry += len(retrying)
-            counts.missing += n - len(delivered) - len(dead) - len(filtered) - len(retrying)
-        counts.dead_lettered_by_reason = dict(by_reason)
-        return counts
-
-    def lags(self, bucket: Bucket) -> Lags:
-        if bucket.lags is not None:
-            return bucket.lags
-        counted = sorted(bucket.lags_ms.items())
-        return Lags(
-            nearest_rank_counted(counted, 50),
-            nearest_rank_counted(counted, 95),
-            nearest_rank_counted(counted, 99),
-            bucket.lag_in.percentile(95),
-            bucket.process.percentile(95),
-        )
-
     # --- settling ------------------------------------------------------------------------
 
     def advance(self, progress_ms: int) -> list[Settled]:
@@ -555,25 +298,15 @@ class Ledger:
         self._age_out(progress_ms)
         return settled
 
+    def tally(self, bucket: Bucket) -> Counts:
+        """The bucket's counts now: final ones as kept, provisional ones from the bitmaps."""
+        return tally(bucket, self.outcomes)
+
+    def lags(self, bucket: Bucket) -> Lags:
+        return lags_of(bucket)
+
     def _settle(self, bucket: Bucket) -> Settled:
-        counts = self.tally(bucket)
-        lags = self.lags(bucket)
-        for tp, entered in bucket.entered.items():
-            known = self.outcomes.get(tp)
-            if known is None:
-                bucket.waiting[tp] = BitMap(entered)
-                continue
-            waiting = entered - known.resolved()
-            if waiting:
-                bucket.waiting[tp] = waiting
-                retrying = waiting & known.handed
-                if retrying:
-                    bucket.retrying[tp] = retrying
-            known.forget(entered - waiting)
-        bucket.counts, bucket.lags, bucket.final = counts, lags, True
-        bucket.entered = {}
-        bucket.lags_ms = {}
-        bucket.lag_in = bucket.process = LogHistogram()
+        counts, lags = finalize(bucket, self.outcomes)
         settings = self.settings
         loss_ratio = counts.missing / counts.entered if counts.entered else 0.0
         bucket.up, bucket.down_reason = judge(counts, lags.p95_ms, bucket.on_time, settings)
@@ -600,23 +333,12 @@ class Ledger:
             stale.append(fact_id)
         for fact_id in stale:
             del self.seen_facts[fact_id]
-        lowest = self._lowest_offsets()
+        lowest = lowest_offsets(self.buckets.values())
         for tp, known in list(self.outcomes.items()):
             if tp in lowest:
                 known.forget_below(lowest[tp])
             elif known.is_empty():
                 del self.outcomes[tp]
-
-    def _lowest_offsets(self) -> dict[Partition, int]:
-        """Per partition, the lowest offset any bucket still holds one by one."""
-        lowest: dict[Partition, int] = {}
-        for bucket in self.buckets.values():
-            for bitmaps in (bucket.entered, bucket.waiting):
-                for tp, bitmap in bitmaps.items():
-                    if bitmap:
-                        low = bitmap.min()
-                        lowest[tp] = min(low, lowest.get(tp, low))
-        return lowest
 
     # --- reading ------------------------------------------------------------------------
 
@@ -657,9 +379,9 @@ class Ledger:
             "down_minutes": [[m, r] for m, r in self.down_minutes.items()],
             "seen_facts": [[k, v] for k, v in self.seen_facts.items()],
             "outcomes": [
-                [tp[0], tp[1], _outcomes_state(known)] for tp, known in self.outcomes.items()
+                [tp[0], tp[1], outcomes_state(known)] for tp, known in self.outcomes.items()
             ],
-            "buckets": [_bucket_state(b) for b in self.buckets.values()],
+            "buckets": [bucket_state(b) for b in self.buckets.values()],
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -668,84 +390,10 @@ class Ledger:
         self.last_final_ms = state["last_final_ms"]
         self.down_minutes = {int(m): str(r) for m, r in state["down_minutes"]}
         self.seen_facts = {str(k): int(v) for k, v in state["seen_facts"]}
-        self.outcomes = {(t, int(p)): _outcomes_from(s) for t, p, s in state["outcomes"]}
+        self.outcomes = {(t, int(p)): outcomes_from(s) for t, p, s in state["outcomes"]}
         self.buckets = {}
         for raw in state["buckets"]:
-            bucket = _bucket_from(raw)
+            bucket = bucket_from(raw)
             self.buckets[bucket.minute_ms] = bucket
 
 
-def _bitmaps(bitmaps: Mapping[Partition, BitMap]) -> list[list[Any]]:
-    return [[tp[0], tp[1], bitmap.serialize()] for tp, bitmap in bitmaps.items()]
-
-
-def _bitmaps_from(raw: Iterable[list[Any]]) -> dict[Partition, BitMap]:
-    return {(t, int(p)): BitMap.deserialize(data) for t, p, data in raw}
-
-
-def _outcomes_state(known: Outcomes) -> dict[str, Any]:
-    return {
-        "delivered": known.delivered.serialize(),
-        "dead": known.dead.serialize(),
-        "filtered": known.filtered.serialize(),
-        "handed": known.handed.serialize(),
-        "dead_by_reason": {r: b.serialize() for r, b in known.dead_by_reason.items()},
-    }
-
-
-def _outcomes_from(raw: Mapping[str, Any]) -> Outcomes:
-    known = Outcomes()
-    known.delivered = BitMap.deserialize(raw["delivered"])
-    known.dead = BitMap.deserialize(raw["dead"])
-    known.filtered = BitMap.deserialize(raw["filtered"])
-    known.handed = BitMap.deserialize(raw["handed"])
-    known.dead_by_reason = {r: BitMap.deserialize(b) for r, b in raw["dead_by_reason"].items()}
-    return known
-
-
-def _bucket_state(bucket: Bucket) -> dict[str, Any]:
-    return {
-        "minute_ms": bucket.minute_ms,
-        "entered": _bitmaps(bucket.entered),
-        "problems": dict(bucket.problems),
-        "lags_ms": list(bucket.lags_ms.items()),
-        "lag_in": memoryview(bucket.lag_in.counts).cast("B"),
-        "process": memoryview(bucket.process.counts).cast("B"),
-        "duplicates": bucket.duplicates,
-        "on_time": bucket.on_time,
-        "final": bucket.final,
-        "counts": None if bucket.counts is None else msgspec.to_builtins(bucket.counts),
-        "lags": None if bucket.lags is None else msgspec.to_builtins(bucket.lags),
-        "waiting": _bitmaps(bucket.waiting),
-        "retrying": _bitmaps(bucket.retrying),
-        "up": bucket.up,
-        "down_reason": bucket.down_reason,
-        "missing_ids": bucket.missing_ids,
-    }
-
-
-def _bucket_from(raw: Mapping[str, Any]) -> Bucket:
-    lags_ms = {int(value): int(count) for value, count in raw["lags_ms"]}
-    lag_in, process = array("q"), array("q")
-    lag_in.frombytes(raw["lag_in"])
-    process.frombytes(raw["process"])
-    counts = raw["counts"]
-    lags = raw["lags"]
-    return Bucket(
-        minute_ms=int(raw["minute_ms"]),
-        entered=_bitmaps_from(raw["entered"]),
-        problems=Counter(raw["problems"]),
-        lags_ms=lags_ms,
-        lag_in=LogHistogram(lag_in),
-        process=LogHistogram(process),
-        duplicates=int(raw["duplicates"]),
-        on_time=int(raw["on_time"]),
-        final=bool(raw["final"]),
-        counts=None if counts is None else msgspec.convert(counts, Counts),
-        lags=None if lags is None else msgspec.convert(lags, Lags),
-        waiting=_bitmaps_from(raw["waiting"]),
-        retrying=_bitmaps_from(raw["retrying"]),
-        up=raw["up"],
-        down_reason=raw["down_reason"],
-        missing_ids=raw["missing_ids"],
-    )

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from hifi.vocabulary import Outcome
+
+# The `kind` label of `EVENTS`: what entered, the outcomes the auditor counts, what is missing.
+ENTERED, MISSING = "entered", "missing"
+EVENT_KINDS = (ENTERED, Outcome.DELIVERED, Outcome.DEAD_LETTERED, Outcome.FILTERED, MISSING)
+
 EVENTS = Counter(
     "hifi_auditor_events",
     "Events of final minutes, by what became of them when the minute settled (kind: entered,"
@@ -79,7 +85,7 @@ ARCHIVE_WRITE = Histogram(
 
 def create_series(dest: str) -> None:
     """Every per-destination series at 0, so dashboards and alerts see it from the start."""
-    for kind in ("entered", "delivered", "dead_lettered", "filtered", "missing"):
+    for kind in EVENT_KINDS:
         EVENTS.labels(dest, kind)
     LOSS_ALARMS.labels(dest)
     LOSS_ALARM.labels(dest).set(0)

@@ -13,7 +13,8 @@ from typing import Any
 
 from rich.table import Table
 
-from auditor.ledger import MINUTE_MS, Bucket, Ledger
+from auditor.buckets import MINUTE_MS, Bucket
+from auditor.ledger import Ledger
 
 DAY_MINUTES = 1440
 

@@ -49,9 +49,10 @@ from bench import auditor_load, load, machine, phases
 from bench.auditor_process import AuditorProcess, write_catalog
 from bench.auditor_watch import Drain, Watch
 from devstack.broker import LocalBroker
-from hifi import kafka, kafka_admin
+from hifi import kafka
 from hifi.audit import AUDIT_RETENTION_MS, DEFAULT_AUDIT_TOPIC
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from hifi.logging import configure_logging
 
 RESULTS_DIR = Path(__file__).parent / "results"

@@ -23,7 +23,7 @@ from aiokafka import AIOKafkaProducer
 
 from hifi import kafka
 from hifi.audit import FORMAT_MAJOR, FORMAT_MINOR, HDR_FORMAT, Seen, build_facts, encode_fact
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 from hifi.vocabulary import Outcome
 
 EVENT_BYTES = 200

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from config.catalog import Destination
+from config.destination import Destination
 
 DEST = "bench"
 

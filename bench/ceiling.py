@@ -9,7 +9,7 @@ from aiokafka import TopicPartition
 from bench.catalog import bench_destination
 from connector.intake import consumer_options, intake_limit
 from hifi import kafka
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 
 _POLL_TIMEOUT_MS = 200
 _COMMIT_INTERVAL_S = 1.0  # the connector's default commit_interval_s

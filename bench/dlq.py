@@ -44,8 +44,8 @@ from config.topics import ensure_destination_topics
 from devstack.broker import LocalBroker
 from devstack.ports import free_port
 from hifi import kafka
-from hifi.envelope import header_map
-from hifi.kafka_settings import KafkaSettings
+from hifi.headers import header_map
+from hifi.kafka.settings import KafkaSettings
 
 DEST = "benchdlq"
 TIER_DELAY_S = 2.0

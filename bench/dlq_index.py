@@ -36,7 +36,7 @@ from aiokafka.structs import ConsumerRecord
 from bench.measure import read_peak_rss_kb
 from hifi import redaction
 from hifi.vocabulary import Reason
-from retrier.dlq_index import DeadLetterIndex, LetterFilter
+from retrier.dlq.index import DeadLetterIndex, LetterFilter
 
 TOPIC = "bench.dlq"
 PARTITIONS = 4

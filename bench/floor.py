@@ -19,9 +19,10 @@ import orjson
 from aiokafka import TopicPartition
 
 from bench.catalog import bench_destination
-from connector.intake import consumer_options, intake_limit, parse
+from config.parsing import parse
+from connector.intake import consumer_options, intake_limit
 from hifi import kafka
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 
 READY_LINE = "floor consumer ready"
 _POLL_TIMEOUT_MS = 200

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaProducer
 
 from hifi import kafka
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 
 EVENT_BYTES = 1024
 _TICK_S = 0.01  # the paced producer sends what is due every 10 ms

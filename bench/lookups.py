@@ -34,8 +34,8 @@ from bench.catalog import DEST
 from bench.report import Row, render_table, say
 from devstack.broker import LocalBroker
 from devstack.redis import RedisServer
-from hifi import kafka_admin
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from hifi.logging import configure_logging
 from tenants.keys import tenants_key
 

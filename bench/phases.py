@@ -14,8 +14,8 @@ from bench.measure import LagSummary, Probe, delivery_rate, summarize_lag
 from bench.receipts import DeliveriesTail
 from bench.report import Row, say
 from devstack.broker import LocalBroker
-from hifi import kafka_admin
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 
 LAG_LIMIT_MS = 1000.0  # a probe holds when its p95 end-to-end lag is under this
 _DRAIN_POLL_S = 0.25

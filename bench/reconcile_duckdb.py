@@ -13,7 +13,7 @@ independently in SQL, the way a person checking the figures by hand would write 
 - one left join of the two, the status by the auditor's precedence (delivered, dead-lettered,
   filtered, in retry, missing), lags as Spark computes them;
 - per destination and minute: counts, `on_time` against the `settle_s` in force (an ASOF join
-  on the archived settings versions, read by `auditor.archive_read`), and the exact
+  on the archived settings versions, read by `auditor.archive.read`), and the exact
   nearest-rank percentiles as `quantile_disc` (DuckDB's discrete quantile is the nearest rank:
   the smallest value with at least p % of the values at or below it).
 
@@ -32,13 +32,14 @@ from typing import Any
 
 import duckdb
 
-from auditor.archive_layout import Kind
-from auditor.archive_read import read_settings
-from auditor.ledger import MINUTE_MS
-from config.catalog import Accounting
+from auditor.archive.layout import Kind
+from auditor.archive.read import read_settings
+from auditor.buckets import MINUTE_MS
+from config.destination import Accounting
 from hifi.vocabulary import Outcome
 from spark_batch.archive_input import SettingsVersion, Window
-from spark_batch.reconcile import FUTURE_TOLERANCE_MS, LAG_MAX_MS, Reconciled, finish
+from spark_batch.origins import FUTURE_TOLERANCE_MS, LAG_MAX_MS
+from spark_batch.reconcile import Reconciled, finish
 
 _DELIVERED = f"outcome = '{Outcome.DELIVERED}'"
 _DEAD = f"outcome = '{Outcome.DEAD_LETTERED}'"

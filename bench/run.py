@@ -34,8 +34,8 @@ from bench.measure import Probe, next_probe_rate, scale_rating
 from bench.phases import LAG_LIMIT_MS, measured_probe
 from bench.report import Row, render_table, say
 from devstack.broker import LocalBroker
-from hifi import kafka_admin
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from hifi.logging import configure_logging
 
 RESULTS_DIR = Path(__file__).parent / "results"

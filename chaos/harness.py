@@ -19,7 +19,7 @@ from devstack.destination import TestDestination
 from devstack.ports import free_port
 from devstack.tcp_proxy import TcpProxy
 from hifi import kafka
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 
 _RESTART_DELAY_S = 0.5
 

@@ -17,8 +17,9 @@ from chaos.accounting import Account, settle
 from chaos.harness import Daemon, Stage, now_ms
 from devstack.destination import Reply
 from devstack.ports import free_port
-from hifi import kafka, kafka_admin
+from hifi import kafka
 from hifi.audit import AUDIT_TOPIC_ENV_VAR
+from hifi.kafka import admin as kafka_admin
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Configuration: the destination catalog (one TOML file per destination) and process settings from the environment."""
 
-from config.catalog import Catalog, Destination, default_catalog_dir
-from hifi.kafka_settings import KafkaSettings
+from config.catalog import Catalog, default_catalog_dir
+from config.destination import Destination
+from hifi.kafka.settings import KafkaSettings
 
 __all__ = ["Catalog", "Destination", "KafkaSettings", "default_catalog_dir"]

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from config.catalog import Destination
-from hifi import audit, kafka_admin
-from hifi.kafka_settings import KafkaSettings
+from config.destination import Destination
+from hifi import audit
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 
 
 def retention_wanted(dest: Destination, tier_topics: Sequence[str] = ()) -> dict[str, int]:

@@ -3,7 +3,7 @@
 Each partition is read from the first record at or after FROM (`connector.positions`) up to the
 first record at or after TO, or up to the end offset it had when the backfill began. Selected
 records are written to NAME.retry_out with their key and value unchanged and the headers of a
-fresh re-offer (`hifi.envelope.reoffer_headers`): the running connector delivers them as it
+fresh re-offer (`hifi.headers.reoffer_headers`): the running connector delivers them as it
 delivers a retried event, with their original ids and origins. Writes are acknowledged
 (acks=all) chunk by chunk, and the checkpoint (`connector.checkpoint`) is written only after
 the broker acknowledged everything before it: at least every 10,000 records scanned or
@@ -26,7 +26,7 @@ from typing import Any
 import structlog
 from aiokafka import TopicPartition
 
-from config.catalog import Destination
+from config.destination import Destination
 from config.topics import ensure_destination_topics
 from connector import checkpoint as checkpoints
 from connector import positions
@@ -36,9 +36,9 @@ from connector.selection import Selection
 from connector.views import ShowProgress
 from hifi import kafka
 from hifi.cli import parse_time
-from hifi.envelope import reoffer_headers
 from hifi.errors import BrokerUnavailable, ConfigError, HifiError
-from hifi.kafka_settings import KafkaSettings
+from hifi.headers import reoffer_headers
+from hifi.kafka.settings import KafkaSettings
 
 log = structlog.get_logger(__name__)
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import httpx
 
-from config.catalog import Destination
+from config.destination import Destination
 from config.topics import audit_line, audit_retention_wanted, retention_wanted
 from connector.delivery import http_client
-from hifi import redis_hash
 from hifi.check import CheckReport, probe_kafka
 from hifi.errors import EntryRefused, HifiError
-from hifi.kafka_settings import KafkaSettings
-from hifi.redis_hash import RedisSettings
+from hifi.kafka.settings import KafkaSettings
+from hifi.lookup_cache import redis_hash
+from hifi.lookup_cache.redis_hash import RedisSettings
 from tenants.keys import tenants_key
 from tenants.lookups import RouteDecoder
 

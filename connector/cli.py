@@ -13,9 +13,9 @@ from hifi.cli_options import DaemonFlags, catalog_option, daemon_options, versio
 from hifi.errors import CommandFailed, ConfigError, HifiError
 
 if TYPE_CHECKING:
-    from config.catalog import Destination
+    from config.destination import Destination
     from connector.backfill import BackfillRequest, BackfillResult
-    from hifi.kafka_settings import KafkaSettings
+    from hifi.kafka.settings import KafkaSettings
 
 PROG = "connector"
 MAX_RATE_PER_S = 1_000_000.0  # as connector.pacing.MAX_RATE_PER_S, the highest --rate
@@ -59,8 +59,8 @@ def _serve(name: str, flags: DaemonFlags) -> None:
     from config.catalog import Catalog, default_catalog_dir
     from connector.check import check
     from connector.daemon import Connector
-    from hifi.kafka_settings import KafkaSettings
-    from hifi.redis_hash import RedisSettings
+    from hifi.kafka.settings import KafkaSettings
+    from hifi.lookup_cache.redis_hash import RedisSettings
 
     destination = Catalog(flags.catalog or default_catalog_dir()).load(name)
     settings = KafkaSettings.from_env()
@@ -335,7 +335,7 @@ def _configured(catalog_dir: Path | None, name: str) -> tuple[Destination, Kafka
     """The destination (without its HTTP secrets, which rewind and backfill never use) and the
     Kafka settings; a bad one is a `ConfigError`."""
     from config.catalog import Catalog, default_catalog_dir
-    from hifi.kafka_settings import KafkaSettings
+    from hifi.kafka.settings import KafkaSettings
 
     destination = Catalog(catalog_dir or default_catalog_dir(), for_delivery=False).load(name)
     return destination, KafkaSettings.from_env()

@@ -15,35 +15,38 @@ import httpx
 import structlog
 from aiokafka import TopicPartition
 
-from config.catalog import Destination
+from config.destination import Destination
+from config.parsing import parse
 from config.topics import ensure_destination_topics
 from connector import metrics, status
 from connector.delivery import Deliverer, http_client
 from connector.divert import Diversion, Diverter, Unreadable
-from connector.intake import BUFFER_WINDOWS, consumer_options, intake_limit, parse
+from connector.intake import BUFFER_WINDOWS, consumer_options, intake_limit
 from connector.rebatch import Batch, Pending, PendingEvents, offsets_of
-from hifi import audit, kafka, kafka_admin, redis_hash
-from hifi.kafka_settings import KafkaSettings
+from connector.tenant_queues import TenantPending
+from hifi import audit, kafka
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
+from hifi.lookup_cache import redis_hash
+from hifi.lookup_cache.redis_hash import RedisSettings
+from hifi.lookup_cache.refresh_ahead import RefreshAheadCache
 from hifi.ops_http import DEFAULT_HOST, OpsServer
 from hifi.redaction import short_error
-from hifi.redis_hash import RedisSettings
-from hifi.refresh_ahead import RefreshAheadCache
 from hifi.vocabulary import Outcome, Reason
 from hifi.worker import PartitionHandler, PartitionWorker, Work, WorkerOptions
 from tenants.keys import tenants_key
 from tenants.lookups import snapshot_path as tenant_snapshot_path
 from tenants.lookups import tenant_cache
 from tenants.route import Route
-from tenants.routing import TenantPending
 
 log = structlog.get_logger(__name__)
 
 _MALFORMED_PER_WORK = 500
 # Cyclic GC: a young-generation pass every 10,000 allocations instead of 700. At one Event, one
-# ConsumerRecord and their lists per record, the default ran ~1,000 passes per 300k events, with
-# pauses of up to ~100 ms; start-up objects are frozen out of every pass. Not higher: at 100,000
-# the reference cycles of failed attempts (exceptions holding frames that hold 500 KB bodies)
-# lived long enough to take the connector's peak RSS from ~150 MB to 680 MB under 1 % 503s.
+# ConsumerRecord and their lists per record, the default ran a pass every few hundred records,
+# with long pauses; start-up objects are frozen out of every pass. Not higher: at 100,000 the
+# reference cycles of failed attempts (exceptions holding frames that hold request bodies)
+# lived long enough to multiply the connector's peak RSS under a few 503s.
 _GC_GEN0_THRESHOLD = 10_000
 _event_time_of = attrgetter("event_time_ms")
 _PRODUCER_BATCH_BYTES = 1024 * 1024  # per partition
@@ -54,13 +57,11 @@ def _producer(settings: KafkaSettings) -> contextlib.AbstractAsyncContextManager
 
     Hand-offs, dead letters and a partial batch's audit facts are awaited inside a unit of work
     that holds an in-flight slot; a full batch's facts after the unit gave up its slot
-    (`_Delivery._deliver`, `hifi.worker.Work`). No linger: it only added its wait to each unit
-    (a fact's ack took 6 ms at 5 ms, 0.6 ms at 0 on Tansu, alone); the records of one write are
-    appended before the sender runs, so they are batched all the same. A linger of 2 or 5 ms
-    measured no better once facts no longer held a slot. Batches of up to 1 MiB: at aiokafka's
-    16 KiB a fact of 500 events (~16 KB) did not fit beside another, so the facts of concurrent
-    units waited for each other's sends (the audit trail then took ~30 % of the bench's
-    throughput, ~5 % with both changes).
+    (`_Delivery._deliver`, `hifi.worker.Work`). No linger: it only added its wait to each unit;
+    the records of one write are appended before the sender runs, so they are batched all the
+    same, and a linger measured no better once facts no longer held a slot. Batches of up to
+    1 MiB: at aiokafka's 16 KiB a fact of 500 events did not fit beside another, so the facts
+    of concurrent units waited for each other's sends (`docs/performance.md` has the figures).
     """
     return kafka.producer(settings, linger_ms=0, max_batch_size=_PRODUCER_BATCH_BYTES)
 
@@ -342,9 +343,8 @@ class _Delivery(PartitionHandler):
         """A request's unit of work. For a full batch it returns the acknowledgement of its
         audit facts, which the worker awaits after the unit gave up its slot: with a backlog
         the next request starts at once. A partial batch waits for it in its slot: the events
-        arriving meanwhile make the next batches larger (a tenant destination, whose batches
-        are cut per tenant, drained 400,000 Zipf events at 68-69k/s with 101 events per request
-        when every batch gave its slot up, and at 78-80k/s with 167 when none did)."""
+        arriving meanwhile make the next batches larger, which matters most to a tenant
+        destination, whose batches are cut per tenant."""
         self._in_flight.inc()
         self._in_flight_requests += 1
         try:

@@ -28,7 +28,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from config.catalog import Destination
+from config.destination import Destination
 from connector import metrics
 from connector.divert import Diverter
 from connector.rebatch import Batch, encode_values
@@ -108,8 +108,8 @@ def http_client(
         verify=verify,
         follow_redirects=dest.follow_redirects,
         # httpx's API over aiohttp's connection pool: httpcore's pool re-polls every idle socket
-        # and takes anyio locks on each request (encode/httpx#3215), about a third more CPU per
-        # request here (docs/performance.md).
+        # and takes anyio locks on each request (encode/httpx#3215): more CPU per request
+        # (docs/performance.md).
         transport=transport or AiohttpTransport(verify=verify, limits=limits),
         headers={"User-Agent": "hifi-connector"},
     )
@@ -159,7 +159,7 @@ class Deliverer:
         """`deliver`, except that it returns once the destination accepted the batch, with the
         broker's acknowledgement of the delivery's audit facts still to await (None: nothing
         is left). For a full batch the connector's unit gives its in-flight slot to the next
-        request meanwhile: under load a fact's acknowledgement took 6-8 ms."""
+        request meanwhile: under load a fact's acknowledgement takes milliseconds."""
         try:
             status = await self.send_with_retries(batch)
         except DestinationUnavailable as exc:

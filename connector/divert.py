@@ -10,18 +10,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from config.catalog import Destination
+from config.destination import Destination
 from connector import metrics
 from hifi.audit import AuditTrail, Seen
-from hifi.envelope import (
+from hifi.envelope import Event, KafkaRecord
+from hifi.headers import (
     HDR_ATTEMPT,
     HDR_DEST,
     HDR_ERROR,
     HDR_ORIGIN,
     HDR_REASON,
     HDR_VALUE_BYTES,
-    Event,
-    KafkaRecord,
     failure_headers,
     origin_of,
     origin_parts_of,

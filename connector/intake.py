@@ -1,16 +1,14 @@
-"""The connector's intake: how it fetches from Kafka, how much it takes in at most, how it reads a partition's records.
+"""The connector's intake: how it fetches from Kafka and how much it takes in at most.
 
-The bench's ceiling and floor read with exactly these, so they measure what the connector does.
+The bench's ceiling and floor read with exactly these, so they measure what the connector does;
+how a partition's records are parsed is `config.parsing` (the auditor parses by it too).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from aiokafka import TopicPartition
-
-from config.catalog import Destination
-from hifi.envelope import Parsed, parse_records
+from config.destination import Destination
 
 # How long the broker may hold a fetch that has no data yet. Kafka answers as soon as data arrives,
 # so this only paces idle polls; some brokers (Tansu) hold every fetch this long, which was the
@@ -31,18 +29,3 @@ def consumer_options(dest: Destination) -> dict[str, Any]:
 def intake_limit(dest: Destination) -> int:
     """Records taken in but not yet delivered, at most: two windows of `max_in_flight` batches."""
     return dest.max_in_flight * dest.max_batch_records * BUFFER_WINDOWS
-
-
-def parse(dest: Destination, tp: TopicPartition, records: list[Any], *, taken_ms: int) -> Parsed:
-    """The connector's intake of one partition's records, taken in at `taken_ms` (epoch ms; the
-    bench's floor parses with it too)."""
-    return parse_records(
-        tp,
-        records,
-        id_field=dest.id_field,
-        event_time_field=dest.event_time_field,
-        max_bytes=dest.max_batch_bytes,
-        taken_ms=taken_ms,
-        retried=tp.topic == dest.retry_out_topic,
-        tenant_field=None if dest.lookups is None else dest.lookups.tenant_field,
-    )

@@ -67,7 +67,7 @@ class PerEventHistogram:
     """A labelled histogram for per-event observations, exposed exactly like `Histogram`.
 
     `prometheus_client.Histogram.observe` takes a lock and scans the buckets for every value; at
-    one call per event that was ~15 % of the connector's CPU. This one bisects into plain
+    one call per event that is a visible share of the connector's CPU. This one bisects into plain
     counters (the connector observes from its event loop thread only) and builds the same
     `_bucket`, `_count`, `_sum` and `_created` samples when scraped.
     """

@@ -25,11 +25,11 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from config.catalog import Destination
+from config.destination import Destination
 from connector.intake import FETCH_MAX_WAIT_MS
 from hifi import kafka
 from hifi.errors import BrokerUnavailable, UnknownTopic
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 
 _PROBE_WAIT_MS = 200  # one fetch of a probe
 _PROBE_FETCHES = 50  # a probe that sees no record in this many fetches fails (10 s)

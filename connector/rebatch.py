@@ -89,7 +89,7 @@ def offsets_of(events: Iterable[Event]) -> dict[TopicPartition, list[int]]:
 
 class Pending(Protocol):
     """Events taken in, not yet in a request nor diverted: how the connector holds them
-    (`PendingEvents`; per tenant, `tenants.routing.TenantPending`)."""
+    (`PendingEvents`; per tenant, `connector.tenant_queues.TenantPending`)."""
 
     @property
     def size_bytes(self) -> int: ...
@@ -187,9 +187,9 @@ def encode_values(values: Iterable[bytes], body_format: str) -> tuple[bytes, str
         ]
         lines.append(b"")  # the last line's break, without copying the body again
         return (b"\n".join(lines) if len(lines) > 1 else b"\n"), "application/x-ndjson"
-    # One join, the brackets fused onto the first and last values: the body (~500 KB) is built
-    # in one copy. Joining the values, then the brackets around them, cost ~200 us per request
-    # against ~12 (two large allocations and copies instead of one).
+    # One join, the brackets fused onto the first and last values: the body is built in one
+    # copy (joining the values, then the brackets around them, takes two large allocations and
+    # copies instead of one).
     parts = list(values)
     if not parts:
         return b"[]", "application/json"

@@ -12,12 +12,13 @@ from dataclasses import dataclass
 
 from aiokafka import TopicPartition
 
-from config.catalog import Destination
+from config.destination import Destination
 from connector import positions
-from hifi import kafka, kafka_admin
+from hifi import kafka
 from hifi.errors import BrokerRefused, GroupActive
-from hifi.kafka_admin import GroupState
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.admin import GroupState
+from hifi.kafka.settings import KafkaSettings
 
 
 @dataclass(frozen=True, slots=True)

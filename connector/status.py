@@ -14,7 +14,7 @@ import structlog
 from aiokafka import TopicPartition
 from starlette.requests import Request
 
-from config.catalog import Destination
+from config.destination import Destination
 from connector import metrics
 from hifi.ops_http import JsonProvider, OpsServer
 from hifi.vocabulary import Outcome, Reason

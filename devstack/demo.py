@@ -35,9 +35,10 @@ from devstack.broker import LocalBroker
 from devstack.destination import Reply, TestDestination
 from devstack.ports import free_port
 from devstack.processes import start_daemon
-from hifi import kafka, kafka_admin
+from hifi import kafka
 from hifi.errors import HifiError
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 
 DEST = "demo"
 TOPIC = "demo.events"

@@ -9,8 +9,8 @@ import orjson
 from aiokafka import TopicPartition
 
 from hifi import kafka
-from hifi.envelope import HDR_ORIGIN, HDR_REASON, header_map
-from hifi.kafka_settings import KafkaSettings
+from hifi.headers import HDR_ORIGIN, HDR_REASON, header_map
+from hifi.kafka.settings import KafkaSettings
 
 
 async def produce(

@@ -14,10 +14,10 @@ from typing import NoReturn
 
 import click
 
-from hifi import kafka_admin
 from hifi.cli import EXIT_FAILURE, EXIT_USAGE
 from hifi.errors import ConfigError, HifiError
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from hifi.redaction import mask
 
 DAY_MS = 86_400_000

@@ -10,53 +10,25 @@ from datetime import datetime
 from typing import Any, Protocol
 
 import msgspec
-import orjson
 from aiokafka import TopicPartition
 
 from hifi.errors import MalformedRecord
+from hifi.headers import (
+    HDR_ATTEMPT,
+    HDR_FIRST_FAILURE_MS,
+    HDR_HISTORY,
+    Headers,
+    header_int,
+    header_map,
+    origin_of,
+    origin_parts_of,
+    passthrough_headers,
+)
 from hifi.vocabulary import Reason
 
-HDR_DEST = "hifi-dest"
-HDR_ATTEMPT = "hifi-attempt"
-HDR_FIRST_FAILURE_MS = "hifi-first-failure-ms"
-HDR_HANDOFF_MS = "hifi-handoff-ms"
-HDR_STATUS = "hifi-status"
-HDR_ERROR = "hifi-error"
-HDR_ORIGIN = "hifi-origin"
-HDR_REASON = "hifi-reason"
-HDR_HISTORY = "hifi-history"
-HDR_DUE_MS = "hifi-due-ms"  # set by the retrier: when a waiting event is due for re-offer
-HDR_VALUE_BYTES = "hifi-value-bytes"  # a letter cut to fit the DLQ: the size of the whole value
-HDR_EVENT_ID = "hifi-event-id"  # the event's own id, when it has one (for the retrier's facts)
-HDR_EVENT_TIME_MS = "hifi-event-time-ms"  # the event time the connector read (same)
-# set at a hand-off whose failure has a known cause (a `Reason` value, e.g. unknown_tenant): the
-# reason the retrier gives the dead letter when the tiers run out, instead of `expired`
-HDR_CAUSE = "hifi-cause"
-
-HIFI_HEADERS = frozenset(
-    {
-        HDR_DEST,
-        HDR_ATTEMPT,
-        HDR_FIRST_FAILURE_MS,
-        HDR_HANDOFF_MS,
-        HDR_STATUS,
-        HDR_ERROR,
-        HDR_ORIGIN,
-        HDR_REASON,
-        HDR_HISTORY,
-        HDR_DUE_MS,
-        HDR_VALUE_BYTES,
-        HDR_EVENT_ID,
-        HDR_EVENT_TIME_MS,
-        HDR_CAUSE,
-    }
-)
-MAX_HISTORY_ENTRIES = 25
 _JSON_ARRAY_OVERHEAD_BYTES = 2  # the brackets around a one-event json_array body
 MAX_EVENT_TIME_MS = 253_402_300_800_000  # 10000-01-01: a later or non-positive time is not a time
 _MAX_INT_ID = 10**38  # a numeric id beyond this (128 bits) is not an id
-
-Headers = list[tuple[str, bytes]]
 
 
 class KafkaRecord(Protocol):
@@ -71,32 +43,18 @@ class KafkaRecord(Protocol):
     headers: Any
 
 
-class Positioned(Protocol):
-    """Where a record sits, and its headers: what its origin is read from."""
-
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def headers(self) -> Any: ...
-
-
 class Event(msgspec.Struct, gc=False):
     """One record on its way to the destination.
 
     Intake sets only what every event needs (where it is, its bytes, its id and time) and keeps
     the record's key, headers and Kafka timestamp; what only a failure needs (origin, attempt
     count, history, the headers to pass on) is read from them when asked, so the common path
-    builds one small object per record. The aiokafka record itself is not kept: it is freed once its poll is
-    parsed, so a buffer of many events (a tenant destination holds up to 100,000) does not hold
-    their records too, and the next poll's records reuse its memory while it is still in the
-    CPU's cache (a tenant destination's drain went from 77-86k to 94-100k events/s,
-    `docs/performance.md`). Only a record that came back from the retrier (`retried`) carries
-    hifi's own `hifi-*` headers; on any other record they are a producer's, and are neither
-    believed nor passed on.
+    builds one small object per record. The aiokafka record itself is not kept: it is freed
+    once its poll is parsed, so a buffer of many events (a tenant destination holds up to
+    100,000) does not hold their records too, and the next poll's records reuse its memory
+    while it is still in the CPU's cache (the drain figures are in `docs/performance.md`).
+    Only a record that came back from the retrier (`retried`) carries hifi's own `hifi-*`
+    headers; on any other record they are a producer's, and are neither believed nor passed on.
     """
 
     tp: TopicPartition
@@ -173,42 +131,6 @@ class TenantEvent(Event):
     tenant: Any = None
 
 
-def header_map(headers: Any) -> dict[str, bytes]:
-    """aiokafka headers as a dict, last value winning."""
-    return {name: value for name, value in (headers or ()) if value is not None}
-
-
-def origin_of(record: Positioned, *, retried: bool) -> str:
-    """topic/partition/offset where the record's event first entered hifi (kept across retries:
-    a `retried` record carries it in `hifi-origin`)."""
-    if retried and record.headers:
-        origin = header_map(record.headers).get(HDR_ORIGIN)
-        if origin:
-            return origin.decode("utf-8", errors="replace")
-    return f"{record.topic}/{record.partition}/{record.offset}"
-
-
-def origin_parts_of(record: Positioned, *, retried: bool) -> tuple[str, int, int]:
-    """`origin_of` as (topic, partition, offset); an unreadable `hifi-origin` falls back to
-    the record's own position."""
-    if retried and record.headers:
-        parts = parse_origin(header_map(record.headers).get(HDR_ORIGIN))
-        if parts is not None:
-            return parts
-    return (record.topic, record.partition, record.offset)
-
-
-def parse_origin(raw: bytes | None) -> tuple[str, int, int] | None:
-    """(topic, partition, offset) from a `hifi-origin` value; None when it is not one."""
-    parts = raw.rsplit(b"/", 2) if raw else []
-    if len(parts) != 3 or not parts[0]:
-        return None
-    partition, offset = header_int(parts[1]), header_int(parts[2])
-    if partition is None or offset is None:
-        return None
-    return (parts[0].decode("utf-8", errors="replace"), partition, offset)
-
-
 @dataclass(slots=True)
 class Parsed:
     """What one partition's records became: events, and records that can never be events."""
@@ -239,7 +161,8 @@ def parse_records(
     UTF-8 text, but only the id and event-time fields are built as Python objects; the value
     itself is forwarded as it came. Whatever goes wrong reading one record (a parser error, a
     nesting too deep, an id too large to print) makes that record malformed, with the parser's
-    error: it never escapes, so one record can never stop a partition.
+    error: it never escapes, so one record can never stop a partition. It stays one function:
+    a helper called per record for the checks costs more than it would read better.
     """
     parsed = Parsed()
     malformed = parsed.malformed
@@ -302,7 +225,7 @@ def _field_reader(
     (and its tenant field, when given).
 
     Decoding into a struct of two fields skips every other value without making Python objects
-    of it: about half the cost of a full parse for a 1 KB event.
+    of it, which costs much less than a full parse.
     """
     names = [("id", Any, None), ("event_time", Any, None)]
     rename = {"id": id_field, "event_time": event_time_field}
@@ -368,82 +291,3 @@ def parse_event_time(raw: Any) -> int | None:
     return None
 
 
-def header_int(raw: bytes | None) -> int | None:
-    """A count or a time in a hifi header; None when absent, not a number, or negative."""
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        return None
-    return value if value >= 0 else None
-
-
-def append_history(history: bytes | None, entry: dict[str, Any]) -> bytes:
-    """The hifi-history header with one more failure appended (oldest dropped past 25)."""
-    entries: list[Any] = []
-    if history:
-        try:
-            loaded = orjson.loads(history)
-            entries = loaded if isinstance(loaded, list) else []
-        except orjson.JSONDecodeError:
-            entries = []
-    entries.append(entry)
-    return orjson.dumps(entries[-MAX_HISTORY_ENTRIES:])
-
-
-def failure_headers(
-    event: Event,
-    *,
-    dest: str,
-    status: int | None,
-    error: str,
-    now_ms: int,
-    attempt: int,
-    cause: Reason | None = None,
-) -> Headers:
-    """Headers for a hand-off or a dead letter: where the event came from and what went wrong.
-
-    `hifi-status` is the destination's HTTP status, absent when no reply came. The event's id
-    (when it has one) and event time travel too, so the retrier's audit facts can name them.
-    `cause`: the reason a hand-off failed when it is known (`hifi-cause`), the reason the
-    retrier dead-letters it with if it never succeeds.
-    """
-    first_failure_ms = event.first_failure_ms if event.first_failure_ms is not None else now_ms
-    entry: dict[str, Any] = {"at_ms": now_ms, "attempt": attempt, "error": error}
-    if status is not None:
-        entry["status"] = status
-    headers = [
-        (HDR_DEST, dest.encode()),
-        (HDR_ATTEMPT, str(attempt).encode()),
-        (HDR_FIRST_FAILURE_MS, str(first_failure_ms).encode()),
-        (HDR_HANDOFF_MS, str(now_ms).encode()),
-        (HDR_ERROR, error.encode()),
-        (HDR_ORIGIN, event.origin.encode()),
-        (HDR_HISTORY, append_history(event.history, entry)),
-        (HDR_EVENT_TIME_MS, str(event.event_time_ms).encode()),
-    ]
-    if event.has_id:
-        headers.append((HDR_EVENT_ID, event.id.encode()))
-    if status is not None:
-        headers.append((HDR_STATUS, str(status).encode()))
-    if cause is not None:
-        headers.append((HDR_CAUSE, cause.encode()))
-    return headers
-
-
-def passthrough_headers(headers: Any) -> Headers:
-    """The record's own headers without hifi's, so re-written records carry no stale hifi state."""
-    return [(name, value) for name, value in (headers or ()) if name not in HIFI_HEADERS]
-
-
-def reoffer_headers(record: KafkaRecord, *, dest: str) -> Headers:
-    """Headers of a source record offered again on NAME.retry_out (a backfill): its own headers,
-    its origin and destination, attempt 0 and no history, as the retrier writes a replayed dead
-    letter; the connector then delivers it as a fresh event with its original id and origin."""
-    return [
-        *passthrough_headers(record.headers),
-        (HDR_DEST, dest.encode()),
-        (HDR_ATTEMPT, b"0"),
-        (HDR_ORIGIN, f"{record.topic}/{record.partition}/{record.offset}".encode()),
-    ]

@@ -22,7 +22,7 @@ as click's `ClickException.exit_code`): 2 for `ConfigError` and its subclasses (
 wrong: a service manager should not restart), 1 for everything else (unreachable, refused,
 failed: worth another try). `hifi.cli.run_command` turns one into a line on stderr and that code.
 
-The boundaries: `connector.delivery` for httpx, `hifi.kafka` for aiokafka, `hifi.redis_hash` for
+The boundaries: `connector.delivery` for httpx, `hifi.kafka` for aiokafka, `hifi.lookup_cache.redis_hash` for
 redis. Code above them only ever catches these types. A `status` is a real HTTP status or None (no reply); the reason a
 record was dead-lettered is a `hifi.vocabulary.Reason`, never a status.
 """

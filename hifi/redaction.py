@@ -52,8 +52,8 @@ _NAMED_REFS = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "apos": "'"}
 
 # With more secrets than this (many tenants' keys), whole secrets and anchors are looked up per
 # position of the text in a dict and a set, instead of an alternation of every secret and a
-# substring search per anchor: both grow with the secrets (~2 ms a 200-character error with
-# 1,000 tenant keys), the look-ups only with the text.
+# substring search per anchor: both grow with the secrets (milliseconds per short error with
+# a thousand tenant keys), the look-ups only with the text.
 MANY_SECRETS = 64
 
 

@@ -52,7 +52,7 @@ from aiokafka import TopicPartition
 
 from hifi import kafka
 from hifi.errors import HifiError
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 from hifi.offsets import OffsetTracker
 from hifi.ops_http import OpsServer
 from hifi.worker_seams import ConsumerOpener, GroupConsumer, PartitionHandler, Work

@@ -14,9 +14,9 @@ from hifi.cli_options import DaemonFlags, catalog_option, daemon_options, versio
 from hifi.vocabulary import Reason
 
 if TYPE_CHECKING:
-    from config.catalog import Destination
+    from config.destination import Destination
     from hifi.check import CheckReport
-    from hifi.kafka_settings import KafkaSettings
+    from hifi.kafka.settings import KafkaSettings
 
 PROG = "retrier"
 AUDITOR_URL_ENV = "HIFI_AUDITOR_URL"  # as auditor.client.AUDITOR_URL_ENV
@@ -104,7 +104,7 @@ def _serve(
     import asyncio
 
     from config.catalog import Catalog, default_catalog_dir
-    from hifi.kafka_settings import KafkaSettings
+    from hifi.kafka.settings import KafkaSettings
     from retrier.daemon import DashboardOptions, Retrier
     from retrier.dashboard.access import read_token
 
@@ -286,7 +286,7 @@ def _os_user() -> str:
 def _configured(catalog_dir: Path | None, name: str) -> tuple[Destination, KafkaSettings]:
     """The destination (without its HTTP secrets) and the Kafka settings."""
     from config.catalog import Catalog, default_catalog_dir
-    from hifi.kafka_settings import KafkaSettings
+    from hifi.kafka.settings import KafkaSettings
 
     destination = Catalog(catalog_dir or default_catalog_dir(), for_delivery=False).load(name)
     return destination, KafkaSettings.from_env()

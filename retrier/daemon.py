@@ -15,12 +15,13 @@ from aiokafka import TopicPartition
 from starlette.requests import Request
 from starlette.routing import BaseRoute
 
-from config.catalog import Destination
+from config.destination import Destination
 from config.topics import ensure_destination_topics
-from hifi import audit, kafka, kafka_admin
+from hifi import audit, kafka
 from hifi.audit import Seen
 from hifi.errors import ConfigError
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from hifi.ops_http import DEFAULT_HOST, JsonProvider, OpsServer
 from hifi.vocabulary import Outcome, Reason
 from hifi.worker import PartitionHandler, PartitionWorker, Work, WorkerOptions
@@ -30,7 +31,7 @@ from retrier.dashboard.api import Dashboard
 from retrier.dashboard.auditor_feed import AuditorFeed
 from retrier.dashboard.marks_feed import following_marks
 from retrier.dashboard.replay_jobs import ReplayJobs
-from retrier.dlq_indexing import indexing
+from retrier.dlq.indexing import indexing
 from retrier.holds import Holds
 from retrier.plan import Outgoing, plan_reoffers, plan_routing
 from retrier.status import Backlog, RecentFailures, RecentOutcomes, measured_topics

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Mapping
 
-from hifi.envelope import (
+from hifi.headers import (
     HDR_ATTEMPT,
     HDR_CAUSE,
     HDR_DEST,

@@ -8,9 +8,9 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi.audit import Seen
-from hifi.envelope import (
+from hifi.headers import (
     HDR_EVENT_ID,
     HDR_EVENT_TIME_MS,
     HDR_ORIGIN,

@@ -30,11 +30,11 @@ from typing import Annotated, Any
 import msgspec
 import structlog
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi import kafka
 from hifi.errors import ConfigError, ReplayRecordRefused
 from hifi.kafka import Record, RecordWriter
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 
 log = structlog.get_logger(__name__)
 

@@ -14,9 +14,9 @@ from typing import Any
 import structlog
 
 from hifi import kafka
-from hifi.envelope import HDR_ERROR, HDR_STATUS
 from hifi.errors import HifiError
-from hifi.kafka_settings import KafkaSettings
+from hifi.headers import HDR_ERROR, HDR_STATUS
+from hifi.kafka.settings import KafkaSettings
 from hifi.redaction import mask, short_error
 from retrier import metrics
 from retrier.holds import Head

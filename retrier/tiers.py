@@ -6,14 +6,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from config.catalog import Destination
-from hifi.envelope import (
-    HDR_ATTEMPT,
-    HDR_DUE_MS,
-    HDR_FIRST_FAILURE_MS,
-    HDR_HANDOFF_MS,
-    header_int,
-)
+from config.destination import Destination
+from hifi.headers import HDR_ATTEMPT, HDR_DUE_MS, HDR_FIRST_FAILURE_MS, HDR_HANDOFF_MS, header_int
 
 _TIER_SUFFIX = ".retry_tier"
 

@@ -3,7 +3,7 @@
 Paths go to Spark as they are (a local directory, `hdfs://`, `s3a://`), so the same job runs
 under `spark-submit` on a cluster. Only the columns a reconciliation needs are read, and only
 the `dest=`/`date=` directories of the range (Hive partition pruning). The layout is
-`auditor/archive_layout.py`'s; `docs/accounting.md` ("The archive") describes it.
+`auditor/archive/layout.py`'s; `docs/accounting.md` ("The archive") describes it.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from auditor.archive_layout import Kind
-from config.catalog import Accounting
+from auditor.archive.layout import Kind
+from config.destination import Accounting
 from hifi.errors import HifiError
 
 if TYPE_CHECKING:

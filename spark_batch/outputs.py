@@ -31,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from auditor.ledger import MINUTE_MS, minute_of
+from auditor.buckets import MINUTE_MS, minute_of
 from auditor.tables import day_availability, iso_minute, report_row
 from spark_batch.archive_input import Window
 from spark_batch.reconcile import Reconciled

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from auditor.ledger import MINUTE_MS
+from auditor.buckets import MINUTE_MS
 from auditor.tables import DAY_MINUTES
 from spark_batch.reconcile import Reconciled
 

@@ -22,8 +22,8 @@ from hifi.errors import ConfigError
 from hifi.redaction import mask
 
 if TYPE_CHECKING:
-    from config.catalog import Destination
-    from hifi.redis_hash import RedisSettings
+    from config.destination import Destination
+    from hifi.lookup_cache.redis_hash import RedisSettings
     from tenants.store import Comparison
 
 PROG = "hifi-tenants"
@@ -72,7 +72,7 @@ def push(dest: str, entries_file: Path, dry_run: bool, prune: bool, catalog: Pat
     entries Redis holds that FILE does not list stay, unless --prune."""
     import asyncio
 
-    from hifi import redis_hash
+    from hifi.lookup_cache import redis_hash
     from tenants.keys import tenants_key
     from tenants.store import compare
 
@@ -116,8 +116,8 @@ def get(dest: str, tenants: tuple[str, ...], catalog: Path | None) -> None:
 
     import orjson
 
-    from hifi import redis_hash
     from hifi.errors import EntryRefused
+    from hifi.lookup_cache import redis_hash
     from tenants.entry import parse_entry
     from tenants.keys import tenants_key
     from tenants.store import shown
@@ -161,7 +161,7 @@ def diff(dest: str, entries_file: Path, catalog: Path | None) -> None:
     that differ (never their values); exit 1 when anything differs."""
     import asyncio
 
-    from hifi import redis_hash
+    from hifi.lookup_cache import redis_hash
     from tenants.keys import tenants_key
     from tenants.store import compare
 
@@ -188,7 +188,7 @@ def diff(dest: str, entries_file: Path, catalog: Path | None) -> None:
 def _configured(catalog: Path | None, name: str) -> tuple[Destination, RedisSettings]:
     """The destination (with `[lookups]`) and where Redis is; a bad one is a `ConfigError`."""
     from config.catalog import Catalog, default_catalog_dir
-    from hifi.redis_hash import RedisSettings
+    from hifi.lookup_cache.redis_hash import RedisSettings
 
     destination = Catalog(catalog or default_catalog_dir(), _AnyVariable()).load(name)
     settings = RedisSettings.from_env()

@@ -21,7 +21,8 @@ from typing import Any
 
 import orjson
 
-from config.catalog import Destination, read_text
+from config.catalog import read_text
+from config.destination import Destination
 from config.env_refs import resolve_env
 from hifi.errors import ConfigError, EntryRefused
 from tenants.entry import TenantEntry, parse_entry

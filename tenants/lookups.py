@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from config.catalog import Destination, Templates
+from config.destination import Destination, Templates
 from hifi import redaction
 from hifi.files import state_dir
-from hifi.refresh_ahead import CacheSettings, RefreshAheadCache, Source
+from hifi.lookup_cache.refresh_ahead import RefreshAheadCache
+from hifi.lookup_cache.source import CacheSettings, Source
 from tenants.entry import parse_entry
 from tenants.keys import tenants_key
 from tenants.route import Route, compile_route

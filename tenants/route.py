@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from config.catalog import Templates
+from config.destination import Templates
 from config.env_refs import HEADER_VALUE_RULE, header_value_problem
 from config.templates import url_value
 from hifi.errors import EntryRefused

@@ -14,7 +14,7 @@ import pytest
 from devstack.broker import LocalBroker
 from devstack.destination import TestDestination
 from devstack.redis import local_redis
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 from tests.tiers import QuickTierGuard, group_for_xdist, mark_by_fixtures
 
 TEST_BOOTSTRAP_ENV_VAR = "HIFI_TEST_BOOTSTRAP"

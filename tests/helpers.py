@@ -15,14 +15,15 @@ from urllib.parse import quote
 import orjson
 from aiokafka import ConsumerRecord, TopicPartition
 
-from config.catalog import Catalog, Destination
+from config.catalog import Catalog
+from config.destination import Destination
 from devstack.processes import start_daemon
 from hifi import kafka
 from hifi.audit import decode_fact
 from hifi.envelope import Event, parse_records
 from hifi.errors import BrokerUnavailable
 from hifi.kafka import Headers
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 
 __all__ = [
     "TAKEN_MS",

@@ -24,18 +24,18 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from config.catalog import Destination
-from hifi.cli import parse_time
+from config.destination import Destination
 from hifi.errors import ConfigError
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 from hifi.redaction import mask
 from retrier.dashboard.access import Access, Refused
 from retrier.dashboard.auditor_feed import AuditorFeed
 from retrier.dashboard.letters import open_letter
+from retrier.dashboard.params import BadInput, cursor_param, int_param, letter_filter, text_param
 from retrier.dashboard.replay_jobs import Busy, ReplayJobs
-from retrier.dlq_index import DeadLetterIndex
-from retrier.dlq_letter import REASONS
-from retrier.dlq_query import Cursor, LetterFilter, LetterRow
+from retrier.dlq.index import DeadLetterIndex
+from retrier.dlq.letter import REASONS
+from retrier.dlq.query import LetterRow
 from retrier.replays import ReplayFilter
 
 log = structlog.get_logger(__name__)
@@ -60,10 +60,6 @@ _SECURITY_HEADERS = {
 T = TypeVar("T")
 StatusDocument = Callable[[], dict[str, Any]]
 Handler = Callable[[Request], Awaitable[Any]]
-
-
-class BadInput(ValueError):
-    """A request parameter that does not parse: the 400's one line."""
 
 
 @dataclass
@@ -132,9 +128,9 @@ class Dashboard:
         self.access.check_read_letters(request)
         params = request.query_params
         index = self._index(params.get("dest"))
-        limit = _int(params.get("limit"), "limit", default=50, low=1, high=PAGE_LIMIT_MAX)
-        cursor = _cursor(params.get("cursor"))
-        page = await self._read(index.page, _filter(params), before=cursor, limit=limit)
+        limit = int_param(params.get("limit"), "limit", default=50, low=1, high=PAGE_LIMIT_MAX)
+        cursor = cursor_param(params.get("cursor"))
+        page = await self._read(index.page, letter_filter(params), before=cursor, limit=limit)
         return {
             "rows": [_row(row) for row in page.rows],
             "next": page.next.token() if page.next is not None else None,
@@ -146,15 +142,15 @@ class Dashboard:
         if params.get("q"):
             self.access.check_read_letters(request)  # a text query reads bodies
         index = self._index(params.get("dest"))
-        flt = _filter(params)
+        flt = letter_filter(params)
         return {"count": await self._read(index.count, flt), "ready": index.ready.is_set()}
 
     async def _letter(self, request: Request) -> dict[str, Any]:
         self.access.check_read_letters(request)
         params = request.query_params
         dest = self._dest(params.get("dest"))
-        partition = _int(params.get("partition"), "partition", low=0)
-        offset = _int(params.get("offset"), "offset", low=0)
+        partition = int_param(params.get("partition"), "partition", low=0)
+        offset = int_param(params.get("offset"), "offset", low=0)
         letter = await open_letter(self.settings, dest, partition, offset)
         if letter is None:
             raise Refused(404, f"no dead letter at {dest.dlq_topic}/{partition}/{offset}")
@@ -227,8 +223,8 @@ class Dashboard:
         if letter is not None:
             if not isinstance(letter, dict):
                 raise BadInput("letter: give {partition, offset}")
-            partition = _int(_text(letter.get("partition")), "letter.partition", low=0)
-            offset = _int(_text(letter.get("offset")), "letter.offset", low=0)
+            partition = int_param(text_param(letter.get("partition")), "letter.partition", low=0)
+            offset = int_param(text_param(letter.get("offset")), "letter.offset", low=0)
             found = _indexed_at(index, partition, offset)
             if found is None:
                 raise Refused(404, f"no dead letter at {index.topic}/{partition}/{offset}")
@@ -240,7 +236,7 @@ class Dashboard:
         raw = body.get("filter") or {}
         if not isinstance(raw, dict):
             raise BadInput("filter: give an object of reason, from, to, q, replayed")
-        flt = _filter({key: _text(value) for key, value in raw.items()})
+        flt = letter_filter({key: text_param(value) for key, value in raw.items()})
         selection = ReplayFilter(
             reason=flt.reason,
             since_ms=flt.from_ms,
@@ -325,73 +321,6 @@ def _indexed_at(index: DeadLetterIndex, partition: int, offset: int) -> LetterRo
 
 def _total(chosen: Mapping[int, list[int]]) -> int:
     return sum(len(offsets) for offsets in chosen.values())
-
-
-def _filter(params: Mapping[str, str | None]) -> LetterFilter:
-    reason = params.get("reason") or None
-    if reason is not None and reason not in REASONS:
-        raise BadInput(f"reason {mask(reason)!r}: not a dead-letter reason")
-    now_ms = _now_ms()
-    replayed_text = params.get("replayed") or None
-    if replayed_text not in (None, "yes", "no"):
-        raise BadInput("replayed: yes or no")
-    return LetterFilter(
-        reason=reason,
-        from_ms=_time(params.get("from"), "from", now_ms),
-        to_ms=_time(params.get("to"), "to", now_ms),
-        text=(params.get("q") or "").strip() or None,
-        replayed=None if replayed_text is None else replayed_text == "yes",
-    )
-
-
-def _time(text: str | None, name: str, now_ms: int) -> int | None:
-    if not text:
-        return None
-    if text.isdigit():
-        return int(text)
-    try:
-        return parse_time(text, now_ms=now_ms)
-    except ConfigError as exc:
-        raise BadInput(f"{name}: {exc}") from None
-
-
-def _int(
-    text: str | None,
-    name: str,
-    *,
-    default: int | None = None,
-    low: int = 0,
-    high: int | None = None,
-) -> int:
-    if text is None or text == "":
-        if default is None:
-            raise BadInput(f"{name}: a number is needed")
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise BadInput(f"{name} {mask(text)[:40]!r}: not a whole number") from None
-    if value < low or (high is not None and value > high):
-        bounds = f"from {low}" + (f" to {high}" if high is not None else "")
-        raise BadInput(f"{name} {value}: use a number {bounds}")
-    return value
-
-
-def _text(value: object) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise BadInput(f"{value!r}: give text or a number")
-    return str(value)
-
-
-def _cursor(text: str | None) -> Cursor | None:
-    if not text:
-        return None
-    try:
-        return Cursor.from_token(text)
-    except ValueError:
-        raise BadInput("cursor: not one this dashboard gave") from None
 
 
 def _row(row: LetterRow) -> dict[str, Any]:

@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 
+from auditor.buckets import MINUTE_MS
 from auditor.client import AuditorTables, base_url, fetch_tables
-from auditor.ledger import MINUTE_MS
 from auditor.tables import day_availability, parse_minute
 from hifi.errors import HifiError
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import orjson
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi import kafka
-from hifi.envelope import HDR_HISTORY
-from hifi.kafka_settings import KafkaSettings
+from hifi.headers import HDR_HISTORY
+from hifi.kafka.settings import KafkaSettings
 from hifi.redaction import excerpt, mask, short_error
 
 BODY_MAX_CHARS = 64 * 1024  # the page shows this much of a body, pretty-printed

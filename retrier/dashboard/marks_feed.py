@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 import structlog
 from aiokafka import TopicPartition
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi import kafka
 from hifi.errors import HifiError, ReplayRecordRefused
-from hifi.kafka_settings import KafkaSettings
-from retrier.dlq_index import DeadLetterIndex
+from hifi.kafka.settings import KafkaSettings
+from retrier.dlq.index import DeadLetterIndex
 from retrier.replays import decode_replay
 
 log = structlog.get_logger(__name__)

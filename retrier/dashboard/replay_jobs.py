@@ -20,10 +20,10 @@ from typing import Any, Protocol
 import msgspec
 import structlog
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi import kafka
 from hifi.errors import HifiError
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 from hifi.redaction import short_error
 from retrier.dlq import DeadLetter, replay_with
 from retrier.replays import ReplayFilter

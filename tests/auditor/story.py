@@ -38,17 +38,18 @@ import msgspec
 import orjson
 import pytest
 
-from auditor.archive_read import read_minutes
+from auditor.archive.read import read_minutes
+from auditor.buckets import MINUTE_MS
 from auditor.daemon import GROUP_ID, Auditor
-from auditor.ledger import MINUTE_MS
 from auditor.tables import iso_minute
 from connector import Connector
 from devstack.destination import Reply, TestDestination
 from devstack.kafka_tools import produce, produce_events
 from devstack.ports import free_port
-from hifi import kafka, kafka_admin
+from hifi import kafka
 from hifi.audit import AUDIT_TOPIC_ENV_VAR, HDR_FORMAT, Fact, Slice, encode_fact
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from hifi.vocabulary import Outcome, Reason
 from retrier import Retrier
 from tests.auditor.support import (

@@ -13,10 +13,12 @@ from typing import Any
 import httpx
 from prometheus_client import REGISTRY
 
+from auditor.buckets import MINUTE_MS
 from auditor.daemon import Auditor
-from auditor.ledger import MINUTE_MS, Ledger
+from auditor.ledger import Ledger
 from auditor.tables import live_rows
-from config.catalog import Catalog, Destination
+from config.catalog import Catalog
+from config.destination import Destination
 from tests.helpers import write_destination
 
 SETTLE_S = 1.0

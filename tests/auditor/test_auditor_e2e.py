@@ -13,8 +13,8 @@ from auditor.daemon import Auditor
 from connector import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import move_committed, produce_events
-from hifi import kafka_admin
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from tests.auditor.support import audited_destination, now_ms, running, settled
 from tests.helpers import events, until
 

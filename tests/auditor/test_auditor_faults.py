@@ -15,7 +15,7 @@ import pytest
 
 from auditor.tables import parse_minute, report_row
 from devstack.kafka_tools import dead_letters
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 from spark_batch.archive_input import Window
 from spark_batch.reconcile import reconcile
 from tests.auditor.story import (

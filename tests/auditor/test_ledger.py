@@ -9,8 +9,10 @@ from collections import Counter
 import msgspec
 import pytest
 
-from auditor.ledger import MINUTE_MS, Ledger, Problem, nearest_rank, nearest_rank_counted
-from config.catalog import Accounting
+from auditor.buckets import MINUTE_MS, Problem
+from auditor.ledger import Ledger
+from auditor.percentiles import nearest_rank, nearest_rank_counted
+from config.destination import Accounting
 from hifi.audit import FORMAT_MAJOR, FORMAT_MINOR, Fact, Slice
 from hifi.vocabulary import Outcome, Reason
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from auditor.ledger import MINUTE_MS, Ledger
-from config.catalog import Accounting
+from auditor.buckets import MINUTE_MS
+from auditor.ledger import Ledger
+from config.destination import Accounting
 from hifi.vocabulary import Outcome
 from tests.auditor.test_ledger import T0, TP, fact
 

@@ -14,7 +14,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from auditor.ledger import MINUTE_MS
+from auditor.buckets import MINUTE_MS
 from bench import reconcile as bench
 from bench import reconcile_duckdb
 from bench.reconcile_archive import DAY_MS, Plan

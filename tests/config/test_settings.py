@@ -6,7 +6,7 @@ import pytest
 
 from hifi.errors import ConfigError
 from hifi.kafka import client_options
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 
 
 def test_defaults() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from config.topics import ensure_destination_topics, retention_wanted
-from hifi import kafka_admin
 from hifi.check import too_short
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from tests.helpers import make_destination
 
 DAY_MS = 86_400_000

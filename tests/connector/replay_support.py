@@ -15,8 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from aiokafka import TopicPartition
 
-from hifi import kafka, kafka_admin
-from hifi.kafka_settings import KafkaSettings
+from hifi import kafka
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 
 CONNECTOR = [sys.executable, "-m", "connector"]
 BASE_MS = 1_600_000_000_000  # 2020-09-13T12:26:40Z: record timestamps years before write time

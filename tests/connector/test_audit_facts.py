@@ -14,7 +14,7 @@ import pytest
 import respx
 from aiokafka import ConsumerRecord, TopicPartition
 
-from config.catalog import Destination
+from config.destination import Destination
 from connector.daemon import _Delivery
 from connector.delivery import Deliverer
 from connector.divert import DLQ_RECORD_MAX_BYTES, Diverter, Unreadable

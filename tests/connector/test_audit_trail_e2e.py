@@ -15,9 +15,10 @@ from prometheus_client import REGISTRY
 from connector import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import produce, produce_events
-from hifi import kafka, kafka_admin
+from hifi import kafka
 from hifi.audit import AUDIT_RETENTION_MS
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from tests.helpers import events, make_destination, read_facts
 
 

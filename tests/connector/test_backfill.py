@@ -14,14 +14,14 @@ import pyarrow.parquet as pq
 import pytest
 from aiokafka import TopicPartition
 
+from config.parsing import parse
 from connector import Connector
 from connector.checkpoint import Checkpoint, Cursor, load, save
-from connector.intake import parse
 from connector.pacing import Pacer, chunk_events
 from devstack.destination import TestDestination
 from hifi import kafka
 from hifi.errors import ConfigError
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 from tests.connector.replay_support import (
     at,
     event_id,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from devstack.destination import TestDestination
-from hifi import kafka_admin
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from tests.helpers import write_destination
 
 pytestmark = [pytest.mark.integration]

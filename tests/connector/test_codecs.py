@@ -31,9 +31,10 @@ from config.catalog import Catalog
 from connector import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import committed_offsets
-from hifi import kafka, kafka_admin
+from hifi import kafka
 from hifi.errors import BrokerRefused
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from tests.helpers import events, make_destination, start_daemon, wait_exit, write_destination
 
 pytestmark = pytest.mark.integration

@@ -15,9 +15,9 @@ from prometheus_client import REGISTRY
 from connector import Connector
 from devstack.destination import Delivery, Reply, TestDestination
 from devstack.kafka_tools import committed_offsets, produce, produce_events, read_topic
-from hifi import kafka_admin
-from hifi.envelope import header_map
-from hifi.kafka_settings import KafkaSettings
+from hifi.headers import header_map
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from hifi.vocabulary import Outcome, Reason
 from tests.helpers import events, make_destination
 

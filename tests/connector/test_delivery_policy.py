@@ -11,12 +11,13 @@ import orjson
 import pytest
 import respx
 
-from config.catalog import Destination
+from config.destination import Destination
 from connector.delivery import Deliverer, parse_retry_after
 from connector.divert import Diverter
 from connector.rebatch import Batch
-from hifi.envelope import Event, header_map
+from hifi.envelope import Event
 from hifi.errors import BrokerUnavailable
+from hifi.headers import header_map
 from tests.helpers import FakeKafka, Sleeps, make_destination, make_event
 
 URL = "https://collector.test/v1/events"

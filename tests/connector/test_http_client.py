@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from config.catalog import Destination
+from config.destination import Destination
 from connector.delivery import Deliverer, http_client
 from connector.divert import Diverter
 from connector.rebatch import Batch

@@ -14,7 +14,7 @@ from connector import Connector, metrics
 from connector.status import Progress, percentile_s
 from devstack.destination import TestDestination
 from devstack.kafka_tools import produce_events
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 from hifi.vocabulary import Outcome
 from tests.helpers import events, make_destination
 

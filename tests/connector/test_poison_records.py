@@ -9,9 +9,10 @@ import orjson
 import pytest
 
 from devstack.destination import TestDestination
-from hifi import kafka, kafka_admin
-from hifi.envelope import header_map
-from hifi.kafka_settings import KafkaSettings
+from hifi import kafka
+from hifi.headers import header_map
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from tests.helpers import make_destination, start_daemon, wait_exit
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

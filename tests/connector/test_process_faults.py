@@ -11,8 +11,8 @@ import pytest
 
 from devstack.destination import Reply, TestDestination
 from devstack.kafka_tools import committed_offsets, produce_events, read_topic
-from hifi import kafka_admin
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from tests.helpers import events, make_destination, start_daemon, until, wait_exit
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -9,7 +9,7 @@ from aiokafka import TopicPartition
 
 from connector import positions
 from hifi import kafka
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 from tests.connector.replay_support import (
     BASE_MS,
     STEP_MS,

@@ -25,9 +25,10 @@ import pytest
 
 from devstack.destination import Echo, Reply, TestDestination
 from devstack.kafka_tools import produce_events
-from hifi import kafka, kafka_admin
-from hifi.envelope import header_map
-from hifi.kafka_settings import KafkaSettings
+from hifi import kafka
+from hifi.headers import header_map
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from tests.helpers import all_headers, events, leaks, make_destination, wait_exit
 from tests.retrier.support import run_retrier_command
 

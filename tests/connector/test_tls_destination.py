@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import trustme
 
-from config.catalog import Destination
+from config.destination import Destination
 from connector.delivery import Deliverer, http_client
 from connector.divert import Diverter
 from connector.rebatch import Batch

@@ -18,8 +18,9 @@ import pytest
 from devstack import demo
 from devstack.broker import LocalBroker, metadata_answers
 from devstack.destination import TestDestination
-from hifi import kafka, kafka_admin
-from hifi.kafka_settings import KafkaSettings
+from hifi import kafka
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import orjson
 from aiokafka import ConsumerRecord, TopicPartition
 
-from hifi.envelope import Parsed, failure_headers, header_map, parse_records
+from hifi.envelope import Parsed, parse_records
+from hifi.headers import failure_headers, header_map
 
 TP = TopicPartition("src", 3)
 KAFKA_TIMESTAMP_MS = 1_700_000_000_000

@@ -10,8 +10,9 @@ import orjson
 from aiokafka import TopicPartition
 from aiokafka.partitioner import murmur2
 
-from hifi import kafka, kafka_admin
-from hifi.kafka_settings import KafkaSettings
+from hifi import kafka
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 
 
 async def test_produce_consume_round_trip(kafka_settings: KafkaSettings, unique: str) -> None:
@@ -75,7 +76,7 @@ async def test_a_stop_interrupted_by_an_internal_cancellation_still_closes_the_c
     """aiokafka's consumer.stop() marks itself closed, then its coordinator's close can raise the
     cancellation of an internal task: the network client (its metadata task, its sockets) must be
     closed all the same, or it refreshes metadata for the life of the process."""
-    from hifi.kafka import _stop
+    from hifi.kafka.clients import stop_client as _stop
 
     async with kafka.consumer(kafka_settings, group_id=f"{unique}.g") as consumer:
         client = consumer._client  # the aiokafka consumer under hifi's

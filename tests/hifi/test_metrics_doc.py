@@ -9,7 +9,7 @@ import prometheus_client
 
 import auditor.metrics  # noqa: F401 - registers the auditor's metrics
 import connector.metrics  # noqa: F401 - registers the connector's metrics
-import hifi.lookup_metrics  # registers the lookup caches' metrics
+import hifi.lookup_cache.metrics  # registers the lookup caches' metrics
 import hifi.ops_http  # noqa: F401 - registers hifi_build_info
 import retrier.metrics  # noqa: F401 - registers the retrier's metrics
 

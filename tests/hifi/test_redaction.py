@@ -15,7 +15,7 @@ import pytest
 import structlog
 
 from hifi import redaction
-from hifi.envelope import HDR_ERROR, HDR_STATUS
+from hifi.headers import HDR_ERROR, HDR_STATUS
 from hifi.logging import LogFormat, configure_logging
 from hifi.redaction import (
     ERROR_MAX_CHARS,

@@ -12,7 +12,8 @@ from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 from hifi.errors import EntryRefused, StoreUnavailable
-from hifi.refresh_ahead import CacheSettings, RefreshAheadCache
+from hifi.lookup_cache.refresh_ahead import RefreshAheadCache
+from hifi.lookup_cache.source import CacheSettings
 from tests.helpers import until
 
 SETTINGS = CacheSettings(

@@ -10,8 +10,9 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 
-from hifi import kafka, kafka_admin
-from hifi.kafka_settings import KafkaSettings
+from hifi import kafka
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from hifi.ops_http import OpsServer
 from hifi.worker import PartitionWorker, Work
 from tests.hifi.worker_support import (

@@ -11,7 +11,7 @@ import asyncio
 
 from aiokafka import TopicPartition
 
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 from hifi.worker import PartitionWorker
 from tests.hifi.fake_group import FakeGroup
 from tests.hifi.worker_support import WAIT_S, Units, not_done_within, options, running

@@ -10,10 +10,11 @@ from typing import Any
 
 import orjson
 
-from config.catalog import Destination
-from hifi import kafka, kafka_admin
-from hifi.envelope import header_map
-from hifi.kafka_settings import KafkaSettings
+from config.destination import Destination
+from hifi import kafka
+from hifi.headers import header_map
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 
 SLACK_MS = 3000  # "within 1 s after due", plus room for a loaded two-core machine
 RETRIER = [sys.executable, "-m", "retrier"]

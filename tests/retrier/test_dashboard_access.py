@@ -121,7 +121,7 @@ def test_failure_groups_quote_errors_only_when_letters_may_be_read() -> None:
     from aiokafka.structs import ConsumerRecord
 
     from retrier.dashboard.api import _dlq_summary
-    from retrier.dlq_index import DeadLetterIndex
+    from retrier.dlq.index import DeadLetterIndex
 
     headers = [
         ("hifi-reason", b"http_4xx"),

@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi import kafka, redaction
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 from retrier.daemon import DashboardOptions, Retrier
 from retrier.dlq import read_dead_letters, replay_with
 from retrier.replays import ReplayFilter

@@ -24,7 +24,7 @@ from devstack.ports import free_port
 from devstack.processes import start_daemon
 from hifi import kafka
 from hifi.audit import AUDIT_TOPIC_ENV_VAR
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 from retrier.dashboard.access import TOKEN_ENV
 from tests.helpers import make_destination, until, wait_exit
 

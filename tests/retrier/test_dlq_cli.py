@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 from tests.helpers import write_destination
 from tests.retrier.support import run_retrier_command
 

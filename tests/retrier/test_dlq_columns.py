@@ -7,7 +7,7 @@ import array
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from retrier.dlq_columns import CHUNK_ROWS, Column, Interned, indices, value_counts
+from retrier.dlq.columns import CHUNK_ROWS, Column, Interned, indices, value_counts
 
 
 def test_a_column_spans_chunks_and_its_arrow_view_follows_writes() -> None:

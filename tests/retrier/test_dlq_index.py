@@ -16,18 +16,11 @@ from structlog.testing import capture_logs
 
 from config.catalog import Catalog
 from hifi import kafka, redaction
-from hifi.kafka_settings import KafkaSettings
-from retrier import dlq_indexing
-from retrier.dlq_index import (
-    REASONS,
-    UNKNOWN,
-    Cursor,
-    DeadLetterIndex,
-    LetterFilter,
-    LetterRow,
-)
-from retrier.dlq_indexing import indexing
-from retrier.dlq_letter import EXCERPT_CHARS
+from hifi.kafka.settings import KafkaSettings
+from retrier.dlq import indexing as dlq_indexing
+from retrier.dlq.index import REASONS, UNKNOWN, Cursor, DeadLetterIndex, LetterFilter, LetterRow
+from retrier.dlq.indexing import indexing
+from retrier.dlq.letter import EXCERPT_CHARS
 from tests.helpers import make_destination, until, write_destination
 from tests.retrier.support import create_topics
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from hifi import kafka
-from hifi.envelope import header_map
-from hifi.kafka_settings import KafkaSettings
+from hifi.headers import header_map
+from hifi.kafka.settings import KafkaSettings
 from retrier import Retrier
 from tests.helpers import make_destination
 from tests.retrier.support import create_topics

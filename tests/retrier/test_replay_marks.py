@@ -11,9 +11,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi import kafka
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 from retrier.replays import ReplayFilter, decode_replay, read_replay_marks
 from tests.helpers import make_destination
 from tests.retrier.support import (

@@ -13,10 +13,11 @@ from aiokafka import ConsumerRecord
 from connector import Connector
 from devstack.destination import Reply, TestDestination
 from devstack.kafka_tools import produce_events
-from hifi import kafka, kafka_admin
+from hifi import kafka
 from hifi.audit import Seen
-from hifi.envelope import header_map
-from hifi.kafka_settings import KafkaSettings
+from hifi.headers import header_map
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from retrier import Retrier
 from retrier.plan import seen_of
 from tests.helpers import events, make_destination, read_facts, running

@@ -15,7 +15,7 @@ import pytest
 from connector import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import committed_offsets, produce_events, read_topic
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 from retrier import Retrier
 from tests.helpers import events, make_destination, running
 from tests.retrier.support import (

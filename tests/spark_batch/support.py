@@ -6,8 +6,8 @@ import uuid
 from pathlib import Path
 
 from auditor.archive import Archive, EnteredColumns, write_settings
-from auditor.ledger import MINUTE_MS
-from config.catalog import Accounting
+from auditor.buckets import MINUTE_MS
+from config.destination import Accounting
 from hifi.audit import FORMAT_MAJOR, FORMAT_MINOR, Fact, Slice
 from hifi.vocabulary import Outcome, Reason
 

@@ -14,12 +14,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from auditor.daemon import Auditor
-from config.catalog import Destination
+from config.destination import Destination
 from connector import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import move_committed, produce_events
-from hifi import kafka_admin
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from spark_batch.archive_input import Window
 from spark_batch.outputs import summarize, write_outputs
 from spark_batch.reconcile import Reconciled, reconcile

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from auditor.ledger import MINUTE_MS, nearest_rank
+from auditor.buckets import MINUTE_MS
+from auditor.percentiles import nearest_rank
 from hifi.vocabulary import Outcome, Reason
 from spark_batch.archive_input import ArchiveInputError, Window
 from spark_batch.reconcile import Reconciled, reconcile

@@ -8,7 +8,8 @@ from typing import Any
 import orjson
 from aiokafka import ConsumerRecord, TopicPartition
 
-from config.catalog import Catalog, Destination
+from config.catalog import Catalog
+from config.destination import Destination
 from hifi.envelope import Event, parse_records
 from tenants.lookups import RouteDecoder
 from tenants.route import Route

@@ -12,8 +12,8 @@ import redis
 
 from devstack.destination import TestDestination
 from devstack.redis import RedisServer
-from hifi import kafka_admin
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from tests.tenants.support import entry, write_tenant_destination
 
 pytestmark = [pytest.mark.integration]

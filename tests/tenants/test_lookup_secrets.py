@@ -23,9 +23,10 @@ from devstack.kafka_tools import produce_events
 from devstack.ports import free_port
 from devstack.processes import start_daemon
 from devstack.redis import RedisServer
-from hifi import kafka, kafka_admin
-from hifi.envelope import header_map
-from hifi.kafka_settings import KafkaSettings
+from hifi import kafka
+from hifi.headers import header_map
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from tests.helpers import all_headers, leaks, wait_exit
 from tests.tenants.support import TENANT_FIELD, entry, write_tenant_destination
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi import redaction
 from hifi.errors import EntryRefused
 from tenants.keys import tenants_key

@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from config.catalog import Destination
+from config.destination import Destination
 from config.topics import ensure_destination_topics
 from hifi import kafka
-from hifi.envelope import HDR_ERROR, HDR_ORIGIN, HDR_REASON, HDR_STATUS, header_map
+from hifi.headers import HDR_ERROR, HDR_ORIGIN, HDR_REASON, HDR_STATUS, header_map
 from hifi.kafka import Headers, RecordWriter
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 from hifi.redaction import mask, short_error, shorten
 from retrier import headers
 from retrier.replays import (

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from auditor.archive_layout import (
+from auditor.archive.layout import (
     EPOCH,
     ID_COLUMNS,
     MINUTE_SCHEMA,

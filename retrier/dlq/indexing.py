@@ -20,11 +20,11 @@ from pathlib import Path
 import structlog
 from aiokafka import TopicPartition
 
-from config.catalog import Destination
+from config.destination import Destination
 from hifi import kafka
 from hifi.errors import HifiError
-from hifi.kafka_settings import KafkaSettings
-from retrier.dlq_index import DeadLetterIndex
+from hifi.kafka.settings import KafkaSettings
+from retrier.dlq.index import DeadLetterIndex
 
 log = structlog.get_logger(__name__)
 

@@ -10,12 +10,12 @@ from unittest.mock import Mock
 import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 
-from config.catalog import Destination
+from config.destination import Destination
 from connector.daemon import _Delivery
 from connector.rebatch import Batch
+from connector.tenant_queues import OLDEST_WAIT_MAX_MS, TenantPending
 from hifi.vocabulary import Outcome, Reason
 from tenants.route import Route
-from tenants.routing import OLDEST_WAIT_MAX_MS, TenantPending
 from tests.tenants.support import route_of, tenant_events, write_tenant_destination
 
 VALUES = {"api_key": "k", "region": "eu"}

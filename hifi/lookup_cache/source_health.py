@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import structlog
 
-from hifi import lookup_metrics
 from hifi.errors import HifiError
+from hifi.lookup_cache import metrics as lookup_metrics
 from hifi.redaction import short_error
 
 log = structlog.get_logger(__name__)

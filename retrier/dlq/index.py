@@ -2,7 +2,7 @@
 
 Per letter the index holds about 60 bytes of columns (position, time, reason, failure group,
 replay mark, hashes of its event id and origin) and writes its search text and its row to a
-spill directory (`retrier.dlq_spill`). Filters on reason, time and replay are pyarrow kernels
+spill directory (`retrier.dlq.spill`). Filters on reason, time and replay are pyarrow kernels
 over the columns; a text filter scans the spill file once and is then kept per text, extended
 as letters arrive. Listing is keyset paging on (dead_ms, partition, offset), newest first, so a
 cursor stays right while letters are appended.
@@ -10,8 +10,8 @@ cursor stays right while letters are appended.
 Threads: one writer (`add`, `mark_replayed`: the indexing task on the retrier's event loop),
 and readers (every other method) in any thread, one at a time (they take a lock the writer
 does not). A reader sees the letters counted when it starts: each is written whole before the
-count moves. A cold text query over a million letters takes about half a second, so a server
-on the event loop runs the readers with `asyncio.to_thread`. Every call returns plain values.
+count moves. A cold text query scans the spill file, so a server on the event loop runs the
+readers with `asyncio.to_thread`. Every call returns plain values.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import asyncio
 import functools
 import tempfile
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from functools import reduce
 from pathlib import Path
@@ -31,10 +30,11 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from retrier.dlq_columns import Column, Interned, indices, true_count, value_counts
-from retrier.dlq_letter import REASONS, UNKNOWN, Letter, decode_row, read_letter
-from retrier.dlq_query import Cursor, LetterFilter, LetterRow, Page
-from retrier.dlq_spill import Spill, literal
+from retrier.dlq.columns import Column, Interned, indices, true_count, value_counts
+from retrier.dlq.letter import REASONS, UNKNOWN, Letter, decode_row, read_letter
+from retrier.dlq.query import Cursor, LetterFilter, LetterRow, Page
+from retrier.dlq.search import TextMatches
+from retrier.dlq.spill import Spill
 
 __all__ = [
     "REASONS",
@@ -50,8 +50,6 @@ MAX_FAILURE_GROUPS = 10_000  # beyond this many (status, error) kinds, the rest 
 OTHER_FAILURES = ("*", "(other failures)")
 MAX_REPLAYERS = 1_000  # who replayed: beyond this many names, the rest are one
 OTHER_REPLAYERS = "(others)"
-_CACHED_TEXTS = 8  # text filters whose per-letter result is kept (the dashboard repeats them)
-_MAX_MASK_CHUNKS = 64
 _APPEND_LETTERS = 1024  # letters read before they are appended: bounds the memory of one `add`
 _HASH_MASK = 0xFFFF_FFFF  # 32-bit hashes of ids and origins: candidates, checked on the row
 _NEVER = -(2**63)  # the sort key of a letter that is not selected: after every real one
@@ -96,7 +94,7 @@ class DeadLetterIndex:
         self._replayers: Interned[str] = Interned(MAX_REPLAYERS, OTHER_REPLAYERS)
         self._next_offsets: dict[int, int] = {}
         self._pending_marks: dict[tuple[int, int], tuple[int, int]] = {}
-        self._texts: OrderedDict[str, tuple[int, list[pa.BooleanArray]]] = OrderedDict()
+        self._texts = TextMatches(self._spill)
         self._reading = threading.Lock()
         #: set once the letters NAME.dlq held when indexing started are all in
         self.ready = asyncio.Event()
@@ -291,8 +289,7 @@ class DeadLetterIndex:
     def size_bytes(self) -> int:
         """Memory held by the index (the spill files are on disk, not counted)."""
         columns = sum(column.nbytes for column in self._columns)
-        texts = sum(n // 8 + 64 * len(chunks) for n, chunks in self._texts.values())
-        return columns + self._spill.memory_bytes + self._failures.nbytes + texts
+        return columns + self._spill.memory_bytes + self._failures.nbytes + self._texts.nbytes
 
     @property
     def spill_bytes(self) -> int:
@@ -358,21 +355,8 @@ class DeadLetterIndex:
             conditions.append(replayed if flt.replayed else pc.invert(replayed))
         needle = (flt.text or "").strip().lower()
         if needle:
-            conditions.append(self._text_matches(needle, n))
+            conditions.append(self._texts.matches(needle, n))
         return reduce(pc.and_, conditions) if conditions else None
-
-    def _text_matches(self, needle: str, n: int) -> pa.ChunkedArray:
-        """Whether each of the first `n` letters has `needle` in its search text; kept per
-        needle and extended to the letters added since."""
-        scanned, chunks = self._texts.pop(needle, (0, []))
-        if scanned < n:
-            chunks = [*chunks, *self._spill.matching(literal(needle), scanned, n)]
-            if len(chunks) > _MAX_MASK_CHUNKS:
-                chunks = [pa.concat_arrays(chunks)]
-        self._texts[needle] = (n, chunks)
-        while len(self._texts) > _CACHED_TEXTS:
-            self._texts.popitem(last=False)
-        return pa.chunked_array(chunks, type=pa.bool_())
 
     def _row(self, row: int) -> LetterRow:
         event_id, origin, status, error, excerpt = decode_row(self._spill.row(row))

@@ -1,7 +1,7 @@
 """What a lookup cache holds: its entries, read from a plain dict, expired by load time in a cachetools `TLRUCache`.
 
-Reads need a dict read and nothing more (a `TLRUCache` read takes a timer call and a reordering:
-~50 times as long), so the entries live twice: in `view`, which reads use, and in a `TLRUCache`
+Reads need a dict read and nothing more (a `TLRUCache` read takes a timer call and a reordering,
+many times as long), so the entries live twice: in `view`, which reads use, and in a `TLRUCache`
 whose time-to-use is each entry's load time plus `expire_after_s`, which says what has expired.
 Every change goes through `put` and `drop`, which keep the two the same.
 """

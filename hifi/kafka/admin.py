@@ -13,7 +13,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from hifi import kafka
 from hifi.errors import BrokerRefused
-from hifi.kafka_settings import KafkaSettings
+from hifi.kafka.settings import KafkaSettings
 
 log = structlog.get_logger(__name__)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from hifi.envelope import (
+from hifi.headers import (
     HDR_ATTEMPT,
     HDR_DEST,
     HDR_DUE_MS,

@@ -8,14 +8,18 @@ expiry) carries over a restart. The values may hold secrets: the file is written
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
+import structlog
 
 from hifi.errors import HifiError
 from hifi.files import replace_atomically
+
+log = structlog.get_logger(__name__)
 
 FORMAT = 1
 
@@ -81,3 +85,48 @@ def read(path: Path) -> Snapshot:
         raise SnapshotUnusable(f"snapshot {path} has format {found.format}, not {FORMAT}")
     entries = {key: (item.value.encode(), item.loaded_ms) for key, item in found.entries.items()}
     return Snapshot(found.source, found.written_ms, entries)
+
+
+class SnapshotFile:
+    """A cache's snapshot file, if it has one: read when the cache starts, written after each
+    full load; `problem` says why it could not be read or written last (empty when it could)."""
+
+    def __init__(self, path: Path | None, dest: str) -> None:
+        self.path, self.dest = path, dest
+        self.problem = ""
+
+    def read_fresh(
+        self, now_ms: int, expire_after_s: float
+    ) -> tuple[Snapshot, dict[str, tuple[bytes, int]]] | None:
+        """The snapshot and its entries loaded less than `expire_after_s` before `now_ms`."""
+        if self.path is None:
+            self.problem = "no snapshot file configured"
+            return None
+        try:
+            snapshot = read(self.path)
+        except SnapshotUnusable as exc:
+            self.problem = str(exc)
+            return None
+        fresh = {
+            key: (raw, loaded_ms)
+            for key, (raw, loaded_ms) in snapshot.entries.items()
+            if (now_ms - loaded_ms) / 1000 < expire_after_s
+        }
+        return snapshot, fresh
+
+    async def write(
+        self, source: str, written_ms: int, entries: Mapping[str, tuple[bytes, int]]
+    ) -> None:
+        """Replace the file, in a thread; a failure is logged once per distinct problem."""
+        if self.path is None:
+            return
+        data = encode(Snapshot(source, written_ms, entries))
+        try:
+            await asyncio.to_thread(write, self.path, data)
+        except OSError as exc:
+            problem = f"cannot write {self.path}: {exc.strerror}"
+            if problem != self.problem:
+                log.warning("lookup_snapshot_unwritten", dest=self.dest, error=problem)
+            self.problem = problem
+            return
+        self.problem = ""

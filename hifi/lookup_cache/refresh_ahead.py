@@ -29,53 +29,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
 import itertools
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 import structlog
 
-from hifi import cache_snapshot, lookup_metrics
-from hifi.cache_entries import Entries, Entry
-from hifi.cache_snapshot import Snapshot, SnapshotUnusable
-from hifi.errors import EntryRefused, HifiError, StoreUnavailable
+from hifi.errors import EntryRefused, HifiError
+from hifi.lookup_cache import metrics as lookup_metrics
+from hifi.lookup_cache.background import BackgroundLoops
+from hifi.lookup_cache.entries import Entries, Entry
+from hifi.lookup_cache.refusals import RefusedValues
+from hifi.lookup_cache.snapshot import Snapshot, SnapshotFile
+from hifi.lookup_cache.source import CacheSettings, Source, lost_entries
+from hifi.lookup_cache.source_health import SourceHealth
 from hifi.ops_http import Readiness
-from hifi.redaction import short_error
-from hifi.source_health import SourceHealth
 
 log = structlog.get_logger(__name__)
 
 V = TypeVar("V")
 T = TypeVar("T")
-
-
-class Source(Protocol):
-    """Where the entries live (a Redis hash: `hifi.redis_hash.RedisHash`)."""
-
-    def describe(self) -> str: ...
-
-    async def read_all(self) -> dict[str, bytes]: ...
-
-    async def read(self, keys: Sequence[str]) -> dict[str, bytes | None]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class CacheSettings:
-    """How a cache refreshes; the first three come from the catalog's `[lookups]`."""
-
-    refresh_after_s: float = 120.0
-    expire_after_s: float = 2_592_000.0
-    bulk_refresh_s: float = 300.0
-    jitter: float = 0.1  # refreshes come up to this fraction of their interval early
-    reloaders: int = 2  # background reads of due keys at once, at most
-    reload_batch: int = 100  # keys per background read
-    retry_min_s: float = 0.5  # a failed full load is tried again after this, doubling...
-    retry_max_s: float = 30.0  # ...up to this (and never later than bulk_refresh_s)
 
 
 class RefreshAheadCache(Generic[V]):
@@ -100,7 +76,8 @@ class RefreshAheadCache(Generic[V]):
         self._decode = decode
         self.settings = settings
         self.dest, self.name = dest, name
-        self._snapshot_path = snapshot_path
+        self._snapshot = SnapshotFile(snapshot_path, dest)
+        self._loops = BackgroundLoops(dest, name)
         self._accepted = accepted or (lambda values: None)
         self._clock, self._wall_ms = clock, wall_ms
         self._entries: Entries[V] = Entries(settings.expire_after_s, clock)
@@ -108,14 +85,13 @@ class RefreshAheadCache(Generic[V]):
         self._wanted: dict[str, None] = {}  # keys queued for a reload, in order
         self._loading: set[str] = set()
         self._wake = asyncio.Event()
-        self._refused: dict[str, str] = {}  # key -> digest of the bad value last logged
+        self._refused = RefusedValues(dest, name)
         self.loaded = asyncio.Event()  # set once a full load or the snapshot succeeded
         self.hits = self.misses = self.stale_served = 0
         self._last_full_s: float | None = None
         # the snapshot the cache serves until a full load succeeds, if it started from one
         self._from_snapshot: Snapshot | None = None
         self._health = SourceHealth(dest=dest, cache=name, source=source.describe(), clock=clock)
-        self._snapshot_problem = ""
         lookup_metrics.CACHES.track(dest, name, self.reading)
 
     # --- reads (the delivery path) -----------------------------------------------------
@@ -155,7 +131,7 @@ class RefreshAheadCache(Generic[V]):
             for i in range(self.settings.reloaders)
         ]
         for task in tasks:
-            task.add_done_callback(self._ended)
+            task.add_done_callback(self._loops.ended)
         try:
             yield self
         finally:
@@ -163,23 +139,12 @@ class RefreshAheadCache(Generic[V]):
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _ended(self, task: asyncio.Task[None]) -> None:
-        """Surface a background task that ended other than by cancellation (a bug)."""
-        if not task.cancelled() and task.exception() is not None:
-            log.error(
-                "lookup_task_crashed",
-                dest=self.dest,
-                cache=self.name,
-                task=task.get_name(),
-                error=short_error(repr(task.exception())),
-            )
-
     async def _maintain(self) -> None:
         """Full loads: at start, every `bulk_refresh_s`, and with a backoff while failing."""
         settings = self.settings
         backoff_s = settings.retry_min_s
         while True:
-            loaded = await self._guarded(self._maintain_once())
+            loaded = await self._loops.guarded(self._maintain_once())
             if loaded:
                 delay_s, backoff_s = self._jittered(settings.bulk_refresh_s), settings.retry_min_s
             else:
@@ -198,22 +163,8 @@ class RefreshAheadCache(Generic[V]):
         """One reloader: read the queued keys in batches, as long as there are some."""
         while True:
             await self._wake.wait()
-            if not await self._guarded(self.reload_due()):
+            if not await self._loops.guarded(self.reload_due()):
                 self._wake.clear()
-
-    async def _guarded(self, step: Awaitable[T]) -> T | None:
-        """Run one step of a background loop; an error other than the source's (a bug) is
-        logged and the loop goes on: the cache must keep serving and trying."""
-        try:
-            return await step
-        except Exception as exc:  # a background loop outlives any one failure
-            log.error(
-                "lookup_step_failed",
-                dest=self.dest,
-                cache=self.name,
-                error=short_error(f"{type(exc).__name__}: {exc}"),
-            )
-            return None
 
     async def reload_due(self) -> int:
         """Reload the first `reload_batch` keys that reads queued; how many."""
@@ -236,19 +187,23 @@ class RefreshAheadCache(Generic[V]):
             return False
         if not found and self._view:
             self._health.failed(
-                "full", _lost(self._source, len(self._view)), serving=len(self._view)
+                "full", lost_entries(self._source, len(self._view)), serving=len(self._view)
             )
             return False
         now = self._clock()
         for key in [key for key in self._view if key not in found]:
             self._entries.drop(key, now)
-            self._refused.pop(key, None)
+            self._refused.cleared(key)
         self._apply(found, now)
         self._health.succeeded("full", started_s)
         self._last_full_s = now
         self._from_snapshot = None
         self.loaded.set()
-        await self._write_snapshot()
+        await self._snapshot.write(
+            self._source.describe(),
+            self._wall_ms(),
+            {key: (entry.raw, entry.loaded_ms) for key, entry in self._view.items()},
+        )
         return True
 
     async def reload(self, keys: Sequence[str]) -> None:
@@ -278,20 +233,11 @@ class RefreshAheadCache(Generic[V]):
 
     def load_snapshot(self) -> bool:
         """Serve the snapshot's entries (when no load has succeeded yet); True if it could."""
-        if self._snapshot_path is None:
-            self._snapshot_problem = "no snapshot file configured"
-            return False
-        try:
-            snapshot = cache_snapshot.read(self._snapshot_path)
-        except SnapshotUnusable as exc:
-            self._snapshot_problem = str(exc)
-            return False
         now, now_ms = self._clock(), self._wall_ms()
-        fresh = {
-            key: (raw, loaded_ms)
-            for key, (raw, loaded_ms) in snapshot.entries.items()
-            if (now_ms - loaded_ms) / 1000 < self.settings.expire_after_s
-        }
+        found = self._snapshot.read_fresh(now_ms, self.settings.expire_after_s)
+        if found is None:
+            return False
+        snapshot, fresh = found
         self._apply({key: raw for key, (raw, _) in fresh.items()}, now, loaded_ms=fresh)
         self._from_snapshot = snapshot
         self.loaded.set()
@@ -300,7 +246,7 @@ class RefreshAheadCache(Generic[V]):
             dest=self.dest,
             cache=self.name,
             entries=len(self._view),
-            snapshot=str(self._snapshot_path),
+            snapshot=str(self._snapshot.path),
             age_s=round((now_ms - snapshot.written_ms) / 1000, 1),
             expired=len(snapshot.entries) - len(fresh),
         )
@@ -338,11 +284,11 @@ class RefreshAheadCache(Generic[V]):
             try:
                 fresh[key] = (self._decode(key, raw), raw)
             except EntryRefused as exc:
-                self._refuse(key, raw, exc, kept=entry is not None)
+                self._refused.note(key, raw, exc, kept=entry is not None)
                 if entry is not None:  # keep serving it; try again at its next refresh
                     entry.reload_later(now + self._jittered(self.settings.refresh_after_s))
                 continue
-            self._refused.pop(key, None)
+            self._refused.cleared(key)
         self._accepted(value for value, _ in fresh.values())
         wall_ms = self._wall_ms()
         for key, entry in confirmed:
@@ -380,43 +326,6 @@ class RefreshAheadCache(Generic[V]):
     def _retry_after_s(self) -> float:
         return min(self.settings.retry_max_s, self.settings.refresh_after_s)
 
-    # --- failures, once per change ----------------------------------------------------------
-
-    def _refuse(self, key: str, raw: bytes, exc: EntryRefused, *, kept: bool) -> None:
-        lookup_metrics.REFUSED_ENTRIES.labels(self.dest, self.name).inc()
-        digest = hashlib.sha256(raw).hexdigest()[:16]
-        if self._refused.get(key) == digest:
-            return  # logged already for this bad value
-        self._refused[key] = digest
-        log.warning(
-            "lookup_entry_refused",
-            dest=self.dest,
-            cache=self.name,
-            key=key,
-            error=short_error(str(exc)),
-            serving="the previous good value" if kept else "nothing for this key",
-        )
-
-    async def _write_snapshot(self) -> None:
-        if self._snapshot_path is None:
-            return
-        snapshot = Snapshot(
-            self._source.describe(),
-            self._wall_ms(),
-            {key: (entry.raw, entry.loaded_ms) for key, entry in self._view.items()},
-        )
-        try:
-            await asyncio.to_thread(
-                cache_snapshot.write, self._snapshot_path, cache_snapshot.encode(snapshot)
-            )
-        except OSError as exc:
-            problem = f"cannot write {self._snapshot_path}: {exc.strerror}"
-            if problem != self._snapshot_problem:
-                log.warning("lookup_snapshot_unwritten", dest=self.dest, error=problem)
-            self._snapshot_problem = problem
-            return
-        self._snapshot_problem = ""
-
     # --- what operators see ---------------------------------------------------------------
 
     def readiness(self) -> Readiness:
@@ -426,13 +335,14 @@ class RefreshAheadCache(Generic[V]):
         failing = f"{source} failing: {health.last_error}" if health.failing else ""
         if not self.loaded.is_set():
             why = failing or f"loading from {source}"
-            snapshot = f"; {self._snapshot_problem}" if self._snapshot_problem else ""
+            problem = self._snapshot.problem
+            snapshot = f"; {problem}" if problem else ""
             return Readiness(False, f"{self.name}: not loaded yet: {why}{snapshot}")
         if self._from_snapshot is not None:
             age_s = (self._wall_ms() - self._from_snapshot.written_ms) / 1000
             return Readiness(
                 True,
-                f"{self.name}: {len(self._view)} entries from the snapshot {self._snapshot_path}"
+                f"{self.name}: {len(self._view)} entries from the snapshot {self._snapshot.path}"
                 f" written {age_s:.0f} s ago; {failing or f'{source} not loaded yet'}",
             )
         age = self.reading().last_full_refresh_age_s or 0.0
@@ -474,8 +384,3 @@ class RefreshAheadCache(Generic[V]):
         )
 
 
-def _lost(source: Source, held: int) -> StoreUnavailable:
-    return StoreUnavailable(
-        f"{source.describe()} is empty or missing: taken for a Redis that lost its data; the"
-        f" {held} entries held keep serving (push them again with hifi-tenants)"
-    )

@@ -1,4 +1,4 @@
-"""The archive's layout and schemas: what the auditor writes, readers (`auditor.archive_read`,
+"""The archive's layout and schemas: what the auditor writes, readers (`auditor.archive.read`,
 the Spark reconciliation) read, and the rules both follow.
 
     ROOT/{kind}/dest={name}/date={YYYY-MM-DD}/hour={HH}/part-{first_minute_ms}-{uuid8}.parquet
@@ -25,7 +25,7 @@ from hifi.errors import HifiError
 HOUR_MS = 3_600_000
 MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant a partition can name
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")  # as config.catalog's dest names
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")  # as config.destination's names
 
 
 class Kind(StrEnum):
@@ -73,6 +73,18 @@ SCHEMAS: dict[Kind, Any] = {
 }
 MINUTE_NAMES = frozenset(MINUTE_SCHEMA.names)
 ID_COLUMNS = ["minute_ms", "topic", "partition", "offset", "event_id"]
+# Outcome columns that repeat a fact's or a slice's value for each of its events: the writer
+# buffers them once per slice as runs (few list appends, and runs decode faster than lists).
+OUTCOME_RUNS = (
+    "fact_id",
+    "node",
+    "outcome",
+    "reason",
+    "status",
+    "outcome_ms",
+    "topic",
+    "partition",
+)
 
 
 class ArchiveError(HifiError):

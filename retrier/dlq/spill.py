@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from retrier.dlq_columns import Column
+from retrier.dlq.columns import Column
 
 SCAN_BATCH_BYTES = 8 * 1024 * 1024
 SCAN_THREADS = 2  # pyarrow and file reads release the GIL: a scan uses two cores when it has them

@@ -18,67 +18,41 @@ that is a file or is not writable is a `ConfigError` naming `--archive`.
 from __future__ import annotations
 
 import bisect
-import json
 import os
 import tempfile
 import time
-import uuid
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from auditor.archive_layout import (
+from auditor.archive.files import STALE_TEMP_S, remove_stale_temp_files, write_part
+from auditor.archive.layout import (
     ENTERED_SCHEMA,
     HOUR_MS,
     MINUTE_NAMES,
     MINUTE_SCHEMA,
+    OUTCOME_RUNS,
     OUTCOME_SCHEMA,
     SCHEMAS,
     ArchiveError,
     Kind,
     check_name,
-    partition_dir,
     why,
 )
-from auditor.archive_read import read_settings
 from hifi.audit import Fact, Slice
 from hifi.errors import ConfigError
 
-STALE_TEMP_S = 3600  # temporary files older than this are a crashed writer's, removed at start
-
-# Outcome columns that repeat a fact's or a slice's value for each of its events: buffered once
-# per slice as runs (few list appends, and decoding runs is ~50x faster than converting lists).
-_OUTCOME_RUNS = (
-    "fact_id",
-    "node",
-    "outcome",
-    "reason",
-    "status",
-    "outcome_ms",
-    "topic",
-    "partition",
-)
-# Columns with few distinct values are dictionary-encoded; trying it on unique ids or clocks
-# costs time and bytes (3 M synthetic entered rows: a third faster to write, a quarter smaller).
-_DICTIONARY: dict[Kind, list[str] | bool] = {
-    Kind.ENTERED: ["minute_ms", "topic", "partition", "problem"],
-    Kind.OUTCOMES: ["minute_ms", *_OUTCOME_RUNS],
-    Kind.MINUTES: True,
-}
-
-
 _ARRAY_CODES = {pa.int64(): "q", pa.int32(): "i"}  # array type codes of the same width
-_OUTCOME_EVENT_FIELDS = [field for field in OUTCOME_SCHEMA if field.name not in _OUTCOME_RUNS]
+_OUTCOME_EVENT_FIELDS = [field for field in OUTCOME_SCHEMA if field.name not in OUTCOME_RUNS]
 # Entered columns that repeat one poll's value for each of its records: runs, as for outcomes.
 _ENTERED_RUNS = ("topic", "partition", "observed_ms")
 _ENTERED_EVENT_FIELDS = [field for field in ENTERED_SCHEMA if field.name not in _ENTERED_RUNS]
-_RUNS: dict[Kind, tuple[str, ...]] = {Kind.ENTERED: _ENTERED_RUNS, Kind.OUTCOMES: _OUTCOME_RUNS}
+_RUNS: dict[Kind, tuple[str, ...]] = {Kind.ENTERED: _ENTERED_RUNS, Kind.OUTCOMES: OUTCOME_RUNS}
 
 
 @dataclass(slots=True)
@@ -153,7 +127,7 @@ class Archive:
         except OSError as exc:
             raise ConfigError(f"--archive {root}: not writable: {why(exc)}") from None
         self.root = root
-        _remove_stale_temp_files(root, time.time() - STALE_TEMP_S)
+        remove_stale_temp_files(root, time.time() - STALE_TEMP_S)
         self._entered: Buffer = {}
         self._outcomes: Buffer = {}
         self._minutes: Buffer = {}
@@ -318,7 +292,7 @@ class PendingFiles:
                 for hour, rows in by_hour.items():
                     if len(rows.columns[0]) and (kind, dest, hour) not in self._written:
                         table = _table(kind, dest, rows)
-                        self._written[kind, dest, hour] = _write_part(
+                        self._written[kind, dest, hour] = write_part(
                             self.root, kind, dest, hour, table
                         )
         self._buffers = {}
@@ -346,91 +320,3 @@ def _table(kind: Kind, dest: str, rows: _Rows) -> Any:
         raise ArchiveError(f"archive: {kind} rows of destination {dest!r}: {why(exc)}") from exc
 
 
-def _write_part(root: Path, kind: Kind, dest: str, hour: int, table: Any) -> Path:
-    directory = partition_dir(root, kind, dest, hour)
-    first_minute_ms = pc.min(table["minute_ms"]).as_py()
-    final = directory / f"part-{first_minute_ms}-{uuid.uuid4().hex[:8]}.parquet"
-    _make_dirs(directory)
-    _write_atomic(
-        final,
-        lambda temp: pq.write_table(
-            table, str(temp), compression="zstd", use_dictionary=_DICTIONARY[kind]
-        ),
-    )
-    return final
-
-
-def _write_atomic(final: Path, fill: Callable[[Path], object]) -> None:
-    """`fill` a temporary file readers skip, fsync it, rename it to `final`, fsync the dir."""
-    temp = final.with_name(f".{final.name}.tmp")
-    try:
-        fill(temp)
-        _fsync(temp)
-        os.replace(temp, final)
-        _fsync(final.parent)
-    except (OSError, pa.ArrowException) as exc:
-        temp.unlink(missing_ok=True)
-        raise ArchiveError(f"archive file {final}: cannot write it: {why(exc)}") from exc
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _make_dirs(directory: Path) -> None:
-    """Create `directory` and its missing parents, fsyncing each parent so the entry is durable."""
-    missing: list[Path] = []
-    while not directory.is_dir():
-        missing.append(directory)
-        directory = directory.parent
-    try:
-        for created in reversed(missing):
-            created.mkdir(exist_ok=True)
-            _fsync(created.parent)
-    except OSError as exc:
-        raise ArchiveError(f"archive directory {missing[0]}: cannot create it: {why(exc)}") from exc
-
-
-def _remove_stale_temp_files(root: Path, older_than_s: float) -> None:
-    for directory, _, names in os.walk(root):
-        for name in names:
-            path = Path(directory, name)
-            if name.startswith(".") and name.endswith(".tmp"):
-                try:
-                    if path.stat().st_mtime < older_than_s:
-                        path.unlink()
-                except OSError:
-                    pass  # gone meanwhile, or not ours to remove: readers skip it anyway
-
-
-def write_settings(root: Path, dest: str, settings: Mapping[str, Any], *, now_ms: int) -> None:
-    """Keep dest's accounting settings as a new version from `now_ms`, when they changed.
-
-    A version applies from its `from_ms` until the next one's; versions are strictly ordered,
-    so a clock that went back makes the new one apply from just after the latest.
-    """
-    check_name("destination", dest)
-    try:
-        current = json.loads(json.dumps(dict(settings), sort_keys=True))
-    except (TypeError, ValueError) as exc:
-        raise ArchiveError(f"archive: settings of {dest!r} are not JSON: {why(exc)}") from exc
-    versions = read_settings(root, dest)
-    if versions and versions[-1]["settings"] == current:
-        return
-    from_ms = max(now_ms, versions[-1]["from_ms"] + 1) if versions else now_ms
-    doc = json.dumps({"from_ms": from_ms, "settings": current}, sort_keys=True).encode()
-    directory = root / "settings" / f"dest={dest}"
-    _make_dirs(directory)
-    _write_atomic(directory / f"settings-{from_ms}.json", lambda temp: temp.write_bytes(doc))
-
-
-def write_snapshot(root: Path, name: str, data: bytes) -> None:
-    """Replace ROOT/_state/{name}.snapshot atomically (temporary file, fsync, rename)."""
-    check_name("snapshot", name)
-    directory = root / "_state"
-    _make_dirs(directory)
-    _write_atomic(directory / f"{name}.snapshot", lambda temp: temp.write_bytes(data))

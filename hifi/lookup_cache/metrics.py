@@ -1,4 +1,4 @@
-"""Prometheus metrics of the lookup caches (`hifi.refresh_ahead`), labelled by destination and cache.
+"""Prometheus metrics of the lookup caches (`hifi.lookup_cache.refresh_ahead`), labelled by destination and cache.
 
 Reads happen once per event, so what they count (hits, misses, stale values served) is kept in
 plain integers on each cache and exposed by a collector when scraped, like the connector's

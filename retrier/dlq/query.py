@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from retrier.dlq_letter import REASONS
+from retrier.dlq.letter import REASONS
 
 
 @dataclass(frozen=True, slots=True)

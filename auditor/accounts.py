@@ -1,0 +1,383 @@
+"""The auditor's partition handler: records and facts into the ledgers, rolls written, then committed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping
+from operator import attrgetter
+from typing import Any
+
+import msgspec
+import structlog
+from aiokafka import TopicPartition
+from starlette.requests import Request
+
+from auditor import metrics
+from auditor.archive import Archive, PendingFiles, write_snapshot
+from auditor.archive.read import find_ids
+from auditor.buckets import MINUTE_MS, Problem, Settled
+from auditor.entered import entered_columns
+from auditor.health import Health
+from auditor.ledger import MAX_MISSING_IDS, Ledger
+from auditor.progress import ProgressClock
+from auditor.tables import archive_row, iso_minute, live_rows
+from config.destination import Destination
+from config.parsing import parse
+from hifi.audit import FactRefused, decode_fact
+from hifi.errors import HifiError
+from hifi.vocabulary import Outcome
+from hifi.worker import PartitionHandler, Work
+
+log = structlog.get_logger(__name__)
+
+ROLL_ROWS = 200_000  # roll sooner once this many rows wait: bounds the offsets tracked per roll
+MAX_BUFFERED_ROWS = 400_000  # intake pauses while this many rows wait for a roll
+SNAPSHOT_FORMAT = 1
+_offset_of = attrgetter("offset")
+_kafka_ms_of_record = attrgetter("timestamp")
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Accounts(PartitionHandler):
+    """What the auditor does with its records: note entries, apply facts, roll, settle minutes."""
+
+    def __init__(
+        self,
+        dests: Mapping[str, Destination],
+        archive: Archive,
+        *,
+        audit_topic: str,
+        clock: ProgressClock,
+        roll_s: float,
+        snapshot_name: str,
+        now_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self._dests = dests
+        self._archive = archive
+        self._audit_topic = audit_topic
+        self._clock = clock
+        self._roll_s = roll_s
+        self._snapshot_name = snapshot_name
+        self._now_ms = now_ms
+        self.ledgers = {name: Ledger(name, dest.accounting) for name, dest in dests.items()}
+        self.health = {name: Health() for name in dests}
+        self._readers: dict[str, list[Destination]] = defaultdict(list)
+        for dest in dests.values():
+            for topic in dest.source_topics:
+                self._readers[topic].append(dest)
+        self._offsets: dict[TopicPartition, list[int]] = defaultdict(list)
+        self._last_roll = time.monotonic()
+        self._to_resolve: list[tuple[str, int, dict[tuple[str, int], list[int]]]] = []
+        self._changed: set[tuple[str, int]] = set()  # final minutes a late outcome changed
+        self.refused: dict[str, int] = defaultdict(int)
+        self._refusal_logged: set[str] = set()
+
+    async def restore(self) -> None:
+        """Carry on from the last snapshot in the archive, if there is one."""
+        from auditor.archive.read import read_snapshot
+
+        data = await asyncio.to_thread(read_snapshot, self._archive.root, self._snapshot_name)
+        if data is None:
+            log.info("no_snapshot", archive=str(self._archive.root))
+            return
+        try:
+            state = msgspec.msgpack.decode(data)
+            if state.get("format") != SNAPSHOT_FORMAT:
+                raise ValueError(f"format {state.get('format')!r}, not {SNAPSHOT_FORMAT}")
+            for name, ledger_state in state["ledgers"].items():
+                if name in self.ledgers:
+                    self.ledgers[name].restore(ledger_state)
+            for name, health_state in state.get("health", {}).items():  # older snapshots have none
+                if name in self.health:
+                    self.health[name].restore(health_state)
+            self._clock.restore(state["progress"])
+        except (msgspec.DecodeError, ValueError, KeyError, TypeError) as exc:
+            raise HifiError(
+                f"archive {self._archive.root}: snapshot {self._snapshot_name} cannot be read:"
+                f" {exc}; move it away to start the tables afresh from the committed offsets"
+            ) from None
+        log.info(
+            "snapshot_restored",
+            minutes={n: len(ledger.buckets) for n, ledger in self.ledgers.items()},
+        )
+
+    # --- taking records in ------------------------------------------------------------
+
+    def take(self, tp: TopicPartition, records: list[Any]) -> None:
+        if not records:
+            return
+        self._offsets[tp].extend(map(_offset_of, records))
+        metrics.RECORDS.labels(tp.topic).inc(len(records))
+        last = records[-1]
+        self._clock.read(tp, last.offset + 1, max(map(_kafka_ms_of_record, records)))
+        if tp.topic == self._audit_topic:
+            self._take_facts(records)
+        for dest in self._readers.get(tp.topic, ()):
+            self._take_entries(dest, tp, records)
+
+    def _take_entries(self, dest: Destination, tp: TopicPartition, records: list[Any]) -> None:
+        """Note one poll of one partition as entered, a column at a time (the auditor reads
+        every record the connector reads: this is its hot path)."""
+        ledger, name = self.ledgers[dest.name], dest.name
+        observed_ms = self._now_ms()
+        parsed = parse(dest, tp, records, taken_ms=observed_ms)  # the connector's rules
+        columns = entered_columns(ledger, parsed)
+        self._archive.entered_many(name, tp.topic, tp.partition, observed_ms, columns)
+        minutes, offsets, problems = columns.minutes_ms, columns.offsets, columns.problems
+        origin = (tp.topic, tp.partition)
+        if minutes and min(minutes) == max(minutes):
+            ledger.enter(minutes[0], origin, offsets)
+        else:
+            by_minute: dict[int, list[int]] = defaultdict(list)
+            for minute, offset in zip(minutes, offsets, strict=True):
+                by_minute[minute].append(offset)
+            for minute, of_minute in by_minute.items():
+                ledger.enter(minute, origin, of_minute)
+        if problems.count(None) != len(problems):
+            counted = Counter(
+                (minute, problem)
+                for minute, problem in zip(minutes, problems, strict=True)
+                if problem is not None
+            )
+            for (minute, problem), count in counted.items():
+                ledger.note_problem(minute, Problem(problem), count)
+                metrics.PROBLEMS.labels(name, problem).inc(count)
+
+    def _take_facts(self, records: list[Any]) -> None:
+        archive, read_ms = self._archive, self._now_ms()
+        for record in records:
+            try:
+                fact = decode_fact(record.value, record.headers)
+            except FactRefused as exc:
+                self._refuse(record, exc)
+                continue
+            ledger = self.ledgers.get(fact.dest)
+            if ledger is None:
+                continue  # a destination this auditor does not serve
+            repeated = ledger.repeated_facts
+            changes = ledger.apply(fact)
+            if ledger.repeated_facts != repeated:
+                metrics.REPEATED.labels(fact.dest).inc()
+                continue
+            self.health[fact.dest].note(fact, read_ms)
+            for part in fact.slices:
+                archive.outcomes(
+                    fact.dest, [t - t % MINUTE_MS for t in part.event_times_ms], fact, part
+                )
+            for change in changes:
+                self._changed.add((fact.dest, change.minute_ms))
+                events = metrics.EVENTS
+                if change.delivered:
+                    events.labels(fact.dest, Outcome.DELIVERED).inc(change.delivered)
+                if change.dead_lettered:
+                    events.labels(fact.dest, Outcome.DEAD_LETTERED).inc(change.dead_lettered)
+                if change.filtered:
+                    events.labels(fact.dest, Outcome.FILTERED).inc(change.filtered)
+
+    def _refuse(self, record: Any, exc: FactRefused) -> None:
+        metrics.REFUSED.labels(exc.reason).inc()
+        self.refused[exc.reason] += 1
+        if exc.reason not in self._refusal_logged:  # the first of each reason; the rest counted
+            self._refusal_logged.add(exc.reason)
+            log.warning(
+                "audit_record_refused",
+                reason=exc.reason,
+                error=str(exc),
+                origin=f"{record.topic}/{record.partition}/{record.offset}",
+            )
+
+    # --- rolls --------------------------------------------------------------------------
+
+    def next_work(self, *, poll_open: bool) -> Work | None:
+        """A roll, once `roll_s` passed (or many rows wait) and a whole poll is taken in."""
+        archive = self._archive
+        if poll_open or not (self._offsets or archive.buffered_rows or self._changed):
+            return None
+        waited_s = time.monotonic() - self._last_roll
+        if waited_s < self._roll_s and archive.buffered_rows < ROLL_ROWS:
+            return None
+        self._last_roll = time.monotonic()
+        self._archive_changed()
+        pending = archive.take()
+        state = self._snapshot()
+        offsets, self._offsets = dict(self._offsets), defaultdict(list)
+        resolve, self._to_resolve = self._to_resolve, []
+        return Work(self._roll(pending, state, resolve), offsets)
+
+    def _archive_changed(self) -> None:
+        """A new row for each final minute a late outcome changed since the last roll."""
+        now_ms = self._now_ms()
+        for dest, minute_ms in sorted(self._changed):
+            ledger = self.ledgers[dest]
+            bucket = ledger.buckets.get(minute_ms)
+            if bucket is not None:
+                self._archive.minute(dest, archive_row(ledger, bucket, written_ms=now_ms))
+        self._changed.clear()
+
+    def room(self) -> int:
+        return max(0, MAX_BUFFERED_ROWS - self._archive.buffered_rows)
+
+    def held(self, owned: set[TopicPartition]) -> set[TopicPartition]:
+        self._clock.owned(owned)
+        return set()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._offsets) or self._archive.buffered_rows > 0 or bool(self._changed)
+
+    def drop(self, partitions: set[TopicPartition]) -> None:
+        for tp in partitions:
+            self._offsets.pop(tp, None)
+
+    def _snapshot(self) -> bytes:
+        state = {
+            "format": SNAPSHOT_FORMAT,
+            "written_ms": self._now_ms(),
+            "ledgers": {name: ledger.snapshot() for name, ledger in self.ledgers.items()},
+            "health": {name: health.snapshot() for name, health in self.health.items()},
+            "progress": self._clock.state(),
+        }
+        return msgspec.msgpack.encode(state)
+
+    async def _roll(
+        self,
+        pending: PendingFiles,
+        state: bytes,
+        resolve: list[tuple[str, int, dict[tuple[str, int], list[int]]]],
+    ) -> None:
+        started = time.perf_counter()
+        await asyncio.to_thread(pending.write)
+        await asyncio.to_thread(write_snapshot, self._archive.root, self._snapshot_name, state)
+        metrics.ARCHIVE_ROWS.inc(pending.rows)
+        metrics.ARCHIVE_WRITE.observe(time.perf_counter() - started)
+        for dest, minute_ms, origins in resolve:
+            await self._resolve_missing(dest, minute_ms, origins)
+
+    async def _resolve_missing(
+        self, dest: str, minute_ms: int, origins: dict[tuple[str, int], list[int]]
+    ) -> None:
+        """Name the missing events of a final minute by id, from the archive's entered rows."""
+        try:
+            found = await asyncio.to_thread(
+                find_ids, self._archive.root, dest, {minute_ms: origins}
+            )
+        except HifiError as exc:
+            log.warning(
+                "missing_ids_unresolved", dest=dest, minute=iso_minute(minute_ms), error=str(exc)
+            )
+            return
+        ids = sorted(
+            event_id if event_id is not None else f"{topic}/{partition}/{offset}"
+            for (topic, partition, offset), event_id in found.items()
+        )
+        bucket = self.ledgers[dest].buckets.get(minute_ms)
+        if bucket is not None:
+            bucket.missing_ids = ids
+            self._archive.minute(
+                dest, archive_row(self.ledgers[dest], bucket, written_ms=self._now_ms())
+            )
+        log.error(
+            "missing_events",
+            dest=dest,
+            minute=iso_minute(minute_ms),
+            missing=len(ids),
+            first_ids=ids[:10],
+        )
+
+    # --- settling -----------------------------------------------------------------------
+
+    def after_commit(self, lag_records: Mapping[TopicPartition, int]) -> None:
+        for tp, lag in self._clock.lag_records().items():
+            metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)
+        now_ms = self._now_ms()
+        for name, ledger in self.ledgers.items():
+            dest = self._dests[name]
+            progress_ms = self._clock.at([*dest.source_topics, self._audit_topic])
+            for settled in ledger.advance(progress_ms):
+                self._settled(ledger, settled, now_ms)
+            metrics.UNSETTLED.labels(name).set(ledger.unsettled())
+            metrics.WAITING.labels(name).set(ledger.waiting_events())
+            availability = ledger.availability(progress_ms)
+            if availability is not None:
+                metrics.AVAILABILITY.labels(name).set(availability)
+
+    def _settled(self, ledger: Ledger, settled: Settled, now_ms: int) -> None:
+        bucket, name = settled.bucket, ledger.dest
+        counts, lags = ledger.tally(bucket), ledger.lags(bucket)
+        self._archive.minute(name, archive_row(ledger, bucket, written_ms=now_ms))
+        events = metrics.EVENTS
+        events.labels(name, metrics.ENTERED).inc(counts.entered)
+        events.labels(name, Outcome.DELIVERED).inc(counts.delivered)
+        events.labels(name, Outcome.DEAD_LETTERED).inc(counts.dead_lettered)
+        events.labels(name, Outcome.FILTERED).inc(counts.filtered)
+        events.labels(name, metrics.MISSING).inc(counts.missing)
+        metrics.LOSS_RATIO.labels(name).set(settled.loss_ratio)
+        if lags.p95_ms is not None:
+            metrics.LAG_P95.labels(name).set(lags.p95_ms / 1000)
+        metrics.LOSS_ALARM.labels(name).set(int(settled.alarm))
+        if settled.alarm:
+            metrics.LOSS_ALARMS.labels(name).inc()
+            log.error(
+                "loss_alarm",
+                dest=name,
+                minute=iso_minute(bucket.minute_ms),
+                missing=counts.missing,
+                entered=counts.entered,
+                loss_ratio=round(settled.loss_ratio, 6),
+            )
+        if counts.missing:
+            origins: dict[tuple[str, int], list[int]] = {}
+            left = MAX_MISSING_IDS
+            for tp, waiting in bucket.waiting.items():
+                lost = waiting - bucket.retrying.get(tp, type(waiting)())
+                if lost and left > 0:
+                    offsets = list(lost)[:left]
+                    origins[tp] = offsets
+                    left -= len(offsets)
+            self._to_resolve.append((name, bucket.minute_ms, origins))
+
+    # --- pages ----------------------------------------------------------------------------
+
+    async def tables_page(self, request: Request) -> Any:
+        """`/tables?dest=NAME&from=MS&to=MS`: the per-minute rows (all destinations without dest)."""
+        params = request.query_params
+        now_ms = self._now_ms()
+        from_ms, to_ms = _ms_param(params.get("from")), _ms_param(params.get("to"))
+        wanted = params.get("dest")
+        names = [wanted] if wanted else sorted(self.ledgers)
+        return {
+            name: live_rows(self.ledgers[name], from_ms=from_ms, to_ms=to_ms, now_ms=now_ms)
+            for name in names
+            if name in self.ledgers
+        }
+
+    async def status_page(self, request: Request) -> Any:
+        now_ms = self._now_ms()
+        return {
+            "dests": {
+                name: {
+                    "unsettled_minutes": ledger.unsettled(),
+                    "tracked_events": ledger.waiting_events(),
+                    "final_before_ms": ledger.closed_before_ms or None,
+                    "settings": ledger.settings.model_dump(),
+                    "health": self.health[name].view(now_ms),
+                }
+                for name, ledger in self.ledgers.items()
+            },
+            "refused_facts": dict(self.refused),
+            "buffered_rows": self._archive.buffered_rows,
+        }
+
+
+def _ms_param(value: str | None) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None

@@ -1,0 +1,337 @@
+"""A destination's settings: one `NAME.toml` validated into a `Destination`, its accounting and lookups."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from config.env_refs import HEADER_VALUE_RULE, header_value_problem
+from config.templates import Template, parse_template
+from config.tls_files import EncryptedKeyError, client_cert_problem, ssl_cause, tls_context
+from hifi.errors import ConfigError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+# every event must fit in one record of NAME.retry_in and NAME.dlq, whose producer limit is 16 MiB
+MAX_BATCH_BYTES_LIMIT = 15 * 1024 * 1024
+_DAY_S = 86_400
+PositiveSeconds = Annotated[float, Field(gt=0, le=7 * 86400)]
+
+
+class Accounting(BaseModel):
+    """The `[accounting]` table: the audit trail and the rules of the auditor's tables."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    audit: bool = True  # the connector and the retrier write audit facts
+    settle_s: float = Field(
+        default=300.0, gt=0, le=7 * _DAY_S
+    )  # a minute is final this long after it ends
+    retention_min: int = Field(default=360, ge=1, le=7 * 24 * 60)  # minutes kept in memory
+    loss_alarm_ratio: float = Field(default=0.0, ge=0, le=1)  # missing/entered above this alarms
+    lag_sla_s: float = Field(
+        default=1.0, gt=0, le=_DAY_S
+    )  # a minute's p95 lag at most this is on time
+
+    @model_validator(mode="after")
+    def _check_window(self) -> Self:
+        if self.retention_min * 60 < self.settle_s + 60:
+            raise ValueError(
+                f"key 'retention_min': {self.retention_min} min keeps a minute for less than"
+                f" settle_s ({self.settle_s:g} s) after it ends; raise retention_min"
+            )
+        return self
+
+
+class Lookups(BaseModel):
+    """The `[lookups]` table: per-tenant entries from Redis, served from a refresh-ahead local cache
+    (`tenants/`, docs/tenants.md). With it, `{tenant}` and `{name}` in `url` and the `[headers]`
+    values are placeholders rendered from each tenant's entry."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    tenant_field: str = Field(min_length=1)  # the event field that names the tenant
+    # a read after this long since an entry was loaded returns it and reloads it in the background
+    refresh_after_s: float = Field(default=120.0, gt=0, le=30 * _DAY_S)
+    # an entry not reloaded for this long (Redis failing all that time) is no longer served
+    expire_after_s: float = Field(default=2_592_000.0, gt=0, le=366 * _DAY_S)
+    # every entry is reloaded this often, so changes and removals reach every process
+    bulk_refresh_s: float = Field(default=300.0, gt=0, le=_DAY_S)
+    # events taken in and not yet sent, at most (both bounds hold): batches are cut per tenant,
+    # so a long tail of tenants needs room for their batches to fill (docs/tenants.md)
+    buffer_records: int = Field(default=100_000, ge=1_000, le=10_000_000)
+    buffer_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024, le=8 * 1024**3)
+
+    @model_validator(mode="after")
+    def _check_expiry(self) -> Self:
+        if self.expire_after_s < self.refresh_after_s:
+            raise ValueError(
+                f"key 'expire_after_s': {self.expire_after_s:g} s is shorter than refresh_after_s"
+                f" ({self.refresh_after_s:g} s); an entry must be served at least until it is"
+                " reloaded: raise expire_after_s"
+            )
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class Templates:
+    """A destination's url and header values as templates (with `[lookups]`)."""
+
+    url: Template
+    headers: dict[str, Template]
+
+    @property
+    def value_names(self) -> frozenset[str]:
+        """Every entry value the templates use (`{tenant}` aside)."""
+        return self.url.value_names | self.header_value_names
+
+    @property
+    def header_value_names(self) -> frozenset[str]:
+        """The entry values rendered into headers: the secrets among an entry's values."""
+        return frozenset(name for t in self.headers.values() for name in t.value_names)
+
+
+class Destination(BaseModel):
+    """Everything hifi needs to deliver to one HTTP destination; immutable once loaded."""
+
+    # strict: "10" is not an integer nor "true" a boolean (an integer is a valid float);
+    # allow_inf_nan=False: TOML's nan and inf are refused for every number
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    name: str
+    url: str
+    source_topics: list[str] = Field(min_length=1)
+    id_field: str = Field(default="id", min_length=1)
+    event_time_field: str = Field(default="event_time", min_length=1)
+    format: Literal["json_array", "ndjson"] = "json_array"
+    compression: Literal["none", "gzip"] = "none"
+    max_batch_records: int = Field(default=500, ge=1, le=100_000)
+    max_batch_bytes: int = Field(
+        default=1_048_576,
+        ge=1024,
+        le=MAX_BATCH_BYTES_LIMIT,
+        description=(
+            "15 MiB at most: every event must fit in one Kafka record of the hand-off and"
+            " dead-letter topics, whose producer limit is 16 MiB"
+        ),
+    )
+    max_in_flight: int = Field(default=8, ge=1, le=1024)
+    request_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    local_retry_attempts: int = Field(default=3, ge=1, le=50)
+    local_retry_max_backoff_s: float = Field(default=2.0, ge=0, le=600)
+    retry_after_max_s: float = Field(default=30.0, ge=0, le=3600)
+    retry_tiers_s: list[PositiveSeconds] = Field(
+        default_factory=lambda: [30.0, 120.0, 600.0, 1800.0, 7200.0], min_length=1, max_length=20
+    )
+    max_retry_age_s: float = Field(default=86400.0, gt=0, le=30 * 86400)
+    dlq_retention_days: float = Field(default=30.0, ge=0, le=36_500)  # 0: keep forever
+    follow_redirects: bool = False
+    max_bisect_requests: int = Field(default=64, ge=0, le=10_000)
+    commit_interval_s: float = Field(default=1.0, gt=0, le=300)
+    shutdown_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    internal_topic_partitions: int = Field(default=4, ge=1, le=1000)
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
+    accounting: Accounting = Field(default_factory=Accounting)
+    lookups: Lookups | None = None  # per-tenant routing; None: every event goes to `url` as is
+    # PEM files; a relative path is read from the catalog file's directory
+    tls_ca_file: Path | None = None  # CA bundle to trust instead of the default one
+    tls_client_cert: Path | None = None  # client certificate (and its key, unless tls_client_key)
+    tls_client_key: Path | None = None  # the client certificate's unencrypted private key
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if re.search(r"\$[{A-Za-z_]", value):
+            raise ValueError(
+                "environment references are resolved only in [headers], not in url (no ${NAME}"
+                " nor $NAME here); write the URL itself"
+            )
+        if not re.match(r"^https?://[^\s/?#]+", value):
+            raise ValueError("must be an absolute http:// or https:// URL")
+        return value
+
+    @field_validator("source_topics")
+    @classmethod
+    def _check_topics(cls, value: list[str]) -> list[str]:
+        for topic in value:
+            if not _TOPIC_RE.match(topic):
+                raise ValueError(f"topic {topic!r} is not a valid Kafka topic name")
+        return value
+
+    @field_validator("retry_tiers_s")
+    @classmethod
+    def _check_tiers(cls, value: list[float]) -> list[float]:
+        if any(later < earlier for earlier, later in itertools.pairwise(value)):
+            raise ValueError("tiers must not decrease")
+        return value
+
+    @field_validator("event_time_field")
+    @classmethod
+    def _check_time_field(cls, value: str, info: ValidationInfo) -> str:
+        if value == info.data.get("id_field"):
+            raise ValueError("must differ from id_field")
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _check_headers(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        for key, secret in value.items():
+            if not re.match(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", key):
+                raise ValueError(f"header name {key!r} is not a valid HTTP token")
+            text = secret.get_secret_value()
+            problem = header_value_problem(text) or ("is empty" if not text.strip(" ") else None)
+            if problem:
+                raise ValueError(f"header {key!r}: the value {problem}; {HEADER_VALUE_RULE}")
+        return value
+
+    @field_validator("tls_ca_file", "tls_client_cert", "tls_client_key", mode="before")
+    @classmethod
+    def _find_tls_file(cls, value: object, info: ValidationInfo) -> Path | None:
+        """An existing, readable file; relative to `base_dir` of the validation context if given."""
+        if value is None:
+            return None
+        if isinstance(value, Path):
+            path = value
+        elif isinstance(value, str) and value:
+            path = Path(value)
+        else:
+            raise ValueError("must be the path of a PEM file, as a string")
+        base_dir = info.context.get("base_dir") if isinstance(info.context, dict) else None
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        if not path.exists():
+            raise ValueError(f"{path} does not exist")
+        if not path.is_file():
+            raise ValueError(f"{path} is not a file")
+        try:
+            path.read_bytes()
+        except OSError as exc:
+            raise ValueError(f"{path} cannot be read: {exc.strerror}") from None
+        return path
+
+    @field_validator("tls_ca_file")
+    @classmethod
+    def _check_ca_file(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            try:
+                ssl.create_default_context(cafile=value)
+            except (ssl.SSLError, OSError) as exc:
+                raise ValueError(
+                    f"{value} is not a PEM CA bundle Python's ssl can load: {ssl_cause(exc)}"
+                ) from None
+        return value
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> Self:
+        """Client certificate and key load together; TLS keys need an https:// URL."""
+        if self.tls_client_key is not None and self.tls_client_cert is None:
+            raise ValueError(
+                "key 'tls_client_key': set without tls_client_cert; set both, or"
+                " tls_client_cert alone when its file holds the key too"
+            )
+        if self.tls_client_cert is not None:
+            problem = client_cert_problem(self.tls_client_cert, self.tls_client_key)
+            if problem:
+                raise ValueError(problem)
+        tls_keys = [
+            key
+            for key in ("tls_ca_file", "tls_client_cert", "tls_client_key")
+            if getattr(self, key) is not None
+        ]
+        if tls_keys and not self.url.startswith("https://"):
+            raise ValueError(
+                f"key 'url': is not https:// but {', '.join(tls_keys)} is set; use an https:// URL"
+                " or remove the TLS keys"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_lookups(self) -> Self:
+        """The tenant field is a field of its own; url and header values parse as templates."""
+        if self.lookups is None:
+            return self
+        field = self.lookups.tenant_field
+        if field in (self.id_field, self.event_time_field):
+            raise ValueError(
+                f"key 'lookups.tenant_field': {field!r} is also id_field or event_time_field;"
+                " name the event field that holds the tenant"
+            )
+        self.templates()
+        return self
+
+    def templates(self) -> Templates:
+        """The url and header values as templates; `ValueError` names the key that does not parse."""
+        try:
+            url = parse_template(self.url)
+        except ValueError as exc:
+            raise ValueError(f"key 'url': {exc}") from None
+        headers = {}
+        for key, secret in self.headers.items():
+            try:
+                headers[key] = parse_template(secret.get_secret_value())
+            except ValueError as exc:
+                raise ValueError(f"key 'headers.{key}': {exc}") from None
+        return Templates(url, headers)
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The context of the `tls_*` keys (certificates and hostnames verified); None: the default."""
+        if self.tls_ca_file is None and self.tls_client_cert is None:
+            return None
+        try:
+            return tls_context(self.tls_ca_file, self.tls_client_cert, self.tls_client_key)
+        except (ssl.SSLError, OSError, EncryptedKeyError) as exc:
+            raise ConfigError(
+                f"destination {self.name!r}: cannot load its TLS files: {ssl_cause(exc)}"
+            ) from None
+
+    @property
+    def retry_in_topic(self) -> str:
+        return f"{self.name}.retry_in"
+
+    @property
+    def retry_out_topic(self) -> str:
+        return f"{self.name}.retry_out"
+
+    @property
+    def dlq_topic(self) -> str:
+        return f"{self.name}.dlq"
+
+    @property
+    def dlq_replays_topic(self) -> str:
+        """Where the retrier records each replay of NAME.dlq: which letters, when, by whom."""
+        return f"{self.name}.dlq_replays"
+
+    @property
+    def dlq_retention_ms(self) -> int:
+        """`retention.ms` of NAME.dlq and NAME.dlq_replays: -1 (Kafka's "forever") when
+        `dlq_retention_days` is 0."""
+        if self.dlq_retention_days == 0:
+            return -1
+        return max(1, round(self.dlq_retention_days * _DAY_S * 1000))
+
+    @property
+    def retry_retention_ms(self) -> int:
+        """`retention.ms` of NAME.retry_in, NAME.retry_out and the tier topics: `max_retry_age_s` + 1 day."""
+        return round((self.max_retry_age_s + _DAY_S) * 1000)
+
+    @property
+    def connector_group(self) -> str:
+        return f"hifi.connector.{self.name}"
+
+    def header_values(self) -> dict[str, str]:
+        """The configured HTTP headers with secrets revealed, for the wire only."""
+        return {key: secret.get_secret_value() for key, secret in self.headers.items()}

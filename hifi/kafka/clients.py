@@ -1,0 +1,191 @@
+"""Kafka clients configured from `KafkaSettings`, and the one place aiokafka errors are translated.
+
+Every call into aiokafka that can fail (start, send, getmany, commit, committed, topics,
+position, the offset look-ups, and the admin calls of `hifi.kafka.admin`) runs inside
+`kafka_errors()`, which raises hifi's own errors with the cause named (`raise ... from exc`,
+like httpx's `map_httpcore_exceptions`). No other module catches an aiokafka exception.
+The clients start and stop here too (`running_client`), however they end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterator,
+)
+from typing import Any
+
+import structlog
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import errors as aiokafka_errors
+
+from hifi import probe
+from hifi.errors import (
+    BrokerAuthFailed,
+    BrokerRefused,
+    BrokerUnavailable,
+    ConfigError,
+    UnknownTopic,
+)
+from hifi.kafka.settings import KafkaSettings
+
+log = structlog.get_logger(__name__)
+
+Headers = list[tuple[str, bytes]]
+Record = tuple[str, bytes | None, bytes | None, Headers]  # topic, key, value, headers
+START_TIMEOUT_S = 15.0  # a client that cannot start by then fails with the cause
+MAX_REQUEST_BYTES = 16 * 1024 * 1024  # the largest produce request hifi sends
+_AUTH_ERRORS = (
+    aiokafka_errors.AuthenticationFailedError,
+    aiokafka_errors.AuthenticationMethodNotSupported,
+    aiokafka_errors.SaslAuthenticationFailed,
+    aiokafka_errors.UnsupportedSaslMechanismError,
+    aiokafka_errors.IllegalSaslStateError,
+    aiokafka_errors.TopicAuthorizationFailedError,
+    aiokafka_errors.GroupAuthorizationFailedError,
+    aiokafka_errors.ClusterAuthorizationFailedError,
+)
+
+
+@contextlib.contextmanager
+def kafka_errors(settings: KafkaSettings, doing: str) -> Iterator[None]:
+    """Translate whatever aiokafka raises while `doing` into hifi's error tree."""
+    where = f"kafka {settings.bootstrap}: {doing}"
+    try:
+        yield
+    except aiokafka_errors.UnsupportedCodecError as exc:
+        raise BrokerRefused(
+            f"{where}: {exc}; hifi reads snappy, lz4 and zstd through aiokafka's codec extras"
+            " (pip install 'aiokafka[snappy,lz4,zstd]')"
+        ) from exc
+    except aiokafka_errors.UnknownTopicOrPartitionError as exc:
+        raise UnknownTopic(f"{where}: unknown topic or partition") from exc
+    except _AUTH_ERRORS as exc:
+        raise BrokerAuthFailed(f"{where}: refused: {_cause(exc)}") from exc
+    except ssl.SSLError as exc:
+        raise BrokerAuthFailed(f"{where}: TLS failed: {exc.reason or exc}") from exc
+    except aiokafka_errors.KafkaError as exc:
+        if exc.retriable or isinstance(exc, _TRANSIENT):
+            raise BrokerUnavailable(f"{where}: {_cause(exc)}") from exc
+        raise BrokerRefused(f"{where}: {_cause(exc)}") from exc
+    except (OSError, TimeoutError) as exc:
+        raise BrokerUnavailable(f"{where}: {_cause(exc)}") from exc
+
+
+# Not marked retriable by aiokafka, yet a later attempt can succeed: a commit refused during a
+# rebalance, a timeout, or a connection that is refused now.
+_TRANSIENT = (
+    aiokafka_errors.CommitFailedError,
+    aiokafka_errors.IllegalGenerationError,
+    aiokafka_errors.RebalanceInProgressError,
+    aiokafka_errors.KafkaTimeoutError,
+    aiokafka_errors.KafkaConnectionError,
+)
+
+
+def _cause(exc: BaseException) -> str:
+    text = str(exc).strip()
+    name = type(exc).__name__
+    return f"{name}: {text}" if text and name not in text else (text or name)
+
+
+def client_options(settings: KafkaSettings) -> dict[str, Any]:
+    """Connection and security options shared by every aiokafka client."""
+    options: dict[str, Any] = {
+        "bootstrap_servers": settings.bootstrap,
+        "security_protocol": settings.security_protocol,
+    }
+    if settings.security_protocol in ("SSL", "SASL_SSL"):
+        try:
+            options["ssl_context"] = ssl.create_default_context(cafile=settings.ca_file)
+        except (ssl.SSLError, OSError) as exc:
+            raise ConfigError(
+                f"environment variable HIFI_KAFKA_CA_FILE: {settings.ca_file} is not a readable"
+                f" PEM certificate ({exc})"
+            ) from None
+    if settings.sasl_mechanism:
+        options["sasl_mechanism"] = settings.sasl_mechanism
+        options["sasl_plain_username"] = settings.username
+        options["sasl_plain_password"] = (
+            settings.password.get_secret_value() if settings.password else None
+        )
+    return options
+
+
+# --- producing --------------------------------------------------------------------------
+
+
+# --- consuming --------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def running_client(
+    client: AIOKafkaProducer | AIOKafkaConsumer, settings: KafkaSettings, doing: str
+) -> AsyncIterator[None]:
+    """Start an aiokafka client (its failure translated) and stop it when the block exits."""
+    try:
+        await start_client(client.start, settings, doing)
+        yield
+    finally:
+        await stop_client(client)
+
+
+async def stop_client(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
+    """Stop a client. A consumer stopped soon after it started can raise the cancellation of its
+    own internal task (the coordinator's committed-offsets refresh); that is not a cancellation
+    of ours, so it is absorbed unless this task is being cancelled itself.
+
+    aiokafka's `stop()` marks the client closed before it closes anything, so one that gave up
+    half-way cannot be stopped again: what it did not reach (a consumer's fetcher, the network
+    client with its metadata task and sockets) is closed here, or it would outlive the client
+    and refresh metadata every few minutes for the life of the process.
+    """
+    if await _completed(client.stop()):
+        return
+    for part in (getattr(client, "_fetcher", None), getattr(client, "_client", None)):
+        if part is not None:  # both close idempotently
+            await _completed(part.close())
+
+
+async def _completed(step: Awaitable[None]) -> bool:
+    """Await `step`; False when the cancellation of an internal task interrupted it (absorbed,
+    unless this task is being cancelled itself)."""
+    try:
+        await step
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        return False
+    return True
+
+
+async def start_client(
+    start: Callable[[], Awaitable[None]], settings: KafkaSettings, doing: str
+) -> None:
+    """Start a client (an aiokafka `start`) within `START_TIMEOUT_S`; a failure says what the
+    broker address does."""
+    ssl_context = client_options(settings).get("ssl_context")
+    try:
+        async with asyncio.timeout(START_TIMEOUT_S):
+            with kafka_errors(settings, doing):
+                await start()
+    except TimeoutError:
+        cause = await probe.diagnose(settings.bootstrap, ssl_context)
+        raise BrokerUnavailable(
+            f"kafka {settings.bootstrap}: {doing}: no Kafka answer within {START_TIMEOUT_S:g} s"
+            f" over {settings.security_protocol}: {cause}"
+        ) from None
+    except BrokerUnavailable as exc:
+        cause = await probe.diagnose(settings.bootstrap, ssl_context)
+        raise BrokerUnavailable(f"{exc}: {cause}") from exc
+
+
+# --- topics -----------------------------------------------------------------------------
+
+

@@ -1,0 +1,162 @@
+"""The consumer: a group member's fetch, commit and rebalance calls, raising only hifi errors."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+
+from hifi.kafka.clients import client_options, kafka_errors, running_client
+from hifi.kafka.settings import KafkaSettings
+
+
+class Consumer:
+    """An aiokafka consumer whose failures are hifi errors; the worker and readers use only this."""
+
+    def __init__(self, client: AIOKafkaConsumer, settings: KafkaSettings) -> None:
+        self._client = client
+        self._settings = settings
+
+    def subscribe(
+        self,
+        topics: Sequence[str],
+        *,
+        on_assigned: Callable[[set[TopicPartition]], None] | None = None,
+        on_revoked: Callable[[set[TopicPartition]], Awaitable[None]] | None = None,
+    ) -> None:
+        """Join the group for `topics`; the callbacks run inside rebalances, revocation first."""
+        listener = _Listener(on_assigned, on_revoked) if on_assigned or on_revoked else None
+        self._client.subscribe(topics=list(topics), listener=listener)
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        self._client.assign(list(partitions))
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._client.assignment())
+
+    async def topics(self) -> set[str]:
+        """Every topic in the cluster, from fresh metadata."""
+        with kafka_errors(self._settings, "list topics"):
+            found: set[str] = await self._client.topics()
+        return found
+
+    def partitions(self, topic: str) -> list[TopicPartition]:
+        """The partitions of `topic` in the cluster metadata (none if it is unknown)."""
+        known = self._client.partitions_for_topic(topic) or ()
+        return [TopicPartition(topic, p) for p in sorted(known)]
+
+    async def getmany(
+        self, *, timeout_ms: int, max_records: int | None = None
+    ) -> dict[TopicPartition, list[Any]]:
+        with kafka_errors(self._settings, "fetch"):
+            fetched: dict[TopicPartition, list[Any]] = await self._client.getmany(
+                timeout_ms=timeout_ms, max_records=max_records
+            )
+        return fetched
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        with kafka_errors(self._settings, f"commit {len(offsets)} partitions"):
+            await self._client.commit(offsets)
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        with kafka_errors(self._settings, f"read committed offset of {tp.topic}/{tp.partition}"):
+            offset: int | None = await self._client.committed(tp)
+        return offset
+
+    async def position(self, tp: TopicPartition) -> int:
+        with kafka_errors(self._settings, f"read position of {tp.topic}/{tp.partition}"):
+            offset: int = await self._client.position(tp)
+        return offset
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        with kafka_errors(self._settings, "seek to beginning"):
+            await self._client.seek_to_beginning(*partitions)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._client.seek(tp, offset)
+
+    async def beginning_offsets(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """The first offset still in the log of each partition."""
+        with kafka_errors(self._settings, "read beginning offsets"):
+            found: dict[TopicPartition, int] = await self._client.beginning_offsets(
+                list(partitions)
+            )
+        return found
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The offset the next record of each partition will get (read_committed: the last
+        stable offset)."""
+        with kafka_errors(self._settings, "read end offsets"):
+            found: dict[TopicPartition, int] = await self._client.end_offsets(list(partitions))
+        return found
+
+    async def offsets_for_times(
+        self, times_ms: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int | None]:
+        """The broker's answer, per partition, to "the first offset whose timestamp is at or after
+        this time" (None: no such record). Some brokers answer by write time rather than by the
+        record's own timestamp: `connector.positions` checks every answer."""
+        asked = {tp: max(0, time_ms) for tp, time_ms in times_ms.items()}
+        with kafka_errors(self._settings, "look up offsets by time"):
+            found = await self._client.offsets_for_times(asked)
+        return {tp: None if answer is None else answer.offset for tp, answer in found.items()}
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        self._client.pause(*partitions)
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        self._client.resume(*partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._client.paused())
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        """The partition's end as seen in the last fetch response (None before one)."""
+        highwater: int | None = self._client.highwater(tp)
+        return highwater
+
+    def last_stable_offset(self, tp: TopicPartition) -> int | None:
+        """The partition's last stable offset in the last fetch response (None before one, -1
+        when reading uncommitted): where a read_committed reader finds nothing more."""
+        offset: int | None = self._client.last_stable_offset(tp)
+        return offset
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(
+        self,
+        on_assigned: Callable[[set[TopicPartition]], None] | None,
+        on_revoked: Callable[[set[TopicPartition]], Awaitable[None]] | None,
+    ) -> None:
+        self._on_assigned = on_assigned
+        self._on_revoked = on_revoked
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        if revoked and self._on_revoked is not None:
+            await self._on_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        if self._on_assigned is not None:
+            self._on_assigned(set(assigned))
+
+
+@contextlib.asynccontextmanager
+async def consumer(
+    settings: KafkaSettings, *, group_id: str | None, **overrides: Any
+) -> AsyncIterator[Consumer]:
+    """A started consumer with manual commits only, stopped when the block exits."""
+    options: dict[str, Any] = {
+        "group_id": group_id,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "isolation_level": "read_committed",
+        "max_partition_fetch_bytes": 4 * 1024 * 1024,
+    }
+    options.update(overrides)
+    client = AIOKafkaConsumer(**client_options(settings), **options)
+    async with running_client(client, settings, "start consumer"):
+        yield Consumer(client, settings)
