@@ -140,5 +140,3 @@ class Auditor:
                 )
             topics.update(dest.source_topics)
         return topics
-
-

@@ -58,7 +58,9 @@ from hifi.vocabulary import Outcome
 
 # An event time further ahead of the record's Kafka timestamp than this is a clock problem.
 FUTURE_TOLERANCE_MS = 60_000
-MAX_MISSING_IDS = 1000  # ids of missing events named per final minute (live and in the reconciliation)
+MAX_MISSING_IDS = (
+    1000  # ids of missing events named per final minute (live and in the reconciliation)
+)
 # A repeated fact comes within minutes (a producer retry, a crash).
 SEEN_FACTS_KEEP_MS = 30 * MINUTE_MS
 
@@ -395,5 +397,3 @@ class Ledger:
         for raw in state["buckets"]:
             bucket = bucket_from(raw)
             self.buckets[bucket.minute_ms] = bucket
-
-

@@ -94,13 +94,23 @@ async def _waiting(plan: Plan, work: Path) -> Drain:
         _say(f"1. waiting: producing {plan.waiting_events:,} events, no facts")
         timeline = auditor_load.ending_now(plan.waiting_events, 60.0)
         produce_s = await auditor_load.produce_events(
-            settings, topic, partitions=plan.partitions, events=plan.waiting_events,
-            prefix="waiting", timeline=timeline,
-        )  # fmt: skip
+            settings,
+            topic,
+            partitions=plan.partitions,
+            events=plan.waiting_events,
+            prefix="waiting",
+            timeline=timeline,
+        )
         return await _audit(
-            work / "waiting", broker.bootstrap, topic, plan, events=plan.waiting_events,
-            facts=0, produce_s=produce_s, timeline=None,
-        )  # fmt: skip
+            work / "waiting",
+            broker.bootstrap,
+            topic,
+            plan,
+            events=plan.waiting_events,
+            facts=0,
+            produce_s=produce_s,
+            timeline=None,
+        )
 
 
 async def _sustained(plan: Plan, work: Path) -> Drain:
@@ -122,13 +132,23 @@ async def _sustained(plan: Plan, work: Path) -> Drain:
             f" ({events / plan.rate:.0f} s of event time) and their facts"
         )
         produce_s = await auditor_load.produce_events(
-            settings, topic, partitions=plan.partitions, events=events, prefix="sustained",
+            settings,
+            topic,
+            partitions=plan.partitions,
+            events=events,
+            prefix="sustained",
             timeline=timeline,
-        )  # fmt: skip
+        )
         facts, facts_s = await auditor_load.produce_facts(
-            settings, audit_topic, dest=DEST, topic=topic, partitions=plan.partitions,
-            events=events, prefix="sustained", timeline=timeline,
-        )  # fmt: skip
+            settings,
+            audit_topic,
+            dest=DEST,
+            topic=topic,
+            partitions=plan.partitions,
+            events=events,
+            prefix="sustained",
+            timeline=timeline,
+        )
         late_s = time.time() - start_at
         if late_s > _START_BEFORE_SETTLE_S - 5:
             raise RuntimeError(
@@ -139,9 +159,16 @@ async def _sustained(plan: Plan, work: Path) -> Drain:
         if late_s < 0:
             await asyncio.sleep(-late_s)
         return await _audit(
-            work / "sustained", broker.bootstrap, topic, plan, events=events, facts=facts,
-            produce_s=produce_s + facts_s, timeline=timeline, audit_topic=audit_topic,
-        )  # fmt: skip
+            work / "sustained",
+            broker.bootstrap,
+            topic,
+            plan,
+            events=events,
+            facts=facts,
+            produce_s=produce_s + facts_s,
+            timeline=timeline,
+            audit_topic=audit_topic,
+        )
 
 
 async def _audit(
@@ -160,20 +187,33 @@ async def _audit(
     """Run the auditor on `topic` until it has read `events` (and `facts`) and archived them."""
     write_catalog(work / "catalog", dest=DEST, topic=topic, settle_s=SETTLE_S)
     auditor = AuditorProcess(
-        catalog_dir=work / "catalog", dest=DEST, bootstrap=bootstrap, archive_dir=work / "archive",
-        audit_topic=audit_topic, log_path=work / "auditor.log", roll_s=_ROLL_S,
+        catalog_dir=work / "catalog",
+        dest=DEST,
+        bootstrap=bootstrap,
+        archive_dir=work / "archive",
+        audit_topic=audit_topic,
+        log_path=work / "auditor.log",
+        roll_s=_ROLL_S,
         until_idle_s=_IDLE_S,
-    )  # fmt: skip
+    )
     work.mkdir(parents=True, exist_ok=True)
     watch_cpu = machine.CpuWatch()
     auditor.start()
     try:
         await auditor.wait_ready()
         watch = Watch(
-            auditor, work / "archive", topic, audit_topic, partitions=plan.partitions,
-            events=events, facts=facts, timeline=timeline, roll_s=_ROLL_S,
-            timeout_s=plan.timeout_s, **({} if scrape_s is None else {"scrape_s": scrape_s}),
-        )  # fmt: skip
+            auditor,
+            work / "archive",
+            topic,
+            audit_topic,
+            partitions=plan.partitions,
+            events=events,
+            facts=facts,
+            timeline=timeline,
+            roll_s=_ROLL_S,
+            timeout_s=plan.timeout_s,
+            **({} if scrape_s is None else {"scrape_s": scrape_s}),
+        )
         await watch.run()
     finally:
         auditor.stop()
@@ -205,17 +245,28 @@ async def _backlog_pair(plan: Plan, work: Path, index: int) -> Backlog:
             settings, topic, partitions=plan.partitions, events=events, prefix=prefix
         )
         drained = await phases.throughput(
-            work / f"backlog{index}-connector", bootstrap=broker.bootstrap, topic=topic,
-            events=events, prefix=prefix, timeout_s=plan.timeout_s,
-        )  # fmt: skip
+            work / f"backlog{index}-connector",
+            bootstrap=broker.bootstrap,
+            topic=topic,
+            events=events,
+            prefix=prefix,
+            timeout_s=plan.timeout_s,
+        )
         if drained.delivered < events:
             raise RuntimeError(f"backlog: the connector delivered {drained.delivered} of {events}")
         facts = len(await kafka.read_topic(settings, DEFAULT_AUDIT_TOPIC, timeout_s=60))
         read = await _audit(
-            work / f"backlog{index}", broker.bootstrap, topic, plan, events=events, facts=facts,
-            produce_s=0.0, timeline=None, audit_topic=DEFAULT_AUDIT_TOPIC,
+            work / f"backlog{index}",
+            broker.bootstrap,
+            topic,
+            plan,
+            events=events,
+            facts=facts,
+            produce_s=0.0,
+            timeline=None,
+            audit_topic=DEFAULT_AUDIT_TOPIC,
             scrape_s=_BACKLOG_SCRAPE_S,
-        )  # fmt: skip
+        )
     pair = Backlog(drained.events_per_s, read.intake_events_per_s, read)
     _say(
         f"   connector {pair.connector_events_per_s:,.0f}/s, auditor"
@@ -268,14 +319,20 @@ def _table(waiting: Drain, sustained: Drain, backlog: Drain) -> str:
     drains = (waiting, sustained, backlog)
     rows: list[tuple[str, ...]] = [("", "waiting", "sustained", "backlog")]
     for label, key in (
-        ("events", "events"), ("facts", "facts"), ("produced in s", "produce_s"),
-        ("read in s (ready to last record)", "drain_s"), ("events/s read", "events_per_s"),
+        ("events", "events"),
+        ("facts", "facts"),
+        ("produced in s", "produce_s"),
+        ("read in s (ready to last record)", "drain_s"),
+        ("events/s read", "events_per_s"),
         ("events/s, first record to last", "intake_events_per_s"),
-        ("archived in s", "archived_s"), ("RSS when ready, MB", "rss_ready_mb"),
-        ("peak RSS, MB", "peak_rss_mb"), ("tracked events, max", "max_tracked_events"),
-        ("tracked events at the end", "tracked_at_end"), ("snapshot MB, max", "snapshot_mb_max"),
+        ("archived in s", "archived_s"),
+        ("RSS when ready, MB", "rss_ready_mb"),
+        ("peak RSS, MB", "peak_rss_mb"),
+        ("tracked events, max", "max_tracked_events"),
+        ("tracked events at the end", "tracked_at_end"),
+        ("snapshot MB, max", "snapshot_mb_max"),
         ("cores: ours, others", "cores"),
-    ):  # fmt: skip
+    ):
         rows.append((label, *(_fmt(getattr(drain, key)) for drain in drains)))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     return "\n".join(
@@ -385,9 +442,14 @@ def main(
         waiting_events, sustained_events = QUICK_WAITING, QUICK_SUSTAINED
         backlog_events, backlog_repeats = QUICK_BACKLOG, 1
     plan = Plan(
-        waiting_events, sustained_events, rate, partitions, timeout_s, backlog_events,
+        waiting_events,
+        sustained_events,
+        rate,
+        partitions,
+        timeout_s,
+        backlog_events,
         backlog_repeats,
-    )  # fmt: skip
+    )
     work = Path(tempfile.mkdtemp(prefix="hifi-bench-auditor-"))
     started = datetime.now(UTC)
     try:

@@ -66,11 +66,25 @@ class AuditorProcess(ReaderProcess):
         self.metrics_port = free_port()
         self.scrapes: list[Scrape] = []
         args = [
-            "-m", "auditor", "--dest", dest, "--catalog", str(catalog_dir),
-            "--archive", str(archive_dir), "--archive-roll-s", str(roll_s),
-            "--metrics-port", str(self.metrics_port), "--until-idle", str(until_idle_s),
-            "--log-format", "json", "--log-level", "WARNING",
-        ]  # fmt: skip
+            "-m",
+            "auditor",
+            "--dest",
+            dest,
+            "--catalog",
+            str(catalog_dir),
+            "--archive",
+            str(archive_dir),
+            "--archive-roll-s",
+            str(roll_s),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--until-idle",
+            str(until_idle_s),
+            "--log-format",
+            "json",
+            "--log-level",
+            "WARNING",
+        ]
         env = {**os.environ, "HIFI_KAFKA_BOOTSTRAP": bootstrap, AUDIT_TOPIC_ENV_VAR: audit_topic}
         super().__init__(args, log_path=log_path, env=env)
 

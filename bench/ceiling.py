@@ -50,4 +50,3 @@ async def consume_and_commit(
     if seen < events:
         raise RuntimeError(f"ceiling: read {seen} of {events} records in {timeout_s}s")
     return (seen - first_count) / (last_at - first_at) if last_at > first_at else 0.0
-

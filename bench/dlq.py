@@ -121,9 +121,20 @@ class Retrier:
             _TOKEN_ENV: TOKEN,
         }
         args = [
-            sys.executable, "-m", "retrier", "--dest", DEST, "--catalog", str(catalog),
-            "--metrics-port", str(self.port), "--log-format", "json", "--log-level", "WARNING",
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "retrier",
+            "--dest",
+            DEST,
+            "--catalog",
+            str(catalog),
+            "--metrics-port",
+            str(self.port),
+            "--log-format",
+            "json",
+            "--log-level",
+            "WARNING",
+        ]
         with open(log_path, "ab") as log:
             self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         self.base = f"http://127.0.0.1:{self.port}"

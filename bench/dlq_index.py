@@ -86,9 +86,14 @@ def letters(count: int, *, now_ms: int, seed: int = 7) -> Iterator[list[Consumer
 
 
 def _letter(
-    i: int, partition: int, offset: int, dead_ms: int, reason: Reason, rnd: random.Random,
+    i: int,
+    partition: int,
+    offset: int,
+    dead_ms: int,
+    reason: Reason,
+    rnd: random.Random,
     words: list[str],
-) -> ConsumerRecord:  # fmt: skip
+) -> ConsumerRecord:
     ident = event_id(i)
     status, error = _ERRORS[reason]
     error = error.format(id=ident, n=rnd.randint(10, 99999))
@@ -98,11 +103,15 @@ def _letter(
             "event_time": dead_ms - 60_000,
             "customer": {"id": rnd.randint(1, 10**6), "name": " ".join(rnd.choices(words, k=2))},
             "items": [
-                {"sku": rnd.choice(words), "qty": rnd.randint(1, 9), "note": " ".join(rnd.choices(words, k=6))}
+                {
+                    "sku": rnd.choice(words),
+                    "qty": rnd.randint(1, 9),
+                    "note": " ".join(rnd.choices(words, k=6)),
+                }
                 for _ in range(14)
             ],
         }
-    )[:BODY_BYTES]  # fmt: skip
+    )[:BODY_BYTES]
     history = [
         {"at_ms": dead_ms - 1000 * k, "attempt": k, "error": error, "status": status}
         for k in range(3)

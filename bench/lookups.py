@@ -202,11 +202,23 @@ async def _pair(
         f" ({per_request:.1f} events per request)"
     )
     rows += [
-        Row("ceiling on the lookups topic", None, plan.events, plan.events, ceiling_rate,
-            *ceiling_cores),
-        Row(f"connector, lookups on ({TENANTS} tenants, Zipf {ZIPF_S})", None, plan.events,
-            drain.delivered, drain.events_per_s, *drain_cores),
-    ]  # fmt: skip
+        Row(
+            "ceiling on the lookups topic",
+            None,
+            plan.events,
+            plan.events,
+            ceiling_rate,
+            *ceiling_cores,
+        ),
+        Row(
+            f"connector, lookups on ({TENANTS} tenants, Zipf {ZIPF_S})",
+            None,
+            plan.events,
+            drain.delivered,
+            drain.events_per_s,
+            *drain_cores,
+        ),
+    ]
     return ceiling_rate, ceiling_cores, drain, drain_cores
 
 

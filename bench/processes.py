@@ -168,10 +168,21 @@ class ConnectorProcess(ReaderProcess):
         """`env`: more environment (the lookup phase's `HIFI_REDIS_URL`, `HIFI_STATE_DIR`)."""
         self.metrics_port = free_port()
         args = [
-            "-m", "connector", "--dest", dest, "--catalog", str(catalog_dir),
-            "--metrics-port", str(self.metrics_port), "--until-idle", str(until_idle_s),
-            "--log-format", "json", "--log-level", "WARNING",
-        ]  # fmt: skip
+            "-m",
+            "connector",
+            "--dest",
+            dest,
+            "--catalog",
+            str(catalog_dir),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--until-idle",
+            str(until_idle_s),
+            "--log-format",
+            "json",
+            "--log-level",
+            "WARNING",
+        ]
         environment = {**os.environ, **(env or {}), "HIFI_KAFKA_BOOTSTRAP": bootstrap}
         super().__init__(args, log_path=log_path, env=environment)
         self.requests_2xx = 0  # its count of requests answered 2xx, when scraped
@@ -206,9 +217,15 @@ class FloorProcess(ReaderProcess):
         self, *, bootstrap: str, topic: str, deliveries_file: Path, log_path: Path
     ) -> None:
         args = [
-            "-m", "bench.floor", "--bootstrap", bootstrap, "--topic", topic,
-            "--deliveries-file", str(deliveries_file),
-        ]  # fmt: skip
+            "-m",
+            "bench.floor",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+            "--deliveries-file",
+            str(deliveries_file),
+        ]
         super().__init__(args, log_path=log_path, env=dict(os.environ))
 
     async def is_ready(self) -> bool:

@@ -162,19 +162,30 @@ def _table(figures: Figures, truth: Truth, master: str) -> Any:
 
     table = Table(title=f"bench-reconcile: {figures.events:,} events, one day of minutes")
     for name, justify in (
-        ("engine", "left"), ("start-up s", "right"), ("query s", "right"),
-        ("total s", "right"), ("events/s", "right"), ("events/s, query", "right"),
-    ):  # fmt: skip
+        ("engine", "left"),
+        ("start-up s", "right"),
+        ("query s", "right"),
+        ("total s", "right"),
+        ("events/s", "right"),
+        ("events/s, query", "right"),
+    ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     table.add_row(
-        f"spark {master}", f"{figures.startup_s:.1f}", f"{figures.query_s:.1f}",
-        f"{figures.spark_s:.1f}", f"{_rate(figures.events, figures.spark_s)}",
+        f"spark {master}",
+        f"{figures.startup_s:.1f}",
+        f"{figures.query_s:.1f}",
+        f"{figures.spark_s:.1f}",
+        f"{_rate(figures.events, figures.spark_s)}",
         f"{_rate(figures.events, figures.query_s)}",
-    )  # fmt: skip
+    )
     table.add_row(
-        "duckdb (2 threads)", "-", f"{figures.duckdb_s:.1f}", f"{figures.duckdb_s:.1f}",
-        f"{_rate(figures.events, figures.duckdb_s)}", f"{_rate(figures.events, figures.duckdb_s)}",
-    )  # fmt: skip
+        "duckdb (2 threads)",
+        "-",
+        f"{figures.duckdb_s:.1f}",
+        f"{figures.duckdb_s:.1f}",
+        f"{_rate(figures.events, figures.duckdb_s)}",
+        f"{_rate(figures.events, figures.duckdb_s)}",
+    )
     table.caption = (
         f"{truth.entered_rows:,} entered and {truth.outcome_rows:,} outcome rows,"
         f" {truth.files:,} files, {truth.bytes / 2**20:,.0f} MiB; {truth.missing:,} missing"
@@ -187,15 +198,30 @@ def _rate(events: int, seconds: float) -> str:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--events", type=click.IntRange(min=1), default=DEFAULT_EVENTS, show_default=True,
-              help="Events in the day's archive.")  # fmt: skip
+@click.option(
+    "--events",
+    type=click.IntRange(min=1),
+    default=DEFAULT_EVENTS,
+    show_default=True,
+    help="Events in the day's archive.",
+)
 @click.option("--seed", default=7, show_default=True, help="Seed of the synthetic archive.")
-@click.option("--work", type=click.Path(path_type=Path), default=None, metavar="DIR",
-              help="Keep the archive here (and use it again next time); default: a temporary"
-              " directory, removed.")  # fmt: skip
+@click.option(
+    "--work",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Keep the archive here (and use it again next time); default: a temporary"
+    " directory, removed.",
+)
 @click.option("--master", default=MASTER, show_default=True, help="Spark master.")
-@click.option("--results-dir", type=click.Path(path_type=Path), default=RESULTS_DIR,
-              show_default=True, help="Where the JSON file goes.")  # fmt: skip
+@click.option(
+    "--results-dir",
+    type=click.Path(path_type=Path),
+    default=RESULTS_DIR,
+    show_default=True,
+    help="Where the JSON file goes.",
+)
 def main(events: int, seed: int, work: Path | None, master: str, results_dir: Path) -> None:
     """Reconcile a synthetic day with Spark and with DuckDB; the last line is the summary."""
     from rich.console import Console

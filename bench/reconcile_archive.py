@@ -282,94 +282,156 @@ def _hour(
     direct = of(DIRECT)
     delivered_at = np.full(n, -1, dtype=np.int64)
     delivered_at[direct] = add(
-        direct, taken_ms[direct], outcome=Outcome.DELIVERED, node=connector[direct],
-        window_ms=250, delay_ms=(25.0, 0.8), taken_ms=taken_ms[direct], status=200,
-    )  # fmt: skip
+        direct,
+        taken_ms[direct],
+        outcome=Outcome.DELIVERED,
+        node=connector[direct],
+        window_ms=250,
+        delay_ms=(25.0, 0.8),
+        taken_ms=taken_ms[direct],
+        status=200,
+    )
     dead = of(DEAD_4XX, DEAD_THEN_DELIVERED)
     dead_at = add(
-        dead, taken_ms[dead], outcome=Outcome.DEAD_LETTERED, node=connector[dead],
-        window_ms=250, delay_ms=(60.0, 0.5), taken_ms=taken_ms[dead],
+        dead,
+        taken_ms[dead],
+        outcome=Outcome.DEAD_LETTERED,
+        node=connector[dead],
+        window_ms=250,
+        delay_ms=(60.0, 0.5),
+        taken_ms=taken_ms[dead],
         reason=_REASONS.index(str(Reason.HTTP_4XX)),
         status=_STATUS_4XX[rng.integers(0, len(_STATUS_4XX), len(dead))],
-    )  # fmt: skip
+    )
     filtered = of(FILTERED)
     add(
-        filtered, taken_ms[filtered], outcome=Outcome.FILTERED, node=connector[filtered],
-        window_ms=250, delay_ms=(2.0, 0.3), taken_ms=taken_ms[filtered],
-    )  # fmt: skip
+        filtered,
+        taken_ms[filtered],
+        outcome=Outcome.FILTERED,
+        node=connector[filtered],
+        window_ms=250,
+        delay_ms=(2.0, 0.3),
+        taken_ms=taken_ms[filtered],
+    )
     # the retry path: handed off, routed, re-offered (or not yet), then delivered or expired
     retried = of(RETRIED, IN_RETRY, EXPIRED)
     handed_at = add(
-        retried, taken_ms[retried] + rng.integers(500, 3_000, len(retried)),
-        outcome=Outcome.HANDED_OFF, node=connector[retried], window_ms=1_000,
-        delay_ms=(5.0, 0.5), taken_ms=taken_ms[retried], status=503,
-    )  # fmt: skip
+        retried,
+        taken_ms[retried] + rng.integers(500, 3_000, len(retried)),
+        outcome=Outcome.HANDED_OFF,
+        node=connector[retried],
+        window_ms=1_000,
+        delay_ms=(5.0, 0.5),
+        taken_ms=taken_ms[retried],
+        status=503,
+    )
     routed_at = add(
-        retried, handed_at, outcome=Outcome.ROUTED, node=retrier, window_ms=1_000,
+        retried,
+        handed_at,
+        outcome=Outcome.ROUTED,
+        node=retrier,
+        window_ms=1_000,
         delay_ms=(10.0, 0.5),
-    )  # fmt: skip
+    )
     back = np.isin(fate[retried], (RETRIED,))
     again = retried[back]
     offered_at = add(
-        again, routed_at[back] + rng.integers(30_000, 60_000, len(again)),
-        outcome=Outcome.RE_OFFERED, node=retrier, window_ms=1_000, delay_ms=(5.0, 0.5),
-    )  # fmt: skip
+        again,
+        routed_at[back] + rng.integers(30_000, 60_000, len(again)),
+        outcome=Outcome.RE_OFFERED,
+        node=retrier,
+        window_ms=1_000,
+        delay_ms=(5.0, 0.5),
+    )
     retaken = offered_at + rng.integers(2, 40, len(again))
     delivered_at[again] = add(
-        again, retaken, outcome=Outcome.DELIVERED, node=connector[again], window_ms=250,
-        delay_ms=(25.0, 0.8), taken_ms=retaken, status=200,
-    )  # fmt: skip
+        again,
+        retaken,
+        outcome=Outcome.DELIVERED,
+        node=connector[again],
+        window_ms=250,
+        delay_ms=(25.0, 0.8),
+        taken_ms=retaken,
+        status=200,
+    )
     gone = np.isin(fate[retried], (EXPIRED,))
     expired = retried[gone]
     add(
-        expired, routed_at[gone] + rng.integers(600_000, 3_600_000, len(expired)),
-        outcome=Outcome.DEAD_LETTERED, node=retrier, window_ms=1_000, delay_ms=(5.0, 0.5),
+        expired,
+        routed_at[gone] + rng.integers(600_000, 3_600_000, len(expired)),
+        outcome=Outcome.DEAD_LETTERED,
+        node=retrier,
+        window_ms=1_000,
+        delay_ms=(5.0, 0.5),
         reason=_REASONS.index(str(Reason.EXPIRED)),
-    )  # fmt: skip
+    )
     # dead letters replayed hours later and accepted: a 2xx wins over the dead letter
     replayed = np.isin(fate[dead], (DEAD_THEN_DELIVERED,))
     late = dead[replayed]
     replay_taken = dead_at[replayed] + rng.integers(600_000, 7_200_000, len(late))
     delivered_at[late] = add(
-        late, replay_taken, outcome=Outcome.DELIVERED, node=connector[late], window_ms=250,
-        delay_ms=(25.0, 0.8), taken_ms=replay_taken, status=200,
-    )  # fmt: skip
+        late,
+        replay_taken,
+        outcome=Outcome.DELIVERED,
+        node=connector[late],
+        window_ms=250,
+        delay_ms=(25.0, 0.8),
+        taken_ms=replay_taken,
+        status=200,
+    )
     # delivered again minutes later (a rebalance before the commit): duplicates
     once = np.flatnonzero(delivered_at >= 0)
     twice = once[rng.random(len(once)) < DUPLICATE_P]
     again_taken = delivered_at[twice] + rng.integers(60_000, 600_000, len(twice))
     add(
-        twice, again_taken, outcome=Outcome.DELIVERED, node=connector[twice], window_ms=250,
-        delay_ms=(25.0, 0.8), taken_ms=again_taken, status=200,
-    )  # fmt: skip
+        twice,
+        again_taken,
+        outcome=Outcome.DELIVERED,
+        node=connector[twice],
+        window_ms=250,
+        delay_ms=(25.0, 0.8),
+        taken_ms=again_taken,
+        status=200,
+    )
 
     minute_ms = event_ms - event_ms % MINUTE_MS
     problem = _strings(("no_id",), np.where(has_id, -1, 0))
     entered = pa.Table.from_arrays(
         [
-            pa.array(minute_ms), _strings((TOPIC,), np.zeros(n, dtype=np.int8)),
-            pa.array(partition), pa.array(offset), event_id, pa.array(event_ms),
-            pa.array(kafka_ms), pa.array(kafka_ms + rng.integers(50, 500, n)), problem,
+            pa.array(minute_ms),
+            _strings((TOPIC,), np.zeros(n, dtype=np.int8)),
+            pa.array(partition),
+            pa.array(offset),
+            event_id,
+            pa.array(event_ms),
+            pa.array(kafka_ms),
+            pa.array(kafka_ms + rng.integers(50, 500, n)),
+            problem,
         ],
         schema=ENTERED_SCHEMA,
-    )  # fmt: skip
+    )
     ev = np.concatenate(facts.event)
     fact_no = np.concatenate(facts.fact).astype(np.uint64)
     fact_word = _mix(fact_no ^ _key(plan, "fact"))
     status = np.concatenate(facts.status)
     outcomes = pa.Table.from_arrays(
         [
-            pa.array(minute_ms[ev]), hex_strings([fact_word, _mix(fact_word)]),
+            pa.array(minute_ms[ev]),
+            hex_strings([fact_word, _mix(fact_word)]),
             _strings(_NODES, np.concatenate(facts.node)),
             _strings(_OUTCOMES, np.concatenate(facts.outcome)),
             _strings(_REASONS, np.concatenate(facts.reason)),
-            pa.array(status, mask=status == 0), pa.array(np.concatenate(facts.outcome_ms)),
-            entered["topic"].take(pa.array(ev)), pa.array(partition[ev]), pa.array(offset[ev]),
-            event_id.take(pa.array(ev)), pa.array(event_ms[ev]),
+            pa.array(status, mask=status == 0),
+            pa.array(np.concatenate(facts.outcome_ms)),
+            entered["topic"].take(pa.array(ev)),
+            pa.array(partition[ev]),
+            pa.array(offset[ev]),
+            event_id.take(pa.array(ev)),
+            pa.array(event_ms[ev]),
             pa.array(np.concatenate(facts.taken_ms)),
         ],
         schema=OUTCOME_SCHEMA,
-    )  # fmt: skip
+    )
     # a crash repeats rows: a run of entered rows, and whole facts
     run = max(1, round(n * REPEAT_P)) if n else 0
     run_start = int(rng.integers(0, max(1, n - run + 1)))
@@ -421,17 +483,24 @@ def generate(root: Path, plan: Plan) -> Truth:
     per_hour = rng.multinomial(plan.events, [1 / hours] * hours)
     missing = rng.multivariate_hypergeometric(per_hour, plan.missing_events)
     write_settings(
-        root, plan.dest, Accounting(settle_s=60.0, lag_sla_s=1.0).model_dump(),
+        root,
+        plan.dest,
+        Accounting(settle_s=60.0, lag_sla_s=1.0).model_dump(),
         now_ms=plan.start_ms,
-    )  # fmt: skip
+    )
     truth = Truth()
     next_offset = np.zeros(PARTITIONS, dtype=np.int64)
     first_event = first_fact = 0
     for hour in range(hours):
         made, first_fact = _hour(
-            plan, hour, int(per_hour[hour]), int(missing[hour]), first_event, next_offset,
+            plan,
+            hour,
+            int(per_hour[hour]),
+            int(missing[hour]),
+            first_event,
+            next_offset,
             first_fact,
-        )  # fmt: skip
+        )
         first_event += int(per_hour[hour])
         index = plan.start_ms // HOUR_MS + hour
         for kind, table, clock, repeats in (

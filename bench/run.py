@@ -95,12 +95,19 @@ class AuditCost:
 
     def rows(self, events: int) -> list[Row]:
         return [
-            Row(f"connector throughput, audit trail {label} (once)", None, events,
-                run.delivered, run.events_per_s, *cores)
-            for label, run, cores in (
-                ("on", self.on, self.on_cores), ("off", self.off, self.off_cores)
+            Row(
+                f"connector throughput, audit trail {label} (once)",
+                None,
+                events,
+                run.delivered,
+                run.events_per_s,
+                *cores,
             )
-        ]  # fmt: skip
+            for label, run, cores in (
+                ("on", self.on, self.on_cores),
+                ("off", self.off, self.off_cores),
+            )
+        ]
 
 
 async def _prefill(plan: Plan, settings: KafkaSettings, topic: str, prefix: str) -> None:

@@ -41,9 +41,7 @@ def client_cert_problem(cert: Path, key: Path | None) -> str | None:
             )
         return f"key 'tls_client_key': {key} holds no PEM private key"
     try:
-        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(
-            cert, key, password=refuse_password
-        )
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(cert, key, password=refuse_password)
     except EncryptedKeyError:
         return (
             f"key '{key_key}': {key_file} is encrypted; hifi needs the key unencrypted"
@@ -52,7 +50,9 @@ def client_cert_problem(cert: Path, key: Path | None) -> str | None:
     except ssl.SSLError as exc:
         if exc.reason == "KEY_VALUES_MISMATCH":
             return f"key '{key_key}': {key_file} does not match the certificate in {cert}"
-        return f"key 'tls_client_cert': Python's ssl cannot load {cert} with its key: {ssl_cause(exc)}"
+        return (
+            f"key 'tls_client_cert': Python's ssl cannot load {cert} with its key: {ssl_cause(exc)}"
+        )
     except OSError as exc:
         return f"key 'tls_client_cert': cannot load {cert}: {ssl_cause(exc)}"
     return None

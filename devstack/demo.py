@@ -198,8 +198,15 @@ async def daemons(
             start_daemon(
                 "auditor",
                 [
-                    "--dest", DEST, *common, "--metrics-port", str(ports[2]),
-                    "--archive", str(WORK_DIR / "archive"), "--archive-roll-s", "2",
+                    "--dest",
+                    DEST,
+                    *common,
+                    "--metrics-port",
+                    str(ports[2]),
+                    "--archive",
+                    str(WORK_DIR / "archive"),
+                    "--archive-roll-s",
+                    "2",
                 ],
                 bootstrap=bootstrap,
                 log_path=WORK_DIR / "auditor.log",

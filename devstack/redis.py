@@ -60,11 +60,20 @@ class RedisServer:
         if self.running:
             return
         self._process = subprocess.Popen(
-            [self._binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-             "--appendonly", "no"],
+            [
+                self._binary,
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
         deadline = time.monotonic() + timeout_s
         while not _pings(self.url):
             if self._process.poll() is not None or time.monotonic() > deadline:

@@ -80,7 +80,9 @@ async def probe_kafka(
         if topic in existing:
             report.ok(f"source topic {topic}: exists")
         else:
-            report.warn(f"source topic {topic}: does not exist; nothing is read from it until it does")
+            report.warn(
+                f"source topic {topic}: does not exist; nothing is read from it until it does"
+            )
     present = sorted(topic for topic in retention_wanted if topic in existing)
     try:
         found = await kafka_admin.retention_ms(settings, present)

@@ -199,15 +199,34 @@ def parse_records(
             event_time_ms = record.timestamp
         append(
             TenantEvent(
-                tp, record.offset, value, event_id, event_time_ms, record.key,
-                record.headers or (), record.timestamp, retried, taken_ms, has_id, fields.tenant,
+                tp,
+                record.offset,
+                value,
+                event_id,
+                event_time_ms,
+                record.key,
+                record.headers or (),
+                record.timestamp,
+                retried,
+                taken_ms,
+                has_id,
+                fields.tenant,
             )
             if with_tenant
             else Event(
-                tp, record.offset, value, event_id, event_time_ms, record.key,
-                record.headers or (), record.timestamp, retried, taken_ms, has_id,
+                tp,
+                record.offset,
+                value,
+                event_id,
+                event_time_ms,
+                record.key,
+                record.headers or (),
+                record.timestamp,
+                retried,
+                taken_ms,
+                has_id,
             )
-        )  # fmt: skip
+        )
     return parsed
 
 
@@ -289,5 +308,3 @@ def parse_event_time(raw: Any) -> int | None:
         epoch_ms = int(parsed.timestamp() * 1000)
         return epoch_ms if 0 < epoch_ms < MAX_EVENT_TIME_MS else None
     return None
-
-

@@ -36,7 +36,9 @@ async def diagnose(bootstrap: str, ssl_context: ssl.SSLContext | None) -> str:
                 host, port, ssl=ssl_context, server_hostname=host if ssl_context else None
             )
     except ssl.SSLError as exc:
-        return f"TLS handshake with {host}:{port} failed ({exc.reason or exc}); is it a TLS listener?"
+        return (
+            f"TLS handshake with {host}:{port} failed ({exc.reason or exc}); is it a TLS listener?"
+        )
     except ConnectionRefusedError:
         return f"connection to {host}:{port} refused: nothing listens there"
     except TimeoutError:
@@ -48,9 +50,8 @@ async def diagnose(bootstrap: str, ssl_context: ssl.SSLContext | None) -> str:
         async with asyncio.timeout(_TIMEOUT_S):
             head = await reader.readexactly(8)
     except TimeoutError:
-        return (
-            f"{host}:{port} accepts connections but does not answer a Kafka request"
-            + (" (does it expect TLS? HIFI_KAFKA_SECURITY_PROTOCOL)" if not ssl_context else "")
+        return f"{host}:{port} accepts connections but does not answer a Kafka request" + (
+            " (does it expect TLS? HIFI_KAFKA_SECURITY_PROTOCOL)" if not ssl_context else ""
         )
     except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
         return f"{host}:{port} closed the connection on a Kafka request: not a Kafka listener?"

@@ -189,9 +189,7 @@ class _Membership:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(progress.wait(), _PAUSED_WAIT_S)
             else:
-                fetched = await self.consumer.getmany(
-                    timeout_ms=_POLL_TIMEOUT_MS, max_records=room
-                )
+                fetched = await self.consumer.getmany(timeout_ms=_POLL_TIMEOUT_MS, max_records=room)
                 await self.take_in(fetched)
             self.dispatch()
             now = loop.time()

@@ -21,13 +21,28 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 ENTERED_COLUMNS = [
-    "dest", "minute_ms", "topic", "partition", "offset", "event_id", "event_time_ms",
-    "kafka_ms", "problem",
-]  # fmt: skip
+    "dest",
+    "minute_ms",
+    "topic",
+    "partition",
+    "offset",
+    "event_id",
+    "event_time_ms",
+    "kafka_ms",
+    "problem",
+]
 OUTCOME_COLUMNS = [
-    "dest", "fact_id", "node", "outcome", "reason", "outcome_ms", "topic", "partition",
-    "offset", "taken_ms",
-]  # fmt: skip
+    "dest",
+    "fact_id",
+    "node",
+    "outcome",
+    "reason",
+    "outcome_ms",
+    "topic",
+    "partition",
+    "offset",
+    "taken_ms",
+]
 _DAY = timedelta(days=1)
 
 

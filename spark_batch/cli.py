@@ -47,33 +47,50 @@ def cli() -> None:
 
 @cli.command()
 @click.option(
-    "--archive", required=True, metavar="PATH",
+    "--archive",
+    required=True,
+    metavar="PATH",
     help="The auditor's archive (a directory, or any path Spark reads: hdfs://, s3a://).",
-)  # fmt: skip
+)
 @click.option(
-    "--dest", "dests", multiple=True, metavar="NAME",
+    "--dest",
+    "dests",
+    multiple=True,
+    metavar="NAME",
     help="Only this destination (repeatable); default: every destination in the archive.",
-)  # fmt: skip
+)
 @click.option(
-    "--from", "from_text", required=True, metavar="DATE",
+    "--from",
+    "from_text",
+    required=True,
+    metavar="DATE",
     help="First minute: a UTC date (2026-11-22) or an ISO 8601 time.",
-)  # fmt: skip
+)
 @click.option(
-    "--to", "to_text", metavar="DATE",
+    "--to",
+    "to_text",
+    metavar="DATE",
     help="End of the range, exclusive: a date or time; default one day after --from.",
-)  # fmt: skip
+)
 @click.option(
-    "--out", required=True, type=click.Path(path_type=Path), metavar="DIR",
+    "--out",
+    required=True,
+    type=click.Path(path_type=Path),
+    metavar="DIR",
     help="Directory for the tables, minutes.json, summary.json and report.html (replaced whole).",
-)  # fmt: skip
+)
 @click.option(
-    "--lag-sla-s", type=click.FloatRange(min=0, min_open=True), metavar="S",
+    "--lag-sla-s",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="S",
     help="Judge minutes against this p95 lag instead of the archived lag_sla_s.",
-)  # fmt: skip
+)
 @click.option(
-    "--master", default=None, metavar="URL",
+    "--master",
+    default=None,
+    metavar="URL",
     help=f"Spark master when run directly [default: {DEFAULT_MASTER}]; spark-submit sets its own.",
-)  # fmt: skip
+)
 def reconcile(
     archive: str,
     dests: tuple[str, ...],

@@ -27,8 +27,13 @@ _HANDED = (str(Outcome.HANDED_OFF), str(Outcome.RE_OFFERED))
 #                  `kafka_ms` null
 _MINUTE_OR_OUTCOME, _EVENT_OR_TAKEN = "minute_or_outcome_ms", "event_or_taken_ms"
 _ROW_ENTERED, _ROW_DELIVERED, _ROW_DEAD, _ROW_FILTERED, _ROW_HANDED, _ROW_OTHER = (
-    1, 2, 4, 8, 16, 32,
-)  # fmt: skip
+    1,
+    2,
+    4,
+    8,
+    16,
+    32,
+)
 _FUTURE = 64  # an entered row whose problem is time_future
 _AFTER_FUTURE = 128  # one whose problem sorts after time_future (then max(problem) is not it)
 _BITS = 0xFF
@@ -66,12 +71,16 @@ def names_of(spark: SparkSession, outcomes: DataFrame | None) -> tuple[Names, Da
         raise ArchiveInputError(f"the outcome rows name {len(reasons):,} reasons: too many")
     codes = spark.createDataFrame(
         [
-            (row["node"], row["reason_key"],
-             node_code[row["node"]] << _NODE_SHIFT | reason_code[row["reason_key"]] << _REASON_SHIFT)
+            (
+                row["node"],
+                row["reason_key"],
+                node_code[row["node"]] << _NODE_SHIFT
+                | reason_code[row["reason_key"]] << _REASON_SHIFT,
+            )
             for row in pairs
         ],
         "node string, reason_key string, named long",
-    )  # fmt: skip
+    )
     return Names(nodes, reasons), F.broadcast(codes)
 
 
@@ -90,10 +99,12 @@ def _entered_rows(entered: DataFrame) -> DataFrame:
         problem > "time_future", _AFTER_FUTURE
     ).otherwise(0)
     return entered.select(
-        *ORIGIN, (F.lit(_ROW_ENTERED) + flags).cast("long").alias("code"),
-        F.col("minute_ms").alias(_MINUTE_OR_OUTCOME), F.col("event_time_ms").alias(_EVENT_OR_TAKEN),
+        *ORIGIN,
+        (F.lit(_ROW_ENTERED) + flags).cast("long").alias("code"),
+        F.col("minute_ms").alias(_MINUTE_OR_OUTCOME),
+        F.col("event_time_ms").alias(_EVENT_OR_TAKEN),
         "kafka_ms",
-    )  # fmt: skip
+    )
 
 
 def _outcome_rows(outcomes: DataFrame, codes: DataFrame) -> DataFrame:
@@ -110,9 +121,12 @@ def _outcome_rows(outcomes: DataFrame, codes: DataFrame) -> DataFrame:
     )
     named = outcomes.withColumn("reason_key", _reason_key()).join(codes, ["node", "reason_key"])
     return named.select(
-        *ORIGIN, "fact_id", (F.col("named") + kind).alias("code"),
-        F.col("outcome_ms").alias(_MINUTE_OR_OUTCOME), F.col("taken_ms").alias(_EVENT_OR_TAKEN),
-    )  # fmt: skip
+        *ORIGIN,
+        "fact_id",
+        (F.col("named") + kind).alias("code"),
+        F.col("outcome_ms").alias(_MINUTE_OR_OUTCOME),
+        F.col("taken_ms").alias(_EVENT_OR_TAKEN),
+    )
 
 
 def shuffle_partitions(spark: SparkSession, *frames: DataFrame) -> int:
@@ -218,14 +232,19 @@ def _fates(grouped: DataFrame) -> DataFrame:
         & (F.col("event_time_ms") <= F.col("taken_ms") + FUTURE_TOLERANCE_MS)
     )
     return grouped.where(F.col("minute_ms").isNotNull()).select(
-        *ORIGIN, "minute_ms", "event_time_ms", "first_2xx_ms", "node", "reason",
+        *ORIGIN,
+        "minute_ms",
+        "event_time_ms",
+        "first_2xx_ms",
+        "node",
+        "reason",
         status.alias("status"),
         F.greatest(F.col("deliveries") - 1, F.lit(0)).alias("duplicates"),
         F.greatest("kafka_ms", "last_outcome_ms").alias("seen_ms"),
         F.when(lag_ok, _clamp(first_2xx - F.col("event_time_ms"))).alias("lag_ms"),
         F.when(taken_ok, F.col("taken_ms") - F.col("event_time_ms")).alias("lag_in_ms"),
         F.when(taken_ok, first_2xx - F.col("taken_ms")).alias("process_ms"),
-    )  # fmt: skip
+    )
 
 
 def _clamp(column: Column) -> Column:

@@ -40,34 +40,65 @@ WORST_MINUTES = 10
 _I64, _STR, _F64, _BOOL = pa.int64(), pa.string(), pa.float64(), pa.bool_()
 MINUTES_SCHEMA = pa.schema(
     [
-        ("dest", _STR), ("minute_ms", _I64), ("entered", _I64), ("delivered", _I64),
-        ("dead_lettered", _I64), ("dead_lettered_by_reason", pa.map_(_STR, _I64)),
-        ("filtered", _I64), ("in_retry", _I64), ("missing", _I64), ("duplicates", _I64),
-        ("lag_p50_ms", _I64), ("lag_p95_ms", _I64), ("lag_p99_ms", _I64),
-        ("lag_in_p95_ms", _I64), ("process_p95_ms", _I64), ("final", _BOOL), ("up", _BOOL),
-        ("down_reason", _STR), ("missing_ids", pa.list_(_STR)), ("lag_sla_s", _F64),
+        ("dest", _STR),
+        ("minute_ms", _I64),
+        ("entered", _I64),
+        ("delivered", _I64),
+        ("dead_lettered", _I64),
+        ("dead_lettered_by_reason", pa.map_(_STR, _I64)),
+        ("filtered", _I64),
+        ("in_retry", _I64),
+        ("missing", _I64),
+        ("duplicates", _I64),
+        ("lag_p50_ms", _I64),
+        ("lag_p95_ms", _I64),
+        ("lag_p99_ms", _I64),
+        ("lag_in_p95_ms", _I64),
+        ("process_p95_ms", _I64),
+        ("final", _BOOL),
+        ("up", _BOOL),
+        ("down_reason", _STR),
+        ("missing_ids", pa.list_(_STR)),
+        ("lag_sla_s", _F64),
         ("settle_s", _F64),
     ]
-)  # fmt: skip
+)
 NODES_SCHEMA = pa.schema(
     [
-        ("dest", _STR), ("node", _STR), ("delivered", _I64), ("process_p50_ms", _I64),
-        ("process_p95_ms", _I64), ("process_p99_ms", _I64),
+        ("dest", _STR),
+        ("node", _STR),
+        ("delivered", _I64),
+        ("process_p50_ms", _I64),
+        ("process_p95_ms", _I64),
+        ("process_p99_ms", _I64),
     ]
-)  # fmt: skip
+)
 MISSING_SCHEMA = pa.schema(
     [
-        ("dest", _STR), ("minute_ms", _I64), ("event_id", _STR), ("topic", _STR),
-        ("partition", pa.int32()), ("offset", _I64), ("event_time_ms", _I64),
+        ("dest", _STR),
+        ("minute_ms", _I64),
+        ("event_id", _STR),
+        ("topic", _STR),
+        ("partition", pa.int32()),
+        ("offset", _I64),
+        ("event_time_ms", _I64),
     ]
-)  # fmt: skip
+)
 DAYS_SCHEMA = pa.schema(
     [
-        ("dest", _STR), ("day", _STR), ("minutes", _I64), ("pending_minutes", _I64),
-        ("up_minutes", _I64), ("down_minutes", _I64), ("down_for_loss", _I64),
-        ("down_for_lag", _I64), ("availability_pct", _F64), ("nines", _F64), ("all_up", _BOOL),
+        ("dest", _STR),
+        ("day", _STR),
+        ("minutes", _I64),
+        ("pending_minutes", _I64),
+        ("up_minutes", _I64),
+        ("down_minutes", _I64),
+        ("down_for_loss", _I64),
+        ("down_for_lag", _I64),
+        ("availability_pct", _F64),
+        ("nines", _F64),
+        ("all_up", _BOOL),
     ]
-)  # fmt: skip
+)
 _TOTALS = ("entered", "delivered", "dead_lettered", "filtered", "in_retry", "missing", "duplicates")
 
 

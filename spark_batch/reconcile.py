@@ -61,9 +61,14 @@ from spark_batch.tally import (
 )
 
 _MISSING_COLUMNS = [
-    ("dest", "string"), ("minute_ms", "int64"), ("event_id", "string"), ("topic", "string"),
-    ("partition", "int32"), ("offset", "int64"), ("event_time_ms", "int64"),
-]  # fmt: skip
+    ("dest", "string"),
+    ("minute_ms", "int64"),
+    ("event_id", "string"),
+    ("topic", "string"),
+    ("partition", "int32"),
+    ("offset", "int64"),
+    ("event_time_ms", "int64"),
+]
 
 
 @dataclass
@@ -149,15 +154,20 @@ def _minute_rows(
 
 def _empty_minute(dest: str, minute_ms: int) -> dict[str, Any]:
     return {
-        "dest": dest, "minute_ms": minute_ms, "entered": 0, **dict.fromkeys(STATUSES, 0),
-        "duplicates": 0, "on_time": 0, "seen_ms_max": None,
+        "dest": dest,
+        "minute_ms": minute_ms,
+        "entered": 0,
+        **dict.fromkeys(STATUSES, 0),
+        "duplicates": 0,
+        "on_time": 0,
+        "seen_ms_max": None,
         **{
             f"{name}_p{pct}_ms": None
             for which, (name, pcts) in RANKED.items()
             if which != WHICH_NODE
             for pct in pcts
         },
-    }  # fmt: skip
+    }
 
 
 def _nodes(tallied: list[dict[str, Any]], names: Names) -> list[dict[str, Any]]:
@@ -201,10 +211,16 @@ def _missing(spark: SparkSession, entered: DataFrame, lost: list[dict[str, Any]]
             for row in found
         }
     events = sorted(
-        (row["dest"], row["topic"], int(row["key"]), int(row["value"]),
-         row["duplicates_or_minute_ms"], row["on_time_or_event_time_ms"])
+        (
+            row["dest"],
+            row["topic"],
+            int(row["key"]),
+            int(row["value"]),
+            row["duplicates_or_minute_ms"],
+            row["on_time_or_event_time_ms"],
+        )
         for row in lost
-    )  # fmt: skip
+    )
     columns = {
         "dest": [e[0] for e in events],
         "minute_ms": [e[4] for e in events],

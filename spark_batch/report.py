@@ -182,8 +182,14 @@ def _strip_chart(
                 cells.append(order.index("up"))
         grid.append(cells)
     figure, axes = plt.subplots(figsize=(10, 0.5 + 0.35 * len(grid)))
-    axes.imshow(grid, aspect="auto", interpolation="nearest", vmin=0, vmax=len(order) - 1,
-                cmap=ListedColormap([_COLORS[name] for name in order]))  # fmt: skip
+    axes.imshow(
+        grid,
+        aspect="auto",
+        interpolation="nearest",
+        vmin=0,
+        vmax=len(order) - 1,
+        cmap=ListedColormap([_COLORS[name] for name in order]),
+    )
     axes.set_yticks(range(len(grid)), [day["day"] for day in days])
     axes.set_xticks([h * 60 for h in range(0, 25, 3)], [f"{h:02d}:00" for h in range(0, 25, 3)])
     axes.set_title(
@@ -201,8 +207,13 @@ def _node_chart(charts: Path, dest: str, nodes: Sequence[Mapping[str, Any]]) -> 
     figure, axes = plt.subplots(figsize=(10, 0.8 + 0.4 * len(nodes)))
     for offset, (pct, color) in enumerate(((50, "#8fb3e8"), (95, "#2f5fc6"), (99, "#1b356e"))):
         values = [node.get(f"process_p{pct}_ms") or 0 for node in nodes]
-        axes.barh([i + offset * 0.27 for i in range(len(nodes))], values, height=0.25,
-                  color=color, label=f"p{pct}")  # fmt: skip
+        axes.barh(
+            [i + offset * 0.27 for i in range(len(nodes))],
+            values,
+            height=0.25,
+            color=color,
+            label=f"p{pct}",
+        )
     axes.set_yticks([i + 0.27 for i in range(len(nodes))], names)
     axes.set_xlabel("process duration, ms (2xx time minus taken in)")
     axes.set_title(f"{dest}: lag contribution per node")

@@ -84,13 +84,25 @@ def _stacked(per_origin: DataFrame, on_time: Column) -> DataFrame:
 
     status = F.col("status")
     prepared = per_origin.select(
-        "dest", "topic", "partition", "offset", "minute_ms", "event_time_ms", "node",
-        "lag_ms", "lag_in_ms", "process_ms", "duplicates", "seen_ms",
+        "dest",
+        "topic",
+        "partition",
+        "offset",
+        "minute_ms",
+        "event_time_ms",
+        "node",
+        "lag_ms",
+        "lag_in_ms",
+        "process_ms",
+        "duplicates",
+        "seen_ms",
         F.when(status == DEAD_LETTERED, status + DEAD_REASON * (F.col("reason") + 1))
-        .otherwise(status).cast("long").alias("status_value"),
+        .otherwise(status)
+        .cast("long")
+        .alias("status_value"),
         on_time.cast("long").alias("on_time"),
         F.when(status == MISSING, F.col("offset")).alias("missing_offset"),
-    )  # fmt: skip
+    )
     # beside the count, three sums or maxima per counted row: of a status row, its duplicates,
     # on-time first deliveries and latest time; of a missing origin (a group of one), its
     # minute and event time; nothing for a lag value

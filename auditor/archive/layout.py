@@ -45,27 +45,52 @@ def _schema(*fields: tuple[str, Any, bool]) -> Any:
 
 _I32, _I64, _STR, _BOOL = pa.int32(), pa.int64(), pa.string(), pa.bool_()
 ENTERED_SCHEMA = _schema(
-    ("minute_ms", _I64, False), ("topic", _STR, False), ("partition", _I32, False),
-    ("offset", _I64, False), ("event_id", _STR, True), ("event_time_ms", _I64, False),
-    ("kafka_ms", _I64, False), ("observed_ms", _I64, False), ("problem", _STR, True),
-)  # fmt: skip
+    ("minute_ms", _I64, False),
+    ("topic", _STR, False),
+    ("partition", _I32, False),
+    ("offset", _I64, False),
+    ("event_id", _STR, True),
+    ("event_time_ms", _I64, False),
+    ("kafka_ms", _I64, False),
+    ("observed_ms", _I64, False),
+    ("problem", _STR, True),
+)
 OUTCOME_SCHEMA = _schema(
-    ("minute_ms", _I64, False), ("fact_id", _STR, False), ("node", _STR, False),
-    ("outcome", _STR, False), ("reason", _STR, True), ("status", _I32, True),
-    ("outcome_ms", _I64, False), ("topic", _STR, False), ("partition", _I32, False),
-    ("offset", _I64, False), ("event_id", _STR, True), ("event_time_ms", _I64, False),
+    ("minute_ms", _I64, False),
+    ("fact_id", _STR, False),
+    ("node", _STR, False),
+    ("outcome", _STR, False),
+    ("reason", _STR, True),
+    ("status", _I32, True),
+    ("outcome_ms", _I64, False),
+    ("topic", _STR, False),
+    ("partition", _I32, False),
+    ("offset", _I64, False),
+    ("event_id", _STR, True),
+    ("event_time_ms", _I64, False),
     ("taken_ms", _I64, False),
-)  # fmt: skip
+)
 MINUTE_SCHEMA = _schema(
-    ("minute_ms", _I64, False), ("entered", _I64, False), ("delivered", _I64, False),
+    ("minute_ms", _I64, False),
+    ("entered", _I64, False),
+    ("delivered", _I64, False),
     ("dead_lettered", _I64, False),
     ("dead_lettered_by_reason", pa.map_(_STR, _I64), False),
-    ("filtered", _I64, False), ("in_retry", _I64, False), ("missing", _I64, False),
-    ("duplicates", _I64, False), ("lag_p50_ms", _I64, True), ("lag_p95_ms", _I64, True),
-    ("lag_p99_ms", _I64, True), ("lag_in_p95_ms", _I64, True), ("process_p95_ms", _I64, True),
-    ("final", _BOOL, False), ("up", _BOOL, True), ("down_reason", _STR, True),
-    ("written_ms", _I64, False), ("missing_ids", pa.list_(_STR), True),
-)  # fmt: skip
+    ("filtered", _I64, False),
+    ("in_retry", _I64, False),
+    ("missing", _I64, False),
+    ("duplicates", _I64, False),
+    ("lag_p50_ms", _I64, True),
+    ("lag_p95_ms", _I64, True),
+    ("lag_p99_ms", _I64, True),
+    ("lag_in_p95_ms", _I64, True),
+    ("process_p95_ms", _I64, True),
+    ("final", _BOOL, False),
+    ("up", _BOOL, True),
+    ("down_reason", _STR, True),
+    ("written_ms", _I64, False),
+    ("missing_ids", pa.list_(_STR), True),
+)
 SCHEMAS: dict[Kind, Any] = {
     Kind.ENTERED: ENTERED_SCHEMA,
     Kind.OUTCOMES: OUTCOME_SCHEMA,

@@ -318,5 +318,3 @@ def _table(kind: Kind, dest: str, rows: _Rows) -> Any:
         return pa.Table.from_arrays(arrays, schema=schema)
     except (pa.ArrowException, TypeError, ValueError) as exc:
         raise ArchiveError(f"archive: {kind} rows of destination {dest!r}: {why(exc)}") from exc
-
-

@@ -382,5 +382,3 @@ class RefreshAheadCache(Generic[V]):
             oldest_value_age_s=None if oldest is None else now - oldest,
             last_full_refresh_age_s=since_full,
         )
-
-

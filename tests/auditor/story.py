@@ -181,9 +181,19 @@ async def _odd_input(settings: KafkaSettings, story: Story, audit_topic: str) ->
 
     def fact(major: int, outcome: str, parts: list[Slice]) -> bytes:
         return encode_fact(
-            Fact(major, 0, uuid.uuid4().hex, story.odd, "forger@test:1", outcome,
-                 str(Reason.HTTP_4XX), 400, now, parts)
-        )  # fmt: skip
+            Fact(
+                major,
+                0,
+                uuid.uuid4().hex,
+                story.odd,
+                "forger@test:1",
+                outcome,
+                str(Reason.HTTP_4XX),
+                400,
+                now,
+                parts,
+            )
+        )
 
     garbage = [b"", b"\xff\x00 not msgpack", msgspec.msgpack.encode({"not": "a fact"}), b'{"a":1}']
     await produce(settings, audit_topic, garbage)
@@ -330,27 +340,48 @@ async def staged(
         retried = [dests[0], dests[3]]
         daemons.append(Retrier(retried, settings, group_id=f"{unique}.retrier"))
         live = Auditor(
-            dests, settings, archive_dir=work / "live", roll_s=0.5, metrics_port=0,
-            topic=audit_topic, group_id=f"{unique}.live",
-        )  # fmt: skip
+            dests,
+            settings,
+            archive_dir=work / "live",
+            roll_s=0.5,
+            metrics_port=0,
+            topic=audit_topic,
+            group_id=f"{unique}.live",
+        )
         daemons.append(live)
         tasks = [asyncio.create_task(daemon.run()) for daemon in daemons]
         stack.push_async_callback(_stop, daemons, tasks)
         proc_archive = work / "process"
         args = [
             *(a for name in names for a in ("--dest", name)),
-            "--catalog", str(catalog), "--archive", str(proc_archive), "--archive-roll-s", "0.5",
-        ]  # fmt: skip
+            "--catalog",
+            str(catalog),
+            "--archive",
+            str(proc_archive),
+            "--archive-roll-s",
+            "0.5",
+        ]
         process = AuditorProcess(args, bootstrap=settings.bootstrap, work=work, port=free_port())
         stack.callback(process.stop)
         process.start()
         await until(lambda: live.ops is not None and live.ops.port != 0, "the live ops port")
         assert live.ops is not None
         story = Story(
-            outage, lag, odd, expiry, live, tasks[-1], f"http://127.0.0.1:{live.ops.port}",
-            work / "live", process, "", "", sinks, refused_before=dict(refused_before),
+            outage,
+            lag,
+            odd,
+            expiry,
+            live,
+            tasks[-1],
+            f"http://127.0.0.1:{live.ops.port}",
+            work / "live",
+            process,
+            "",
+            "",
+            sinks,
+            refused_before=dict(refused_before),
             process_archive=proc_archive,
-        )  # fmt: skip
+        )
         await play(settings, story, audit_topic, proc_archive)
         yield story
 

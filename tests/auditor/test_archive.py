@@ -42,9 +42,13 @@ def _enter(arc: Archive, dest: str, minute_ms: int, offset: int, **extra: Any) -
     }
     row.update(extra)
     columns = EnteredColumns(
-        [row["minute_ms"]], [row["offset"]], [row["event_id"]], [row["event_time_ms"]],
-        [row["kafka_ms"]], [row["problem"]],
-    )  # fmt: skip
+        [row["minute_ms"]],
+        [row["offset"]],
+        [row["event_id"]],
+        [row["event_time_ms"]],
+        [row["kafka_ms"]],
+        [row["problem"]],
+    )
     arc.entered_many(dest, row["topic"], row["partition"], row["observed_ms"], columns)
 
 

@@ -45,9 +45,14 @@ async def test_a_deliberate_gap_is_reported_as_exactly_its_missing_ids(
     assert sorted(destination.delivered_ids()) == sorted(e["id"] for e in first + second[7:])
 
     auditor = Auditor(
-        [dest], kafka_settings, archive_dir=tmp_path / "archive", roll_s=0.5, topic=audit_topic,
-        group_id=f"{unique}.auditor", metrics_port=0,
-    )  # fmt: skip
+        [dest],
+        kafka_settings,
+        archive_dir=tmp_path / "archive",
+        roll_s=0.5,
+        topic=audit_topic,
+        group_id=f"{unique}.auditor",
+        metrics_port=0,
+    )
     with structlog.testing.capture_logs() as logs:
         async with running(auditor):
             ledger = await settled(auditor, unique, 400)

@@ -214,18 +214,34 @@ def test_the_column_path_for_deliveries_notes_what_the_event_by_event_path_notes
         taken = [0 if i % 7 == 0 else t + rng.randrange(0, 300) for t in times]
         at_ms = max(times) + rng.choice([50, 900, 2_000, 400_000])
         facts.append(
-            Fact(FORMAT_MAJOR, FORMAT_MINOR, uuid.uuid4().hex, "d", "test", "delivered", None,
-                 200, at_ms, [Slice(TP[0], TP[1], offsets, [f"i{o}" for o in offsets], times, taken)])
-        )  # fmt: skip
+            Fact(
+                FORMAT_MAJOR,
+                FORMAT_MINOR,
+                uuid.uuid4().hex,
+                "d",
+                "test",
+                "delivered",
+                None,
+                200,
+                at_ms,
+                [Slice(TP[0], TP[1], offsets, [f"i{o}" for o in offsets], times, taken)],
+            )
+        )
 
     def apply_all(book: Ledger) -> list[tuple[object, ...]]:
         for one in facts:
             book.apply(one)
         return [
-            (m, b.on_time, b.duplicates, sorted(b.lags_ms.items()), list(b.lag_in.counts),
-             list(b.process.counts))
+            (
+                m,
+                b.on_time,
+                b.duplicates,
+                sorted(b.lags_ms.items()),
+                list(b.lag_in.counts),
+                list(b.process.counts),
+            )
             for m, b in sorted(book.buckets.items())
-        ]  # fmt: skip
+        ]
 
     fast = apply_all(ledger(settle_s=120.0))
     with monkeypatch.context() as patched:

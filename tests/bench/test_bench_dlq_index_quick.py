@@ -22,13 +22,20 @@ def test_quick_run_indexes_every_letter_and_ends_with_the_summary_line(tmp_path:
     """All letters are indexed (the bench checks the count and that the token is masked), the
     spill goes where it is told, and the summary line carries measured figures."""
     run = subprocess.run(
-        [sys.executable, "-m", "bench.dlq_index", "--letters", str(LETTERS),
-         "--spill-dir", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "bench.dlq_index",
+            "--letters",
+            str(LETTERS),
+            "--spill-dir",
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         timeout=240,
         check=False,
-    )  # fmt: skip
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     found = _LINE.match(run.stdout.strip().splitlines()[-1])
     assert found, run.stdout

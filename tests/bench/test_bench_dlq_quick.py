@@ -22,13 +22,26 @@ _LINE = re.compile(
 
 def test_quick_run_replays_every_chosen_letter_and_times_the_tiers(tmp_path: Path) -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "bench.dlq", "--letters", str(LETTERS), "--replay", str(LETTERS),
-         "--handoffs", "200", "--work", str(tmp_path / "work"), "--results", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "bench.dlq",
+            "--letters",
+            str(LETTERS),
+            "--replay",
+            str(LETTERS),
+            "--handoffs",
+            "200",
+            "--work",
+            str(tmp_path / "work"),
+            "--results",
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
-    )  # fmt: skip
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     found = _LINE.match(run.stdout.strip().splitlines()[-1])
     assert found, run.stdout

@@ -125,10 +125,13 @@ def _odd_archive(root: Path, seed: int) -> None:
             for again in range(1 + (rng.random() < 0.2)):
                 entered_problem = problem if not again else rng.choice(problems)
                 built.enter(
-                    at + again * rng.choice([0, MINUTE_MS]), [offset], event_ms=event_ms,
-                    kafka_ms=at + 500, problem=entered_problem,
+                    at + again * rng.choice([0, MINUTE_MS]),
+                    [offset],
+                    event_ms=event_ms,
+                    kafka_ms=at + 500,
+                    problem=entered_problem,
                     ids=[None if entered_problem in ("no_id", "malformed") else f"e{offset}"],
-                )  # fmt: skip
+                )
             _odd_facts(built, rng, offset, at, event_ms)
     built.close()
 
@@ -136,22 +139,33 @@ def _odd_archive(root: Path, seed: int) -> None:
 def _odd_facts(built: Built, rng: random.Random, offset: int, at: int, event_ms: int) -> None:
     def fact(outcome: Outcome, after_ms: int, **kwargs: Any) -> Any:
         return built.fact(
-            outcome, [offset], at_ms=at + after_ms, minute_ms=event_ms - event_ms % MINUTE_MS,
-            event_ms=event_ms, **kwargs,
-        )  # fmt: skip
+            outcome,
+            [offset],
+            at_ms=at + after_ms,
+            minute_ms=event_ms - event_ms % MINUTE_MS,
+            event_ms=event_ms,
+            **kwargs,
+        )
 
     fate = rng.random()
     if fate < 0.6:
         taken = rng.choice([0, at + 1200, event_ms + 5])
-        first = fact(Outcome.DELIVERED, rng.randrange(1000, 90_000), taken_ms=taken,
-                     node=rng.choice(["connector@a:1", "connector@b:2"]))  # fmt: skip
+        first = fact(
+            Outcome.DELIVERED,
+            rng.randrange(1000, 90_000),
+            taken_ms=taken,
+            node=rng.choice(["connector@a:1", "connector@b:2"]),
+        )
         if rng.random() < 0.2:
             built.again(first, event_ms - event_ms % MINUTE_MS)
         if rng.random() < 0.2:
             fact(Outcome.DELIVERED, rng.randrange(90_000, 900_000))
     elif fate < 0.7:
-        fact(Outcome.DEAD_LETTERED, rng.randrange(1000, 5000),
-             reason=rng.choice([Reason.HTTP_4XX, Reason.MALFORMED, None]))  # fmt: skip
+        fact(
+            Outcome.DEAD_LETTERED,
+            rng.randrange(1000, 5000),
+            reason=rng.choice([Reason.HTTP_4XX, Reason.MALFORMED, None]),
+        )
         if rng.random() < 0.3:
             fact(Outcome.DELIVERED, rng.randrange(10_000, 20_000))
     elif fate < 0.8:

@@ -26,9 +26,22 @@ SUBCOMMANDS = {
 }
 # what a command loads only once a subcommand or the daemon runs
 HEAVY = {
-    "aiohttp", "aiokafka", "asyncio", "config", "httpx", "numpy", "orjson", "pyarrow", "pydantic",
-    "pyspark", "redis", "rich", "starlette", "structlog", "uvicorn",
-}  # fmt: skip
+    "aiohttp",
+    "aiokafka",
+    "asyncio",
+    "config",
+    "httpx",
+    "numpy",
+    "orjson",
+    "pyarrow",
+    "pydantic",
+    "pyspark",
+    "redis",
+    "rich",
+    "starlette",
+    "structlog",
+    "uvicorn",
+}
 _PROBE = """
 import json, sys
 from {module} import main

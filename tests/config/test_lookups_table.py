@@ -57,15 +57,36 @@ def test_without_lookups_braces_stay_literal(catalog_dir: Path) -> None:
     ("table", "expected"),
     [
         ("", "required key 'lookups.tenant_field' is missing"),
-        ('tenant_field = "c"\ntenant_feld = "d"', "unknown key 'lookups.tenant_feld'; allowed keys: buffer_bytes,"),
-        ('tenant_field = "c"\nrefresh_after_s = 0', "key 'lookups.refresh_after_s': Input should be greater than 0"),
-        ('tenant_field = "c"\nbulk_refresh_s = "300"', "key 'lookups.bulk_refresh_s': Input should be a valid number"),
-        ('tenant_field = "c"\nrefresh_after_s = 60\nexpire_after_s = 30', "'lookups.expire_after_s': 30 s is shorter"),
-        ('tenant_field = "id"', "key 'lookups.tenant_field': 'id' is also id_field or event_time_field"),
-        ('tenant_field = "c"\nbuffer_bytes = 1', "buffer_bytes': Input should be greater than or equal to 1048576"),
-        ('tenant_field = "c"\nbuffer_records = 1', "buffer_records': Input should be greater than or equal to 1000"),
+        (
+            'tenant_field = "c"\ntenant_feld = "d"',
+            "unknown key 'lookups.tenant_feld'; allowed keys: buffer_bytes,",
+        ),
+        (
+            'tenant_field = "c"\nrefresh_after_s = 0',
+            "key 'lookups.refresh_after_s': Input should be greater than 0",
+        ),
+        (
+            'tenant_field = "c"\nbulk_refresh_s = "300"',
+            "key 'lookups.bulk_refresh_s': Input should be a valid number",
+        ),
+        (
+            'tenant_field = "c"\nrefresh_after_s = 60\nexpire_after_s = 30',
+            "'lookups.expire_after_s': 30 s is shorter",
+        ),
+        (
+            'tenant_field = "id"',
+            "key 'lookups.tenant_field': 'id' is also id_field or event_time_field",
+        ),
+        (
+            'tenant_field = "c"\nbuffer_bytes = 1',
+            "buffer_bytes': Input should be greater than or equal to 1048576",
+        ),
+        (
+            'tenant_field = "c"\nbuffer_records = 1',
+            "buffer_records': Input should be greater than or equal to 1000",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_lookups_table_is_one_line(catalog_dir: Path, table: str, expected: str) -> None:
     """Each problem of the table names the file, the key and what is allowed."""
     assert expected in _error(catalog_dir, HEAD + "[lookups]\n" + table + "\n")

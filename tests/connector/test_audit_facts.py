@@ -189,18 +189,27 @@ def test_the_columns_of_connector_events_match_the_event_by_event_reading() -> N
         ("a", 0, range(5, 9)),
     ]:
         events += parse_records(
-            TopicPartition(topic, partition), _records(topic, partition, offsets),
-            id_field="id", event_time_field="t", max_bytes=1 << 20, taken_ms=TAKEN_MS,
-        ).events  # fmt: skip
+            TopicPartition(topic, partition),
+            _records(topic, partition, offsets),
+            id_field="id",
+            event_time_field="t",
+            max_bytes=1 << 20,
+            taken_ms=TAKEN_MS,
+        ).events
     value = orjson.dumps({"id": "back", "t": 1_700_000_000_000})
     headers = [("hifi-origin", b"a/1/7"), ("hifi-attempt", b"1")]
     retried = ConsumerRecord(
         "unit.retry_out", 2, 40, 1, 0, None, value, None, 3, len(value), headers
     )
     events += parse_records(
-        TopicPartition("unit.retry_out", 2), [retried],
-        id_field="id", event_time_field="t", max_bytes=1 << 20, taken_ms=TAKEN_MS, retried=True,
-    ).events  # fmt: skip
+        TopicPartition("unit.retry_out", 2),
+        [retried],
+        id_field="id",
+        event_time_field="t",
+        max_bytes=1 << 20,
+        taken_ms=TAKEN_MS,
+        retried=True,
+    ).events
     assert type(events[0]) is Event
 
     fast = slices_of(events)

@@ -120,10 +120,12 @@ async def test_only_missing_reoffers_exactly_the_listed_origins(
     write_missing(missing / "dest=other" / "p.parquet", "", [(topic, 1, 27)], dest_column=False)
     (missing / "_SUCCESS").write_text("")
     code, out, err = await run_command(
-        *_args(unique, catalog_dir, "--from", at(10), "--to", at(30), "--only-missing", str(missing)),
+        *_args(
+            unique, catalog_dir, "--from", at(10), "--to", at(30), "--only-missing", str(missing)
+        ),
         bootstrap=kafka_settings.bootstrap,
         env={"HIFI_STATE_DIR": str(tmp_path / "state")},
-    )  # fmt: skip
+    )
     assert code == 0, err
     assert "selected 3, re-offered 3" in out
     assert "5 listed for" in out
@@ -163,7 +165,7 @@ async def test_bad_only_missing_input_is_one_line_exit_2(
         *_args(unique, catalog_dir, "--from", "2h", "--to", "1h", "--only-missing", str(path)),
         bootstrap="127.0.0.1:1",
         env={"HIFI_STATE_DIR": str(tmp_path / "state")},
-    )  # fmt: skip
+    )
     assert code == 2
     assert (out, err.count("\n")) == ("", 1), err
     assert err.startswith(f"connector backfill: --only-missing {bad}: "), err
@@ -178,7 +180,7 @@ async def test_broker_down_is_one_line(catalog_dir: Path, unique: str, tmp_path:
         *_args(unique, catalog_dir, "--from", "2h", "--to", "1h"),
         bootstrap="127.0.0.1:1",
         env={"HIFI_STATE_DIR": str(tmp_path / "state")},
-    )  # fmt: skip
+    )
     assert (code, out) == (1, "")
     last = err.strip().splitlines()[-1]
     assert last.startswith("connector backfill: kafka 127.0.0.1:1: ")
@@ -200,7 +202,7 @@ async def test_dry_run_counts_and_writes_nothing(
         *_args(unique, catalog_dir, "--from", at(10), "--to", at(20), "--dry-run"),
         bootstrap=kafka_settings.bootstrap,
         env={"HIFI_STATE_DIR": str(state)},
-    )  # fmt: skip
+    )
     assert code == 0, err
     rows = [line.split() for line in out.splitlines() if topic in line]
     assert [[cell for cell in row if cell != "│"][1:] for row in rows] == [
@@ -211,10 +213,11 @@ async def test_dry_run_counts_and_writes_nothing(
     assert "scanned 20, selected 20" in out
     code, out, err = await run_command(
         *_args(unique, catalog_dir, "--from", at(10), "--to", at(20), "--dry-run"),
-        "--only-missing", str(missing),
+        "--only-missing",
+        str(missing),
         bootstrap=kafka_settings.bootstrap,
         env={"HIFI_STATE_DIR": str(state)},
-    )  # fmt: skip
+    )
     assert code == 0, err
     assert "scanned 2, selected 2; 2 listed" in out
     assert not state.exists()
@@ -231,7 +234,7 @@ async def test_rate_paces_the_reoffers(
         *_args(unique, catalog_dir, "--from", at(0), "--to", at(30), "--rate", "40"),
         bootstrap=kafka_settings.bootstrap,
         env={"HIFI_STATE_DIR": str(tmp_path / "state")},
-    )  # fmt: skip
+    )
     assert code == 0, err
     stamps = sorted(r.timestamp for r in await _retry_out(kafka_settings, unique))
     assert len(stamps) == 60
@@ -344,17 +347,25 @@ async def test_the_connector_delivers_a_backfill_with_the_original_ids(
     dest = make_destination(catalog_dir, unique, destination.url, topic)
     await seed(kafka_settings, topic, partitions=2, per_partition=20)
     code, _, err = await run_command(
-        "rewind", "--dest", unique, "--catalog", str(catalog_dir), "--to", "0s",
+        "rewind",
+        "--dest",
+        unique,
+        "--catalog",
+        str(catalog_dir),
+        "--to",
+        "0s",
         bootstrap=kafka_settings.bootstrap,
-    )  # fmt: skip
+    )
     assert code == 0, err
     missing = tmp_path / "missing.parquet"
     write_missing(missing, unique, [(topic, 0, 4), (topic, 1, 7), (topic, 1, 8)])
     code, _, err = await run_command(
-        *_args(unique, catalog_dir, "--from", at(0), "--to", at(20), "--only-missing", str(missing)),
+        *_args(
+            unique, catalog_dir, "--from", at(0), "--to", at(20), "--only-missing", str(missing)
+        ),
         bootstrap=kafka_settings.bootstrap,
         env={"HIFI_STATE_DIR": str(tmp_path / "state")},
-    )  # fmt: skip
+    )
     assert code == 0, err
     await asyncio.wait_for(Connector(dest, kafka_settings, until_idle_s=1.0).run(), 60)
     assert sorted(destination.delivered_ids()) == ["p0-4", "p1-7", "p1-8"]

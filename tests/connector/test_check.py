@@ -20,11 +20,15 @@ DAY_MS = 86_400_000
 
 async def _run(prog: str, *args: str, bootstrap: str, **env: str) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", prog, *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        prog,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
         stdin=asyncio.subprocess.DEVNULL,
         env={**os.environ, "HIFI_KAFKA_BOOTSTRAP": bootstrap, **env},
-    )  # fmt: skip
+    )
     out, err = await asyncio.wait_for(process.communicate(), 90)
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
@@ -32,18 +36,28 @@ async def _run(prog: str, *args: str, bootstrap: str, **env: str) -> tuple[int, 
 
 def _write(catalog_dir: Path, name: str, url: str, topic: str, **keys: object) -> None:
     write_destination(
-        catalog_dir, name, url=url, source_topics=[topic],
-        headers={"Authorization": "Bearer ${CHECK_TOKEN}"}, **keys,
-    )  # fmt: skip
+        catalog_dir,
+        name,
+        url=url,
+        source_topics=[topic],
+        headers={"Authorization": "Bearer ${CHECK_TOKEN}"},
+        **keys,
+    )
 
 
 async def test_check_validates_without_reaching_anything(catalog_dir: Path, unique: str) -> None:
     """`--check` alone reads the catalog and environment, reaches nothing, and exits 0."""
     _write(catalog_dir, unique, "https://nowhere.invalid/", unique)
     code, out, _ = await _run(
-        "connector", "--dest", unique, "--catalog", str(catalog_dir), "--check",
-        bootstrap="127.0.0.1:1", CHECK_TOKEN="s3cr3t-t0ken-value",
-    )  # fmt: skip
+        "connector",
+        "--dest",
+        unique,
+        "--catalog",
+        str(catalog_dir),
+        "--check",
+        bootstrap="127.0.0.1:1",
+        CHECK_TOKEN="s3cr3t-t0ken-value",
+    )
     assert code == 0
     assert out.splitlines()[-1] == "connector check: ok"
     assert "s3cr3t" not in out
@@ -56,9 +70,18 @@ async def test_check_with_bad_configuration_exits_2_in_one_line(
     _write(catalog_dir, unique, "https://nowhere.invalid/", unique)
     env = {k: v for k, v in os.environ.items() if k != "CHECK_TOKEN"}
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "connector", "--dest", unique, "--catalog", str(catalog_dir),
-        "--check", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "connector",
+        "--dest",
+        unique,
+        "--catalog",
+        str(catalog_dir),
+        "--check",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
     _, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 2
     assert err.decode().count("\n") == 1
@@ -75,9 +98,16 @@ async def test_probe_reaches_kafka_and_the_destination_with_a_head_only(
         kafka_settings, [f"{unique}.dlq"], partitions=1, retention_ms=DAY_MS
     )
     code, out, err = await _run(
-        "connector", "--dest", unique, "--catalog", str(catalog_dir), "--check", "--probe",
-        bootstrap=kafka_settings.bootstrap, CHECK_TOKEN="s3cr3t-t0ken-value",
-    )  # fmt: skip
+        "connector",
+        "--dest",
+        unique,
+        "--catalog",
+        str(catalog_dir),
+        "--check",
+        "--probe",
+        bootstrap=kafka_settings.bootstrap,
+        CHECK_TOKEN="s3cr3t-t0ken-value",
+    )
     assert code == 0, out + err
     assert f"kafka {kafka_settings.bootstrap}: reachable" in out
     assert f"warning source topic {unique}: does not exist" in out
@@ -94,9 +124,15 @@ async def test_probe_of_an_unreachable_destination_exits_1(
     """A destination nothing listens on is an error line and exit 1 (a service manager retries)."""
     _write(catalog_dir, unique, "http://127.0.0.1:9/v1", unique)
     code, out, _ = await _run(
-        "connector", "--dest", unique, "--catalog", str(catalog_dir), "--probe",
-        bootstrap=kafka_settings.bootstrap, CHECK_TOKEN="s3cr3t-t0ken-value",
-    )  # fmt: skip
+        "connector",
+        "--dest",
+        unique,
+        "--catalog",
+        str(catalog_dir),
+        "--probe",
+        bootstrap=kafka_settings.bootstrap,
+        CHECK_TOKEN="s3cr3t-t0ken-value",
+    )
     assert code == 1
     assert "error   destination http://127.0.0.1:9/v1: unreachable" in out
     assert out.splitlines()[-1].startswith("connector check: unreachable")
@@ -106,9 +142,15 @@ async def test_probe_of_an_unreachable_kafka_exits_1(catalog_dir: Path, unique: 
     """Kafka that cannot be reached is an error line naming the cause, and exit 1."""
     _write(catalog_dir, unique, "http://127.0.0.1:9/v1", unique)
     code, out, err = await _run(
-        "connector", "--dest", unique, "--catalog", str(catalog_dir), "--probe",
-        bootstrap="127.0.0.1:1", CHECK_TOKEN="s3cr3t-t0ken-value",
-    )  # fmt: skip
+        "connector",
+        "--dest",
+        unique,
+        "--catalog",
+        str(catalog_dir),
+        "--probe",
+        bootstrap="127.0.0.1:1",
+        CHECK_TOKEN="s3cr3t-t0ken-value",
+    )
     assert code == 1
     assert "error   kafka 127.0.0.1:1" in out
     assert "refused: nothing listens there" in out
@@ -121,9 +163,15 @@ async def test_retrier_check_probe_reads_its_topics(
     """`retrier --check --probe` needs no HTTP secret and reports each topic it will keep."""
     _write(catalog_dir, unique, "https://nowhere.invalid/", unique, retry_tiers_s=[5, 10])
     code, out, err = await _run(
-        "retrier", "--dest", unique, "--catalog", str(catalog_dir), "--check", "--probe",
+        "retrier",
+        "--dest",
+        unique,
+        "--catalog",
+        str(catalog_dir),
+        "--check",
+        "--probe",
         bootstrap=kafka_settings.bootstrap,
-    )  # fmt: skip
+    )
     assert code == 0, out + err
     assert f"ok      topic {unique}.retry_tier1: will be created" in out
     assert f"ok      topic {unique}.dlq_replays: will be created with retention 30" in out
@@ -157,8 +205,14 @@ async def test_probe_reports_the_audit_topic_and_its_retention(
     assert f"ok      source topic {audit_topic}: exists" in outs["auditor"]
     _write(catalog_dir, unique, "https://nowhere.invalid/", unique, accounting={"audit": False})
     code, out, _ = await _run(
-        "connector", "--dest", unique, "--catalog", str(catalog_dir), "--check",
-        bootstrap="127.0.0.1:1", CHECK_TOKEN="s3cr3t-t0ken-value",
-    )  # fmt: skip
+        "connector",
+        "--dest",
+        unique,
+        "--catalog",
+        str(catalog_dir),
+        "--check",
+        bootstrap="127.0.0.1:1",
+        CHECK_TOKEN="s3cr3t-t0ken-value",
+    )
     assert code == 0
     assert f"destination {unique}: audit trail off ([accounting] audit = false)" in out

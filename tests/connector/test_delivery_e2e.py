@@ -41,7 +41,9 @@ def _outcomes(dest: str) -> dict[str, float]:
     counted["handoffs"] = _metric("hifi_connector_handoffs_total", dest)
     for reason in Reason:
         counted[f"dlq:{reason}"] = _metric("hifi_connector_dead_letters_total", dest, reason=reason)
-    counted["lag_out_count"] = _metric("hifi_connector_lag_out_seconds_count", dest, attempt="first")
+    counted["lag_out_count"] = _metric(
+        "hifi_connector_lag_out_seconds_count", dest, attempt="first"
+    )
     return counted
 
 
@@ -88,7 +90,9 @@ async def test_delivers_every_event_once_without_faults(
     # Events were stamped when produced, seconds ago: the lag is in seconds, not ms or hours.
     mean_lag_s = _metric("hifi_connector_lag_out_seconds_sum", unique, attempt="first") / 600
     assert 0 < mean_lag_s < 60
-    assert _metric("hifi_connector_lag_out_seconds_bucket", unique, attempt="first", le="60.0") == 600
+    assert (
+        _metric("hifi_connector_lag_out_seconds_bucket", unique, attempt="first", le="60.0") == 600
+    )
 
 
 async def test_recovers_locally_from_5xx(

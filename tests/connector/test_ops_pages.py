@@ -43,9 +43,14 @@ async def test_first_scrape_has_every_series_and_status_tells_the_story(
         base = f"http://127.0.0.1:{connector.ops.port}"
         first = (await _get(f"{base}/metrics")).text
         for outcome in ("delivered", "handed_off", "dead_lettered"):
-            assert f'hifi_connector_records_total{{dest="{unique}",outcome="{outcome}"}} 0.0' in first
+            assert (
+                f'hifi_connector_records_total{{dest="{unique}",outcome="{outcome}"}} 0.0' in first
+            )
         for reason in ("http_4xx", "redirect", "malformed", "too_large", "expired"):
-            assert f'hifi_connector_dead_letters_total{{dest="{unique}",reason="{reason}"}} 0.0' in first
+            assert (
+                f'hifi_connector_dead_letters_total{{dest="{unique}",reason="{reason}"}} 0.0'
+                in first
+            )
         assert 'hifi_build_info{component="connector"' in first
         destination.reject_ids({"e-3"}, status=400)
         await produce_events(kafka_settings, unique, events(20))

@@ -89,7 +89,9 @@ async def test_odd_records_never_stop_a_partition(
     )
     processes.append(process)
     assert await wait_exit(process, 180) == 0, (tmp_path / "connector.log").read_text()[-3000:]
-    log_lines = [orjson.loads(line) for line in (tmp_path / "connector.log").read_text().splitlines()]
+    log_lines = [
+        orjson.loads(line) for line in (tmp_path / "connector.log").read_text().splitlines()
+    ]
     assert log_lines
     assert all(line.get("dest") == unique for line in log_lines)  # every line says whose work
     assert any(line["event"] == "malformed_dead_lettered" for line in log_lines)
@@ -116,7 +118,10 @@ async def test_odd_records_never_stop_a_partition(
     assert forged == []  # forged hifi-* headers change nothing: the event is delivered
     assert b'{"id":"forged-0"}' in bodies
     committed = await kafka.committed_offsets(kafka_settings, dest.connector_group, unique)
-    ends = {p: 1 + max(int(o.rsplit("/", 1)[1]) for o in sent if f"/{p}/" in o) for p in range(PARTITIONS)}
+    ends = {
+        p: 1 + max(int(o.rsplit("/", 1)[1]) for o in sent if f"/{p}/" in o)
+        for p in range(PARTITIONS)
+    }
     ends[0] = huge.offset + 1
     assert committed == ends
     assert all(b'{"id":"ok-%d"' % p in bodies for p in range(PARTITIONS))

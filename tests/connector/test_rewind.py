@@ -71,9 +71,15 @@ async def test_rewind_moves_the_group_to_the_first_record_at_time(
     tps = await _setup(kafka_settings, catalog_dir, unique)
     await commit_offsets(kafka_settings, f"hifi.connector.{unique}", dict.fromkeys(tps, 45))
     code, out, err = await run_command(
-        "rewind", "--dest", unique, "--catalog", str(catalog_dir), "--to", at(20.5),
+        "rewind",
+        "--dest",
+        unique,
+        "--catalog",
+        str(catalog_dir),
+        "--to",
+        at(20.5),
         bootstrap=kafka_settings.bootstrap,
-    )  # fmt: skip
+    )
     assert code == 0, err
     assert await _committed(kafka_settings, unique) == {0: 21, 1: 21}
     assert "committed before" in out
@@ -91,9 +97,15 @@ async def test_rewind_past_the_last_record_goes_to_the_end(
     """A time after every record moves each partition to its end offset (a relative time)."""
     await _setup(kafka_settings, catalog_dir, unique)
     code, _, err = await run_command(
-        "rewind", "--dest", unique, "--catalog", str(catalog_dir), "--to", "0s",
+        "rewind",
+        "--dest",
+        unique,
+        "--catalog",
+        str(catalog_dir),
+        "--to",
+        "0s",
         bootstrap=kafka_settings.bootstrap,
-    )  # fmt: skip
+    )
     assert code == 0, err
     assert await _committed(kafka_settings, unique) == {0: PER_PARTITION, 1: PER_PARTITION}
 
@@ -105,9 +117,16 @@ async def test_dry_run_changes_nothing(
     tps = await _setup(kafka_settings, catalog_dir, unique)
     await commit_offsets(kafka_settings, f"hifi.connector.{unique}", dict.fromkeys(tps, 45))
     code, out, err = await run_command(
-        "rewind", "--dest", unique, "--catalog", str(catalog_dir), "--to", at(10), "--dry-run",
+        "rewind",
+        "--dest",
+        unique,
+        "--catalog",
+        str(catalog_dir),
+        "--to",
+        at(10),
+        "--dry-run",
         bootstrap=kafka_settings.bootstrap,
-    )  # fmt: skip
+    )
     assert code == 0, err
     assert "would move" in out
     assert "committed now" in out
@@ -134,9 +153,15 @@ async def test_refuses_while_a_member_of_the_group_is_active(
             await member.getmany(timeout_ms=100, max_records=1)
         assert member.assignment()
         code, out, err = await run_command(
-            "rewind", "--dest", unique, "--catalog", str(catalog_dir), "--to", at(10),
+            "rewind",
+            "--dest",
+            unique,
+            "--catalog",
+            str(catalog_dir),
+            "--to",
+            at(10),
             bootstrap=kafka_settings.bootstrap,
-        )  # fmt: skip
+        )
     assert code == 1
     assert out == ""
     assert err.count("\n") == 1, err
@@ -149,9 +174,15 @@ async def test_broker_down_is_one_line(catalog_dir: Path, unique: str) -> None:
     """No broker at the address: one line naming it, exit 1, no traceback."""
     write_destination(catalog_dir, unique, url="https://x.test/", source_topics=["src"])
     code, out, err = await run_command(
-        "rewind", "--dest", unique, "--catalog", str(catalog_dir), "--to", "1h",
+        "rewind",
+        "--dest",
+        unique,
+        "--catalog",
+        str(catalog_dir),
+        "--to",
+        "1h",
         bootstrap="127.0.0.1:1",
-    )  # fmt: skip
+    )
     assert code == 1
     assert (out, err.count("\n")) == ("", 1), err
     assert err.startswith("connector rewind: kafka 127.0.0.1:1")
@@ -164,15 +195,27 @@ async def test_missing_source_topic_and_bad_time_are_one_line(
     """A source topic that does not exist (exit 1) and an unreadable --to (exit 2) are one line."""
     write_destination(catalog_dir, unique, url="https://x.test/", source_topics=[f"{unique}.none"])
     code, _, err = await run_command(
-        "rewind", "--dest", unique, "--catalog", str(catalog_dir), "--to", "1h",
+        "rewind",
+        "--dest",
+        unique,
+        "--catalog",
+        str(catalog_dir),
+        "--to",
+        "1h",
         bootstrap=kafka_settings.bootstrap,
-    )  # fmt: skip
+    )
     assert code == 1
     assert err.count("\n") == 1, err
     assert f"source topic '{unique}.none' of destination '{unique}' does not exist" in err
     code, _, err = await run_command(
-        "rewind", "--dest", unique, "--catalog", str(catalog_dir), "--to", "yesterday",
+        "rewind",
+        "--dest",
+        unique,
+        "--catalog",
+        str(catalog_dir),
+        "--to",
+        "yesterday",
         bootstrap=kafka_settings.bootstrap,
-    )  # fmt: skip
+    )
     assert code == 2
     assert err.startswith("connector rewind: --to 'yesterday': use an ISO timestamp")

@@ -352,10 +352,21 @@ async def test_cli_serves_and_records_deliveries_until_sigterm(
     """The CLI prints its URL, appends accepted events to the deliveries file, and exits 0."""
     deliveries = tmp_path / "deliveries.ndjson"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "devstack.destination_cli", "--port", "0",
-        "--reject-id", "bad", "--poison-field", "poison", "--deliveries-file", str(deliveries),
-        cwd=REPO_ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "devstack.destination_cli",
+        "--port",
+        "0",
+        "--reject-id",
+        "bad",
+        "--poison-field",
+        "poison",
+        "--deliveries-file",
+        str(deliveries),
+        cwd=REPO_ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         assert proc.stdout is not None
         line = (await asyncio.wait_for(proc.stdout.readline(), TIMEOUT_S)).decode()

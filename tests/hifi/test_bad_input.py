@@ -70,9 +70,14 @@ def test_kafka_ca_file_that_is_no_certificate(catalog_dir: Path, tmp_path: Path)
     bogus = tmp_path / "ca.pem"
     bogus.write_text("-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n")
     result = _run(
-        "connector", "--dest", "d", "--catalog", str(catalog_dir),
-        HIFI_KAFKA_SECURITY_PROTOCOL="SSL", HIFI_KAFKA_CA_FILE=str(bogus),
-    )  # fmt: skip
+        "connector",
+        "--dest",
+        "d",
+        "--catalog",
+        str(catalog_dir),
+        HIFI_KAFKA_SECURITY_PROTOCOL="SSL",
+        HIFI_KAFKA_CA_FILE=str(bogus),
+    )
     assert result.returncode == 2
     line = _one_line(result, "connector")
     assert "HIFI_KAFKA_CA_FILE" in line
@@ -107,11 +112,21 @@ async def test_a_bootstrap_that_never_answers_kafka_fails_with_the_cause_in_time
     async with _silent_listener() as port:
         started = time.monotonic()
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "connector", "--dest", "d", "--catalog", str(catalog_dir),
-            "--metrics-port", "0", "--log-format", "json",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            sys.executable,
+            "-m",
+            "connector",
+            "--dest",
+            "d",
+            "--catalog",
+            str(catalog_dir),
+            "--metrics-port",
+            "0",
+            "--log-format",
+            "json",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
             env={**os.environ, "HIFI_KAFKA_BOOTSTRAP": f"127.0.0.1:{port}"},
-        )  # fmt: skip
+        )
         _, err = await asyncio.wait_for(process.communicate(), 60)
         elapsed_s = time.monotonic() - started
     lines = err.decode().splitlines()

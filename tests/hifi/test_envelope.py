@@ -18,9 +18,18 @@ def _record(
 ) -> ConsumerRecord[bytes, bytes]:
     size = len(value) if value is not None else -1
     return ConsumerRecord(
-        TP.topic, TP.partition, offset, KAFKA_TIMESTAMP_MS, 0, b"k", value, None, 1, size,
+        TP.topic,
+        TP.partition,
+        offset,
+        KAFKA_TIMESTAMP_MS,
+        0,
+        b"k",
+        value,
+        None,
+        1,
+        size,
         headers or (),
-    )  # fmt: skip
+    )
 
 
 def _parse(

@@ -111,13 +111,18 @@ async def test_outage_filter_replay_find_and_refusal_in_the_browser(
     auditor = _daemon(
         "auditor",
         [*args, "--metrics-port", str(auditor_port), "--archive", str(tmp_path / "archive")],
-        bootstrap, tmp_path / "a.log", audit_topic,
-    )  # fmt: skip
+        bootstrap,
+        tmp_path / "a.log",
+        audit_topic,
+    )
     auditor_url = f"http://127.0.0.1:{auditor_port}"
     retrier = _daemon(
-        "retrier", [*args, "--metrics-port", str(port), "--auditor-url", auditor_url],
-        bootstrap, tmp_path / "r.log", audit_topic,
-    )  # fmt: skip
+        "retrier",
+        [*args, "--metrics-port", str(port), "--auditor-url", auditor_url],
+        bootstrap,
+        tmp_path / "r.log",
+        audit_topic,
+    )
     connector = _daemon(
         "connector", [*args, "--metrics-port", "0"], bootstrap, tmp_path / "c.log", audit_topic
     )

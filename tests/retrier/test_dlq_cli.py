@@ -31,9 +31,14 @@ async def test_dlq_list_needs_no_secret_and_a_missing_dlq_has_no_letters(
     0 dead letters and exits 0 (no traceback, no complaint about the token)."""
     _secretive(catalog_dir, unique)
     code, out, err = await run_retrier_command(
-        "dlq", "list", "--dest", unique, "--catalog", str(catalog_dir),
+        "dlq",
+        "list",
+        "--dest",
+        unique,
+        "--catalog",
+        str(catalog_dir),
         bootstrap=kafka_settings.bootstrap,
-    )  # fmt: skip
+    )
     assert (code, out) == (0, "")
     assert err.strip().splitlines()[-1] == f"0 dead letters in {unique}.dlq, 0 replayed"
     assert "Traceback" not in err
@@ -45,9 +50,15 @@ async def test_dlq_replay_needs_no_secret(
     """`dlq replay --dry-run` counts without the destination's token."""
     _secretive(catalog_dir, unique)
     code, out, err = await run_retrier_command(
-        "dlq", "replay", "--dest", unique, "--catalog", str(catalog_dir), "--dry-run",
+        "dlq",
+        "replay",
+        "--dest",
+        unique,
+        "--catalog",
+        str(catalog_dir),
+        "--dry-run",
         bootstrap=kafka_settings.bootstrap,
-    )  # fmt: skip
+    )
     assert code == 0, err
     assert out.startswith(f"would replay 0 dead letters from {unique}.dlq")
 

@@ -81,8 +81,11 @@ def test_filters_by_reason_and_time(index: DeadLetterIndex) -> None:
     assert keys(index.page(window).rows) == [(0, 3), (0, 2), (0, 1)]
     assert index.count(LetterFilter(reason="http_4xx", from_ms=T0 + 1)) == 1
     assert index.counts_by_reason() == {
-        **dict.fromkeys(REASONS, 0), "http_4xx": 2, "expired": 3, "malformed": 1,
-    }  # fmt: skip
+        **dict.fromkeys(REASONS, 0),
+        "http_4xx": 2,
+        "expired": 3,
+        "malformed": 1,
+    }
     assert index.counts_by_reason(window)["expired"] == 2
     with pytest.raises(ValueError, match="http_4xx"):
         index.count(LetterFilter(reason="gone"))
@@ -179,8 +182,11 @@ def test_find_by_event_id_by_origin_and_by_position_in_the_dlq(index: DeadLetter
     assert [index.find(key) for key in ("e-0-", "", "other.dlq/0/3")] == [[], [], []]
     [row] = index.find(" e-0-20 ")
     assert (row.event_id, row.origin, row.reason, row.status) == (
-        "e-0-20", "shop.src/0/1020", "http_4xx", "400",
-    )  # fmt: skip
+        "e-0-20",
+        "shop.src/0/1020",
+        "http_4xx",
+        "400",
+    )
 
 
 def test_a_secret_from_the_environment_is_never_shown_nor_searchable(
@@ -191,19 +197,26 @@ def test_a_secret_from_the_environment_is_never_shown_nor_searchable(
     nothing: counts cannot be used to guess it."""
     token = secrets.token_urlsafe(30)
     write_destination(
-        catalog_dir, "shop", url="https://example.invalid", source_topics=["shop.src"],
+        catalog_dir,
+        "shop",
+        url="https://example.invalid",
+        source_topics=["shop.src"],
         headers={"Authorization": "Bearer ${TOKEN}"},
-    )  # fmt: skip
+    )
     Catalog(catalog_dir, environ={"TOKEN": token}).load("shop")
     body = orjson.dumps({"echo": f"Bearer {token}", "id": "e-1"})
     index.add(
         [
             letter(
-                0, 0, dead_ms=T0, body=body, error=f"HTTP 401: bad token {token}",
+                0,
+                0,
+                dead_ms=T0,
+                body=body,
+                error=f"HTTP 401: bad token {token}",
                 extra=[("authorization", f"Bearer {token}".encode())],
             )
         ]
-    )  # fmt: skip
+    )
     rows = [*index.page(LetterFilter()).rows, *index.find("e-0-0")]
     assert len(rows) == 2
     shown = " ".join(str(value) for row in rows for value in astuple(row))

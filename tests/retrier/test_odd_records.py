@@ -23,20 +23,31 @@ async def test_odd_hand_offs_are_routed_or_expired_never_a_crash(
     """Hand-offs without hifi headers, with unreadable ones, huge ones or no value each end
     re-offered or dead-lettered; the retrier exits only when idle and commits to the end."""
     dest = make_destination(
-        catalog_dir, unique, "http://127.0.0.1:9/", unique, retry_tiers_s=[0.5],
+        catalog_dir,
+        unique,
+        "http://127.0.0.1:9/",
+        unique,
+        retry_tiers_s=[0.5],
         internal_topic_partitions=1,
-    )  # fmt: skip
+    )
     await create_topics(kafka_settings, dest)
     odd: list[kafka.Record] = [
         (dest.retry_in_topic, b"k1", b'{"id":"bare"}', []),
-        (dest.retry_in_topic, b"k2", b'{"id":"garbage"}', [
-            ("hifi-attempt", b"many"), ("hifi-handoff-ms", b"9" * 5000),
-            ("hifi-first-failure-ms", b"-3"), ("hifi-due-ms", b"soon"),
-        ]),
+        (
+            dest.retry_in_topic,
+            b"k2",
+            b'{"id":"garbage"}',
+            [
+                ("hifi-attempt", b"many"),
+                ("hifi-handoff-ms", b"9" * 5000),
+                ("hifi-first-failure-ms", b"-3"),
+                ("hifi-due-ms", b"soon"),
+            ],
+        ),
         (dest.retry_in_topic, b"k3", b'{"id":"huge-header"}', [("trace", b"t" * 300_000)]),
         (dest.retry_in_topic, b"k4", None, [("hifi-attempt", b"1")]),
         (dest.retry_in_topic, b"k5", b"not json at all", [("hifi-attempt", b"7")]),
-    ]  # fmt: skip
+    ]
     async with kafka.producer(kafka_settings) as producer:
         await producer.send_all(odd)
     retrier = Retrier([dest], kafka_settings, group_id=f"hifi.retrier.{unique}", until_idle_s=3)

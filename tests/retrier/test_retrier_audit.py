@@ -35,9 +35,14 @@ async def test_a_503_outage_is_handed_off_re_offered_then_delivered_by_origin(
     await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=2)
     sent = events(12)
     dest = make_destination(
-        catalog_dir, unique, destination.url, unique,
-        retry_tiers_s=[1, 1], local_retry_attempts=2, local_retry_max_backoff_s=0.01,
-    )  # fmt: skip
+        catalog_dir,
+        unique,
+        destination.url,
+        unique,
+        retry_tiers_s=[1, 1],
+        local_retry_attempts=2,
+        local_retry_max_backoff_s=0.01,
+    )
     await create_topics(kafka_settings, dest)
     destination.set_faults(1.0, [Reply(503)])
     await produce_events(kafka_settings, unique, sent)
@@ -77,9 +82,14 @@ async def test_expired_events_are_dead_lettered_facts_with_reason_expired(
     each event by its origin, id and event time."""
     sent = events(8)
     dest = make_destination(
-        catalog_dir, unique, destination.url, unique,
-        retry_tiers_s=[0.5], local_retry_attempts=1, internal_topic_partitions=1,
-    )  # fmt: skip
+        catalog_dir,
+        unique,
+        destination.url,
+        unique,
+        retry_tiers_s=[0.5],
+        local_retry_attempts=1,
+        internal_topic_partitions=1,
+    )
     await create_topics(kafka_settings, dest)
     await destination.set_down(True)
     await produce_events(kafka_settings, unique, sent)
@@ -107,9 +117,13 @@ async def test_only_destinations_that_audit_have_retrier_facts(
 ) -> None:
     """`[accounting] audit = false` for one destination: its re-offers write no fact, another's do."""
     quiet = make_destination(
-        catalog_dir, f"{unique}-quiet", "http://127.0.0.1:9/", unique,
-        retry_tiers_s=[0.2], accounting={"audit": False},
-    )  # fmt: skip
+        catalog_dir,
+        f"{unique}-quiet",
+        "http://127.0.0.1:9/",
+        unique,
+        retry_tiers_s=[0.2],
+        accounting={"audit": False},
+    )
     loud = make_destination(
         catalog_dir, f"{unique}-loud", "http://127.0.0.1:9/", unique, retry_tiers_s=[0.2]
     )
@@ -144,9 +158,13 @@ async def test_a_retrier_of_destinations_that_do_not_audit_creates_no_audit_topi
 ) -> None:
     """No destination audits: the retrier re-offers and creates no audit topic."""
     dest = make_destination(
-        catalog_dir, unique, "http://127.0.0.1:9/", unique,
-        retry_tiers_s=[0.2], accounting={"audit": False},
-    )  # fmt: skip
+        catalog_dir,
+        unique,
+        "http://127.0.0.1:9/",
+        unique,
+        retry_tiers_s=[0.2],
+        accounting={"audit": False},
+    )
     await create_topics(kafka_settings, dest)
     now_ms = int(time.time() * 1000)
     await produce_all(kafka_settings, [handoff(dest, "a", attempt=1, handoff_ms=now_ms)])

@@ -67,13 +67,25 @@ class Built:
         at = minute_ms + 1000 if event_ms is None else event_ms
         n = len(offsets)
         part = Slice(
-            TOPIC, partition, list(offsets), [f"{TOPIC}-{partition}-{o}" for o in offsets],
-            [at] * n, [at + 10 if taken_ms is None else taken_ms] * n,
-        )  # fmt: skip
+            TOPIC,
+            partition,
+            list(offsets),
+            [f"{TOPIC}-{partition}-{o}" for o in offsets],
+            [at] * n,
+            [at + 10 if taken_ms is None else taken_ms] * n,
+        )
         fact = Fact(
-            FORMAT_MAJOR, FORMAT_MINOR, fact_id or uuid.uuid4().hex, self.dest, node,
-            str(outcome), None if reason is None else str(reason), None, at_ms, [part],
-        )  # fmt: skip
+            FORMAT_MAJOR,
+            FORMAT_MINOR,
+            fact_id or uuid.uuid4().hex,
+            self.dest,
+            node,
+            str(outcome),
+            None if reason is None else str(reason),
+            None,
+            at_ms,
+            [part],
+        )
         self.archive.outcomes(self.dest, [minute_ms] * n, fact, part)
         return fact
 

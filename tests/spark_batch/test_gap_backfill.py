@@ -34,8 +34,16 @@ def _iso(epoch_s: float) -> str:
     return datetime.fromtimestamp(epoch_s, UTC).isoformat()
 
 
-async def _audit(dest: Destination, settings: KafkaSettings, archive: Path, audit_topic: str,
-                 group: str, *, entered: int, missing: int) -> None:  # fmt: skip
+async def _audit(
+    dest: Destination,
+    settings: KafkaSettings,
+    archive: Path,
+    audit_topic: str,
+    group: str,
+    *,
+    entered: int,
+    missing: int,
+) -> None:
     """Run the auditor until every minute is final with `missing` events missing; stop it."""
     auditor = Auditor(
         [dest], settings, archive_dir=archive, roll_s=0.5, topic=audit_topic, group_id=group
@@ -49,14 +57,38 @@ async def _audit(dest: Destination, settings: KafkaSettings, archive: Path, audi
         await asyncio.sleep(2)  # a roll archives the last facts
 
 
-async def _backfill(dest: str, catalog: Path, settings: KafkaSettings, missing: Path,
-                    state: Path, from_s: float, to_s: float) -> None:  # fmt: skip
+async def _backfill(
+    dest: str,
+    catalog: Path,
+    settings: KafkaSettings,
+    missing: Path,
+    state: Path,
+    from_s: float,
+    to_s: float,
+) -> None:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "connector", "backfill", "--dest", dest, "--catalog", str(catalog),
-        "--from", _iso(from_s), "--to", _iso(to_s), "--only-missing", str(missing),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "HIFI_KAFKA_BOOTSTRAP": settings.bootstrap, "HIFI_STATE_DIR": str(state)},
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "connector",
+        "backfill",
+        "--dest",
+        dest,
+        "--catalog",
+        str(catalog),
+        "--from",
+        _iso(from_s),
+        "--to",
+        _iso(to_s),
+        "--only-missing",
+        str(missing),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={
+            **os.environ,
+            "HIFI_KAFKA_BOOTSTRAP": settings.bootstrap,
+            "HIFI_STATE_DIR": str(state),
+        },
+    )
     out, err = await asyncio.wait_for(process.communicate(), 120)
     assert process.returncode == 0, (out + err).decode()[-2000:]
 
@@ -102,8 +134,15 @@ async def test_a_gap_is_recounted_backfilled_exactly_and_recounted_whole(
     write_outputs(out, before, summarize(before, window, archive=str(archive)))
     assert pq.read_table(out / "missing.parquet").num_rows == SKIPPED
 
-    await _backfill(unique, catalog_dir, kafka_settings, out / "missing.parquet",
-                    tmp_path / "state", started_s - 60, time.time() + 60)  # fmt: skip
+    await _backfill(
+        unique,
+        catalog_dir,
+        kafka_settings,
+        out / "missing.parquet",
+        tmp_path / "state",
+        started_s - 60,
+        time.time() + 60,
+    )
     redelivered = Connector(dest, kafka_settings, until_idle_s=1.5, audit_topic=audit_topic)
     await asyncio.wait_for(redelivered.run(), 60)
     delivered = destination.delivered_ids()

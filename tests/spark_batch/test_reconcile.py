@@ -53,11 +53,25 @@ def test_loss_is_the_set_difference_by_id(spark: Any, tmp_path: Path) -> None:
     assert row["missing_ids"] == [f"{TOPIC}-0-9"]
     assert (row["final"], row["up"], row["down_reason"]) == (True, False, "loss")
     assert result.missing.to_pylist() == [
-        {"dest": "shop", "minute_ms": m0, "event_id": f"{TOPIC}-0-9", "topic": TOPIC,
-         "partition": 0, "offset": 9, "event_time_ms": m0 + 1000},
-        {"dest": "shop", "minute_ms": minute(5), "event_id": f"{TOPIC}-0-10", "topic": TOPIC,
-         "partition": 0, "offset": 10, "event_time_ms": minute(5) + 1000},
-    ]  # fmt: skip
+        {
+            "dest": "shop",
+            "minute_ms": m0,
+            "event_id": f"{TOPIC}-0-9",
+            "topic": TOPIC,
+            "partition": 0,
+            "offset": 9,
+            "event_time_ms": m0 + 1000,
+        },
+        {
+            "dest": "shop",
+            "minute_ms": minute(5),
+            "event_id": f"{TOPIC}-0-10",
+            "topic": TOPIC,
+            "partition": 0,
+            "offset": 10,
+            "event_time_ms": minute(5) + 1000,
+        },
+    ]
     assert _rows(result)[minute(5)]["final"] is False  # the archive ends inside its settle time
 
 
@@ -98,11 +112,23 @@ def test_lag_percentiles_are_exact_nearest_rank_over_first_deliveries(
     for offset in range(1000):
         lag = rng.randrange(5, 4000)
         taken = event_ms + rng.randrange(0, lag)
-        built.fact(Outcome.DELIVERED, [offset], at_ms=event_ms + lag, minute_ms=m0,
-                   event_ms=event_ms, taken_ms=taken)  # fmt: skip
+        built.fact(
+            Outcome.DELIVERED,
+            [offset],
+            at_ms=event_ms + lag,
+            minute_ms=m0,
+            event_ms=event_ms,
+            taken_ms=taken,
+        )
         if offset % 10 == 0:  # a later duplicate: not the first delivery, no lag of its own
-            built.fact(Outcome.DELIVERED, [offset], at_ms=event_ms + 50_000, minute_ms=m0,
-                       event_ms=event_ms, taken_ms=taken)  # fmt: skip
+            built.fact(
+                Outcome.DELIVERED,
+                [offset],
+                at_ms=event_ms + 50_000,
+                minute_ms=m0,
+                event_ms=event_ms,
+                taken_ms=taken,
+            )
         lags.append(lag)
         process.append(event_ms + lag - taken)
     built.close()

@@ -20,10 +20,25 @@ from tests.spark_batch.support import DAY, Built, minute
 
 pytestmark = [pytest.mark.spark]
 REPORT_KEYS = {
-    "minute", "entered", "delivered", "dead_lettered", "dead_lettered_by_reason", "filtered",
-    "in_retry", "missing", "duplicates", "lag_p50_ms", "lag_p95_ms", "lag_p99_ms",
-    "lag_in_p95_ms", "process_p95_ms", "final", "up", "down_reason", "missing_ids",
-}  # fmt: skip
+    "minute",
+    "entered",
+    "delivered",
+    "dead_lettered",
+    "dead_lettered_by_reason",
+    "filtered",
+    "in_retry",
+    "missing",
+    "duplicates",
+    "lag_p50_ms",
+    "lag_p95_ms",
+    "lag_p99_ms",
+    "lag_in_p95_ms",
+    "process_p95_ms",
+    "final",
+    "up",
+    "down_reason",
+    "missing_ids",
+}
 
 
 def _archive(root: Path) -> Path:
@@ -135,10 +150,26 @@ def test_the_entry_point_runs_as_its_own_process(spark: Any, tmp_path: Path) -> 
     """`python -m spark_batch reconcile` (the file spark-submit runs) starts its own local Spark."""
     archive, out = _archive(tmp_path / "archive"), tmp_path / "out"
     run = subprocess.run(
-        [sys.executable, "-m", "spark_batch", "reconcile", "--archive", str(archive),
-         "--from", DAY, "--out", str(out), "--master", "local[1]"],
-        capture_output=True, text=True, timeout=240, check=False, env=dict(os.environ),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "spark_batch",
+            "reconcile",
+            "--archive",
+            str(archive),
+            "--from",
+            DAY,
+            "--out",
+            str(out),
+            "--master",
+            "local[1]",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        env=dict(os.environ),
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert "spark-batch reconcile: wrote" in run.stdout
     assert (

@@ -21,12 +21,20 @@ pytestmark = [pytest.mark.integration]
 
 async def _check(catalog: Path, dest: str, bootstrap: str, redis_url: str) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "connector", "--dest", dest, "--catalog", str(catalog),
-        "--check", "--probe",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "connector",
+        "--dest",
+        dest,
+        "--catalog",
+        str(catalog),
+        "--check",
+        "--probe",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
         stdin=asyncio.subprocess.DEVNULL,
         env={**os.environ, "HIFI_KAFKA_BOOTSTRAP": bootstrap, "HIFI_REDIS_URL": redis_url},
-    )  # fmt: skip
+    )
     out, err = await asyncio.wait_for(process.communicate(), 90)
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()

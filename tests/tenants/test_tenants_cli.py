@@ -107,15 +107,23 @@ def test_push_get_diff_round(redis_server: RedisServer, catalog_dir: Path, entri
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("[tenants.a]\nenabled = \"yes\"\n", "tenant 'a': key 'enabled': Input should be a valid boolean"),
-        ("[tenants.a]\nvalues = { api_key = \"k\" }\n", "tenant 'a': key 'values': region missing"),
-        ("[tenants.a]\nvalues = { api_key = \"k\", region = \"eu\" }\nfiltre = {}\n", "unknown key 'filtre'"),
-        ("[tenants.a]\nvalues = { api_key = \"${NOT_SET_ANYWHERE}\", region = \"eu\" }\n",
-         "key 'tenants.a.values.api_key': refers to ${NOT_SET_ANYWHERE}"),
+        (
+            '[tenants.a]\nenabled = "yes"\n',
+            "tenant 'a': key 'enabled': Input should be a valid boolean",
+        ),
+        ('[tenants.a]\nvalues = { api_key = "k" }\n', "tenant 'a': key 'values': region missing"),
+        (
+            '[tenants.a]\nvalues = { api_key = "k", region = "eu" }\nfiltre = {}\n',
+            "unknown key 'filtre'",
+        ),
+        (
+            '[tenants.a]\nvalues = { api_key = "${NOT_SET_ANYWHERE}", region = "eu" }\n',
+            "key 'tenants.a.values.api_key': refers to ${NOT_SET_ANYWHERE}",
+        ),
         ("[tenant.a]\n", "the file holds one table, tenants"),
         ("[tenants.a\n", "not valid TOML"),
     ],
-)  # fmt: skip
+)
 def test_bad_input_is_one_line_and_exit_2(
     redis_server: RedisServer, catalog_dir: Path, entries: Path, text: str, expected: str
 ) -> None:
