@@ -24,6 +24,7 @@ from tests.hifi.worker_support import (
     not_done_within,
     options,
     running,
+    stop_mid_work,
 )
 
 
@@ -117,26 +118,7 @@ async def test_stop_lets_work_finish_within_the_deadline_and_cancels_the_rest(
     worker = PartitionWorker(
         kafka_settings, options(unique, max_in_flight=3, shutdown_timeout_s=1.0)
     )
-    async with running(worker, handler, [unique]) as task:
-        await handler.changes.until(lambda: len(handler.units) == 5, "five records taken")
-        handler.start = True
-        worker.wake()
-        await handler.changes.until(lambda: len(handler.started()) == 3, "three units running")
-        handler.unit(0).release.set()
-        await handler.changes.until(lambda: len(handler.started()) == 4, "a fourth to start")
-        worker.request_stop()
-        await handler.changes.until(lambda: bool(handler.drops), "the stop to drop work")
-        assert not task.done()
-        handler.unit(1).release.set()  # finishes within the deadline; 2 and 3 never do
-        await asyncio.wait_for(task, WAIT_S)
-        assert task.result() is None
-    assert [(u.offset, u.finished, u.cancelled, u.started) for u in handler.units] == [
-        (0, True, False, True),
-        (1, True, False, True),
-        (2, False, True, True),
-        (3, False, True, True),
-        (4, False, False, False),  # dropped: never started
-    ]
+    await stop_mid_work(worker, handler, unique)
     assert await kafka.committed_offsets(kafka_settings, unique, unique) == {0: 2}
 
 

@@ -14,7 +14,14 @@ from aiokafka import TopicPartition
 from hifi.kafka.settings import KafkaSettings
 from hifi.worker import PartitionWorker
 from tests.hifi.fake_group import FakeGroup
-from tests.hifi.worker_support import WAIT_S, Units, not_done_within, options, running
+from tests.hifi.worker_support import (
+    WAIT_S,
+    Units,
+    not_done_within,
+    options,
+    running,
+    stop_mid_work,
+)
 
 TOPIC = "src"
 P0, P1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
@@ -71,26 +78,7 @@ async def test_stop_lets_work_finish_within_the_deadline_cancels_the_rest_and_co
         options("g", max_in_flight=3, shutdown_timeout_s=0.5),
         consumer=group.open,
     )
-    async with running(worker, handler, [TOPIC]) as task:
-        await handler.changes.until(lambda: len(handler.units) == 5, "five records taken")
-        handler.start = True
-        worker.wake()
-        await handler.changes.until(lambda: len(handler.started()) == 3, "three units running")
-        handler.unit(0).release.set()
-        await handler.changes.until(lambda: len(handler.started()) == 4, "a fourth to start")
-        worker.request_stop()
-        await handler.changes.until(lambda: bool(handler.drops), "the stop to drop work")
-        assert not task.done()
-        handler.unit(1).release.set()  # finishes within the deadline; 2 and 3 never do
-        await asyncio.wait_for(task, WAIT_S)
-        assert task.result() is None
-    assert [(u.offset, u.finished, u.cancelled, u.started) for u in handler.units] == [
-        (0, True, False, True),
-        (1, True, False, True),
-        (2, False, True, True),
-        (3, False, True, True),
-        (4, False, False, False),  # dropped: never started
-    ]
+    await stop_mid_work(worker, handler, TOPIC)
     assert group.committed == {P0: 2}
     assert (group.opened, group.closed) == (1, 1)
 

@@ -198,3 +198,29 @@ async def not_done_within(task: asyncio.Task[None], seconds: float) -> bool:
     """True if `task` is still running after `seconds` (it is not cancelled by the wait)."""
     done, _ = await asyncio.wait([task], timeout=seconds)
     return not done
+
+
+async def stop_mid_work(worker: PartitionWorker, handler: Units, topic: str) -> None:
+    """Five records of one partition, three slots: stop while 1, 2 and 3 run (0 finished); 1
+    finishes within the drain deadline, 2 and 3 are cancelled at it, 4 is dropped unstarted."""
+    handler.start = False
+    async with running(worker, handler, [topic]) as task:
+        await handler.changes.until(lambda: len(handler.units) == 5, "five records taken")
+        handler.start = True
+        worker.wake()
+        await handler.changes.until(lambda: len(handler.started()) == 3, "three units running")
+        handler.unit(0).release.set()
+        await handler.changes.until(lambda: len(handler.started()) == 4, "a fourth to start")
+        worker.request_stop()
+        await handler.changes.until(lambda: bool(handler.drops), "the stop to drop work")
+        assert not task.done()
+        handler.unit(1).release.set()  # finishes within the deadline; 2 and 3 never do
+        await asyncio.wait_for(task, WAIT_S)
+        assert task.result() is None
+    assert [(u.offset, u.finished, u.cancelled, u.started) for u in handler.units] == [
+        (0, True, False, True),
+        (1, True, False, True),
+        (2, False, True, True),
+        (3, False, True, True),
+        (4, False, False, False),  # dropped: never started
+    ]
