@@ -218,7 +218,7 @@ def _strip_chart(
     axes.set_xticks([h * 60 for h in range(0, 25, 3)], [f"{h:02d}:00" for h in range(0, 25, 3)])
     axes.set_title(
         f"{dest}: availability per minute"
-        " (green up, red loss, orange lag, grey not final, white outside the range)"
+        " (green up, red loss, orange lag, grey not final, white not counted)"
     )
     return _save(figure, charts / f"{dest}-availability.png")
 
