@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,14 +115,22 @@ def reconcile(
     started = time.monotonic()
     summary = _run(archive, window, list(dests), out, lag_sla_s, master)
     for dest, about in summary["destinations"].items():
-        totals = about["totals"]
-        verdict = "lossless" if about["lossless"] else f"{totals['missing']:,} missing"
-        click.echo(
-            f"{dest}: {totals['entered']:,} entered, {totals['delivered']:,} delivered,"
-            f" {totals['dead_lettered']:,} dead-lettered, {totals['in_retry']:,} in retry:"
-            f" {verdict}; {'on time' if about['on_time'] else 'minutes down for lag'}"
-        )
+        click.echo(verdict_line(dest, about))
     click.echo(f"{PROG} reconcile: wrote {out} in {time.monotonic() - started:.1f} s")
+
+
+def verdict_line(dest: str, about: Mapping[str, Any]) -> str:
+    """The line `reconcile` prints per destination: counts, loss, lag, what availability counts."""
+    from spark_batch.outputs import loss_verdict
+
+    totals = about["totals"]
+    final, in_range = about["final_minutes"], about["range_minutes"]
+    return (
+        f"{dest}: {totals['entered']:,} entered, {totals['delivered']:,} delivered,"
+        f" {totals['dead_lettered']:,} dead-lettered, {totals['in_retry']:,} in retry:"
+        f" {loss_verdict(about)[0]}; {'on time' if about['on_time'] else 'minutes down for lag'};"
+        f" availability over {final:,} final minutes of the range's {in_range:,}"
+    )
 
 
 def _window(from_text: str, to_text: str | None) -> Window:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import shutil
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from auditor.buckets import MINUTE_MS, minute_of
-from auditor.tables import day_availability, iso_minute, report_row
+from auditor.tables import day_range_ms, iso_minute, nines, report_row
 from spark_batch.archive_input import Window
 from spark_batch.reconcile import Reconciled
 
@@ -97,6 +97,7 @@ DAYS_SCHEMA = pa.schema(
         ("availability_pct", _F64),
         ("nines", _F64),
         ("all_up", _BOOL),
+        ("range_minutes", _I64),
     ]
 )
 _TOTALS = ("entered", "delivered", "dead_lettered", "filtered", "in_retry", "missing", "duplicates")
@@ -113,13 +114,20 @@ def summarize(result: Reconciled, window: Window, *, archive: str) -> dict[str, 
     destinations = {}
     for dest, rows in sorted(by_dest.items()):
         totals = {key: sum(int(row[key]) for row in rows) for key in _TOTALS}
-        days = _days(rows, window, result.horizon_ms[dest])
+        # the archive says nothing of the range's minutes before its first minute of dest
+        counted_from_ms = max(window.from_ms, min(int(row["minute_ms"]) for row in rows))
+        final_before_ms = _final_before_ms(rows, window, result.horizon_ms[dest])
+        days = _days(rows, window, counted_from_ms, final_before_ms)
+        pending = sum(day["pending_minutes"] for day in days)
         destinations[dest] = {
             "totals": totals,
-            "lossless": totals["missing"] == 0,
+            "lossless": totals["missing"] == 0 and pending == 0,
             "on_time": all(day["down_for_lag"] == 0 for day in days),
-            "final_minutes": sum(1 for row in rows if row["final"]),
-            "pending_minutes": sum(1 for row in rows if not row["final"]),
+            "range_minutes": (window.to_ms - window.from_ms) // MINUTE_MS,
+            "final_minutes": sum(day["minutes"] for day in days),
+            "pending_minutes": pending,
+            "counted_from_ms": counted_from_ms,
+            "final_before_ms": final_before_ms,
             "days": days,
             "worst_minutes": _worst(rows),
             "nodes": nodes.get(dest, []),
@@ -132,21 +140,86 @@ def summarize(result: Reconciled, window: Window, *, archive: str) -> dict[str, 
     }
 
 
-def _days(rows: list[dict[str, Any]], window: Window, horizon_ms: int) -> list[dict[str, Any]]:
+def loss_verdict(about: Mapping[str, Any]) -> tuple[str, str]:
+    """The headline on loss, and its tone (`good`, `warn`, `bad`): never "lossless" while
+    minutes of the range are not final."""
+    missing, pending = about["totals"]["missing"], about["pending_minutes"]
+    if missing:
+        return f"{missing:,} events missing", "bad"
+    if pending:
+        return f"no loss so far, {pending:,} minutes not final", "warn"
+    return "lossless", "good"
+
+
+def _final_before_ms(rows: list[dict[str, Any]], window: Window, horizon_ms: int) -> int:
+    """Minutes starting before this are final: the archive reaches past them and their settle."""
     settle_ms = round(max(float(row["settle_s"]) for row in rows) * 1000)
-    final_before_ms = min(window.to_ms, minute_of(horizon_ms - settle_ms - MINUTE_MS) + MINUTE_MS)
-    reported = [report_row(row) for row in rows]
+    return min(window.to_ms, minute_of(horizon_ms - settle_ms - MINUTE_MS) + MINUTE_MS)
+
+
+def _days(
+    rows: list[dict[str, Any]], window: Window, counted_from_ms: int, final_before_ms: int
+) -> list[dict[str, Any]]:
+    """Per UTC day of the window: availability over its final minutes (`minutes`), how many of
+    its minutes of the range are not final (`pending_minutes`) and how many it holds."""
+    by_minute = {int(row["minute_ms"]): row for row in rows}
     first = datetime.fromtimestamp(window.from_ms / 1000, UTC).date()
     last = datetime.fromtimestamp((window.to_ms - 1) / 1000, UTC).date()
     days, day = [], first
     while day <= last:
-        days.append(
-            day_availability(
-                reported, day, final_before_ms=final_before_ms, counted_from_ms=window.from_ms
+        start_ms, end_ms = day_range_ms(day)
+        states: Counter[str] = Counter(
+            minute_state(
+                by_minute.get(minute_ms),
+                minute_ms,
+                counted_from_ms=counted_from_ms,
+                final_before_ms=final_before_ms,
+                to_ms=window.to_ms,
             )
+            for minute_ms in range(max(start_ms, window.from_ms), end_ms, MINUTE_MS)
+        )
+        final = states["up"] + states["loss"] + states["lag"]
+        ratio = states["up"] / final if final else None
+        days.append(
+            {
+                "day": day.isoformat(),
+                "minutes": final,
+                "pending_minutes": states["pending"],
+                "up_minutes": states["up"],
+                "down_minutes": states["loss"] + states["lag"],
+                "down_for_loss": states["loss"],
+                "down_for_lag": states["lag"],
+                "availability_pct": None if ratio is None else round(100 * ratio, 4),
+                "nines": nines(ratio),
+                "all_up": ratio == 1,
+                "range_minutes": (min(end_ms, window.to_ms) - max(start_ms, window.from_ms))
+                // MINUTE_MS,
+            }
         )
         day += timedelta(days=1)
     return days
+
+
+def minute_state(
+    row: Mapping[str, Any] | None,
+    minute_ms: int,
+    *,
+    counted_from_ms: int,
+    final_before_ms: int,
+    to_ms: int,
+) -> str:
+    """What a minute of a destination counts as: `up`, `loss` or `lag` (down), `pending` (not
+    final), or `outside` (not in the range, or before the archive's first minute of it).
+    A minute without a row is up once final (no event, nothing lost), pending before."""
+    if not counted_from_ms <= minute_ms < to_ms:
+        return "outside"
+    if row is None:
+        return "up" if minute_ms < final_before_ms else "pending"
+    if not row["final"]:
+        return "pending"
+    if row["up"] is False:
+        return str(row["down_reason"] or "loss")
+    return "up"
 
 
 def _worst(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

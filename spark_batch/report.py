@@ -4,7 +4,7 @@ At the top of each destination: lossless or not (how many events missing), on ti
 (how many minutes down for lag), the availability per day in percent and nines. Then four
 charts (matplotlib, PNG files beside the page): events missing per minute, p95 end-to-end
 lag per minute against the SLA line, an availability strip per day (a cell per minute: up,
-down for loss, down for lag, not final), and the lag contribution of each node.
+down for loss, down for lag, not final, outside the range), and the lag contribution of each node.
 """
 
 from __future__ import annotations
@@ -17,11 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from auditor.buckets import MINUTE_MS
-from auditor.tables import DAY_MINUTES
+from auditor.tables import DAY_MINUTES, iso_minute, parse_minute
+from spark_batch.outputs import loss_verdict, minute_state
 from spark_batch.reconcile import Reconciled
 
 _PNG_METADATA = {"Software": None}  # no version stamp: the same input gives the same bytes
-_COLORS = {"up": "#3c9d5d", "loss": "#c62f2f", "lag": "#e69b1c", "pending": "#d0d0d0"}
+_COLORS = {
+    "up": "#3c9d5d",
+    "loss": "#c62f2f",
+    "lag": "#e69b1c",
+    "pending": "#d0d0d0",
+    "outside": "#ffffff",
+}
 
 
 def write_report(directory: Path, result: Reconciled, summary: Mapping[str, Any]) -> Path:
@@ -40,7 +47,7 @@ def write_report(directory: Path, result: Reconciled, summary: Mapping[str, Any]
         images = [
             _loss_chart(charts, dest, rows),
             _lag_chart(charts, dest, rows),
-            _strip_chart(charts, dest, rows, about["days"]),
+            _strip_chart(charts, dest, rows, about, to_ms=parse_minute(summary["to"])),
             _node_chart(charts, dest, about["nodes"]),
         ]
         sections.append(_section(dest, about, [i for i in images if i is not None]))
@@ -50,12 +57,8 @@ def write_report(directory: Path, result: Reconciled, summary: Mapping[str, Any]
 
 
 def _verdict(about: Mapping[str, Any]) -> str:
-    totals = about["totals"]
-    loss = (
-        '<span class="good">lossless</span>'
-        if about["lossless"]
-        else f'<span class="bad">{totals["missing"]:,} events missing</span>'
-    )
+    words, tone = loss_verdict(about)
+    loss = f'<span class="{tone}">{html.escape(words)}</span>'
     lag_down = sum(day["down_for_lag"] for day in about["days"])
     lag = (
         '<span class="good">on time</span>'
@@ -68,7 +71,8 @@ def _verdict(about: Mapping[str, Any]) -> str:
 def _section(dest: str, about: Mapping[str, Any], images: Sequence[str]) -> str:
     totals = about["totals"]
     days = "".join(
-        f"<tr><td>{day['day']}</td><td>{day['up_minutes']:,}</td><td>{day['down_for_loss']:,}</td>"
+        f"<tr><td>{day['day']}</td><td>{day['minutes']:,} of {day['range_minutes']:,}</td>"
+        f"<td>{day['up_minutes']:,}</td><td>{day['down_for_loss']:,}</td>"
         f"<td>{day['down_for_lag']:,}</td><td>{day['pending_minutes']:,}</td>"
         f"<td>{_pct(day['availability_pct'])}</td><td>{_nines(day)}</td></tr>"
         for day in about["days"]
@@ -88,8 +92,10 @@ def _section(dest: str, about: Mapping[str, Any], images: Sequence[str]) -> str:
     return f"""
 <section>
 <h2>{html.escape(dest)}: {_verdict(about)}</h2>
-<p>{counts}; {about["final_minutes"]:,} final minutes, {about["pending_minutes"]:,} not final.</p>
-<table><tr><th>day (UTC)</th><th>up</th><th>down: loss</th><th>down: lag</th><th>not final</th>
+<p>{counts}.</p>
+<p>{_coverage(about)}</p>
+<table><tr><th>day (UTC)</th><th>final of range</th>
+<th>up</th><th>down: loss</th><th>down: lag</th><th>not final</th>
 <th>availability</th><th>nines</th></tr>{days}</table>
 <h3>Worst minutes</h3>
 <table><tr><th>minute</th><th>why</th><th>missing</th><th>p95 lag</th><th>entered</th></tr>{worst}</table>
@@ -158,29 +164,47 @@ def _lag_chart(charts: Path, dest: str, rows: Sequence[Mapping[str, Any]]) -> st
     return _save(figure, charts / f"{dest}-lag.png")
 
 
+def strip_states(
+    rows: Sequence[Mapping[str, Any]], about: Mapping[str, Any], *, to_ms: int
+) -> list[list[str]]:
+    """The availability strip's cells: per day of `about`, the state of each of its minutes
+    as the day's figures count it (`outputs.minute_state`)."""
+    by_minute = {int(row["minute_ms"]): row for row in rows}
+    grid = []
+    for day in about["days"]:
+        start = int(datetime.fromisoformat(day["day"]).replace(tzinfo=UTC).timestamp() * 1000)
+        grid.append(
+            [
+                minute_state(
+                    by_minute.get(minute_ms),
+                    minute_ms,
+                    counted_from_ms=about["counted_from_ms"],
+                    final_before_ms=about["final_before_ms"],
+                    to_ms=to_ms,
+                )
+                for minute_ms in range(start, start + DAY_MINUTES * MINUTE_MS, MINUTE_MS)
+            ]
+        )
+    return grid
+
+
 def _strip_chart(
-    charts: Path, dest: str, rows: Sequence[Mapping[str, Any]], days: Sequence[Mapping[str, Any]]
+    charts: Path,
+    dest: str,
+    rows: Sequence[Mapping[str, Any]],
+    about: Mapping[str, Any],
+    *,
+    to_ms: int,
 ) -> str:
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
 
-    order = ["up", "loss", "lag", "pending"]
-    by_minute = {row["minute_ms"]: row for row in rows}
-    grid = []
-    for day in days:
-        start = int(datetime.fromisoformat(day["day"]).replace(tzinfo=UTC).timestamp() * 1000)
-        cells = []
-        for index in range(DAY_MINUTES):
-            row = by_minute.get(start + index * MINUTE_MS)
-            if row is None:
-                cells.append(order.index("up"))
-            elif not row["final"]:
-                cells.append(order.index("pending"))
-            elif row["up"] is False:
-                cells.append(order.index(row["down_reason"] or "loss"))
-            else:
-                cells.append(order.index("up"))
-        grid.append(cells)
+    order = list(_COLORS)
+    days = about["days"]
+    grid = [
+        [order.index(state) for state in states]
+        for states in strip_states(rows, about, to_ms=to_ms)
+    ]
     figure, axes = plt.subplots(figsize=(10, 0.5 + 0.35 * len(grid)))
     axes.imshow(
         grid,
@@ -193,7 +217,8 @@ def _strip_chart(
     axes.set_yticks(range(len(grid)), [day["day"] for day in days])
     axes.set_xticks([h * 60 for h in range(0, 25, 3)], [f"{h:02d}:00" for h in range(0, 25, 3)])
     axes.set_title(
-        f"{dest}: availability per minute (green up, red loss, orange lag, grey not final)"
+        f"{dest}: availability per minute"
+        " (green up, red loss, orange lag, grey not final, white not counted)"
     )
     return _save(figure, charts / f"{dest}-availability.png")
 
@@ -219,6 +244,21 @@ def _node_chart(charts: Path, dest: str, nodes: Sequence[Mapping[str, Any]]) -> 
     axes.set_title(f"{dest}: lag contribution per node")
     axes.legend(loc="lower right")
     return _save(figure, charts / f"{dest}-nodes.png")
+
+
+def _coverage(about: Mapping[str, Any]) -> str:
+    """How many of the range's minutes the availability counts, and why the others are not."""
+    final, pending, in_range = (
+        about["final_minutes"],
+        about["pending_minutes"],
+        about["range_minutes"],
+    )
+    words = f"Availability counts {final:,} final minutes of the range's {in_range:,}"
+    words += f"; {pending:,} not final yet" if pending else ""
+    before = in_range - final - pending
+    if before:
+        words += f"; {before:,} before the archive's first minute ({iso_minute(about['counted_from_ms'])}), not counted"
+    return f"{words}."
 
 
 def _pct(value: float | None) -> str:

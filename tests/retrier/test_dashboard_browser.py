@@ -34,6 +34,7 @@ CHROMIUM = shutil.which("chromium")
 TOKEN = "Tq7-browser-9fK2xLm4Zp8Wv3"
 REJECTED = [f"p-{i}" for i in range(6)]
 DURING_OUTAGE = [f"o-{i}" for i in range(20)]
+BEFORE_OUTAGE = [f"b-{i}" for i in range(30)]
 
 
 @pytest.fixture
@@ -140,6 +141,11 @@ async def test_outage_filter_replay_find_and_refusal_in_the_browser(
         await page.fill("#token", TOKEN)
         await page.click("#token-form button")
         await expect(page.locator("#dlq-size")).to_have_text("6", timeout=60_000)
+
+        # delivered events: the auditor's loss-and-lag chart gets its minute's p95 lag
+        await _produce(kafka_settings, f"{unique}.src", BEFORE_OUTAGE)
+        assert await destination.wait_for_ids(BEFORE_OUTAGE, 60)
+        await expect(page.locator("#minutes tbody")).to_contain_text(" ms", timeout=30_000)
 
         # an outage: hand-offs fill the tiers, and the page shows them waiting
         await destination.set_down(True)

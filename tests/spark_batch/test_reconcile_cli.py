@@ -74,7 +74,9 @@ def test_outputs_a_person_and_a_backfill_can_use_and_a_rerun_is_identical(
     archive, out = _archive(tmp_path / "archive"), tmp_path / "out"
     run = _reconcile("--archive", str(archive), "--from", DAY, "--out", str(out))
     assert run.exit_code == 0, run.output
-    assert "shop: 11 entered, 8 delivered, 1 dead-lettered, 0 in retry: 2 missing" in run.output
+    assert (
+        "shop: 11 entered, 8 delivered, 1 dead-lettered, 0 in retry: 2 events missing" in run.output
+    )
     minutes = json.loads((out / "minutes.json").read_text())
     assert [m["minute"] for m in minutes] == [
         f"{DAY}T10:00:00Z",

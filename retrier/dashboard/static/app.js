@@ -4,6 +4,7 @@
 const REFRESH_MS = 3000;
 const PAGE_ROWS = 50;
 const FAILED_SHARE_ALARM = 0.05; // a share of failed requests above this shows red
+const LAG_CHART_MINUTES = 181; // the lag chart's width in minutes: the 3 hours (and the minute now) the auditor feed gives
 const $ = (id) => document.getElementById(id);
 
 const state = {
@@ -90,18 +91,25 @@ function age(s) {
   return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
 }
 
-function bars(container, values, { height = 40, labels = [], onclick = null, line = null, classes = [] } = {}) {
+// A bar per value in an SVG that fills its container (the container's CSS sets the height; the
+// drawing stretches to it). `slots`: how many bars the width holds, and `at`: the slot of each
+// value (default: one after the other), so one value is one narrow bar, not the whole width.
+function bars(container, values, { height = 40, labels = [], onclick = null, line = null, classes = [], slots = 0, at = null } = {}) {
   const ns = "http://www.w3.org/2000/svg";
-  const width = Math.max(values.length * 10, 100);
+  const slotCount = Math.max(values.length, slots, 1);
+  const slot = 10;
+  const width = slotCount * slot;
   const max = Math.max(1, line || 0, ...values.map((v) => v || 0));
   const svg = document.createElementNS(ns, "svg");
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
   svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("width", "100%");
+  svg.setAttribute("height", "100%");
   values.forEach((v, i) => {
     const h = ((v || 0) / max) * (height - 2);
     const r = document.createElementNS(ns, "rect");
-    r.setAttribute("x", i * (width / values.length) + 1);
-    r.setAttribute("width", Math.max(1, width / values.length - 2));
+    r.setAttribute("x", (at ? at[i] : i) * slot + 1);
+    r.setAttribute("width", slot - 2);
     r.setAttribute("y", height - h);
     r.setAttribute("height", h);
     r.setAttribute("fill", classes[i] === "bad" ? "#c62828" : classes[i] === "provisional" ? "#9fb0cf" : "#2457c5");
@@ -116,6 +124,7 @@ function bars(container, values, { height = 40, labels = [], onclick = null, lin
     const l = document.createElementNS(ns, "line");
     l.setAttribute("x1", 0); l.setAttribute("x2", width); l.setAttribute("y1", y); l.setAttribute("y2", y);
     l.setAttribute("stroke", "#c62828"); l.setAttribute("stroke-dasharray", "4 3"); l.setAttribute("stroke-width", "1");
+    l.setAttribute("vector-effect", "non-scaling-stroke");
     svg.appendChild(l);
   }
   container.replaceChildren(svg);
@@ -206,10 +215,15 @@ async function refreshAccounting() {
   $("availability").replaceChildren(...facts.map(([k, v]) => { const s = el("span", `${k} `, { class: "muted" }); s.appendChild(el("b", v)); return s; }));
   const rows = acc.rows.slice().sort((x, y) => (x.minute < y.minute ? -1 : 1));
   const lagLimit = sla * 1000;
-  bars($("lag-chart"), rows.map((r) => r.lag_p95_ms || 0), {
-    height: 120, line: lagLimit,
-    labels: rows.map((r) => `${r.minute.slice(11, 16)} p95 ${r.lag_p95_ms ?? "-"} ms, missing ${r.missing}`),
-    classes: rows.map((r) => (!r.final ? "provisional" : r.up === false ? "bad" : "")),
+  // a time axis: the last LAG_CHART_MINUTES minutes up to now, a slot per minute
+  const nowMinute = state.overview.now_ms - (state.overview.now_ms % 60000);
+  const chartStart = Math.max(nowMinute, ...rows.map((r) => Date.parse(r.minute))) - (LAG_CHART_MINUTES - 1) * 60000;
+  const charted = rows.filter((r) => Date.parse(r.minute) >= chartStart);
+  bars($("lag-chart"), charted.map((r) => r.lag_p95_ms || 0), {
+    height: 120, line: lagLimit, slots: LAG_CHART_MINUTES,
+    at: charted.map((r) => (Date.parse(r.minute) - chartStart) / 60000),
+    labels: charted.map((r) => `${r.minute.slice(11, 16)} p95 ${r.lag_p95_ms ?? "-"} ms, missing ${r.missing}`),
+    classes: charted.map((r) => (!r.final ? "provisional" : r.up === false ? "bad" : "")),
   });
   const tables = (r) => `${state.overview.auditor}/tables?${query({ dest: state.dest, from: Date.parse(r.minute), to: Date.parse(r.minute) + 60000 })}`;
   const shown = rows.slice().reverse().slice(0, 60);
