@@ -70,6 +70,7 @@ def _archive_default() -> Path:
     metrics_port=9402,
     metrics_help="Port for /metrics, /healthz, /readyz, /status and /tables (0 picks a free one).",
     idle_help="Exit cleanly once nothing arrived or waits to be written for this long.",
+    probe_help="With --check: also reach Kafka: the source topics and the audit topic's retention.",
 )
 @click.pass_context
 def cli(
@@ -102,7 +103,6 @@ def _serve(
     """Load the destinations and run the auditor (or `--check` it) until a signal stops it."""
     import asyncio
 
-    from auditor.archive import Archive
     from auditor.daemon import Auditor
     from config.catalog import Catalog, default_catalog_dir
     from hifi.kafka.settings import KafkaSettings
@@ -111,7 +111,6 @@ def _serve(
     destinations = catalog.load_named(dests)
     settings = KafkaSettings.from_env()
     if flags.check:
-        Archive(archive)  # creates it if missing, and says so if it cannot be written
         report = _check(destinations, settings, archive_dir=archive, probe=flags.probe)
         asyncio.run(report).finish()
     auditor = Auditor(
@@ -134,16 +133,17 @@ async def _check(
     archive, and with `probe` Kafka, the source topics and the audit topic's retention."""
     from hifi.audit import AUDIT_RETENTION_MS, audit_topic
     from hifi.check import CheckReport, probe_kafka
+    from hifi.durations import for_people
 
     report = CheckReport(PROG)
     for dest in destinations:
         acc = dest.accounting
         report.ok(
             f"destination {dest.name}: audit {'on' if acc.audit else 'off'},"
-            f" settle {acc.settle_s:g}s, lag SLA {acc.lag_sla_s:g}s,"
+            f" settle {for_people(acc.settle_s)}, lag SLA {for_people(acc.lag_sla_s)},"
             f" loss alarm above {acc.loss_alarm_ratio:g}"
         )
-    report.ok(f"archive {archive_dir}: writable")
+    report.ok(_archive_line(archive_dir))
     report.ok(f"kafka settings: bootstrap {settings.bootstrap}, {settings.security_protocol}")
     if probe:
         topic = audit_topic()
@@ -154,6 +154,24 @@ async def _check(
             retention_wanted={topic: AUDIT_RETENTION_MS},
         )
     return report
+
+
+def _archive_line(root: Path) -> str:
+    """What the auditor would find at its archive, read without changing anything: a check
+    creates no directory and writes no probe file (the auditor does both when it starts).
+    `ConfigError` when the auditor could not write there."""
+    if root.exists():
+        if not root.is_dir():
+            raise ConfigError(f"--archive {root}: is a file, not a directory")
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise ConfigError(f"--archive {root}: not writable by this user")
+        return f"archive {root}: writable"
+    parent = root.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"--archive {root}: cannot create it: {parent} is not writable")
+    return f"archive {root}: does not exist yet; the auditor will create it (in {parent})"
 
 
 @cli.command()

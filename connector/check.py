@@ -1,25 +1,59 @@
-"""`connector --check [--probe]`: the catalog entry and environment; with --probe Kafka, tenant entries, destination."""
+"""`connector --check [--probe [--probe-post]]`: the catalog entry and environment; with --probe
+Kafka, tenant entries and the destination (a HEAD), with --probe-post one empty batch POSTed."""
 
 from __future__ import annotations
+
+import gzip
+import uuid
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import httpx
 
 from config.destination import Destination
 from config.topics import audit_line, audit_retention_wanted, retention_wanted
 from connector.delivery import http_client
+from connector.rebatch import encode_values
 from hifi.check import CheckReport, probe_kafka
-from hifi.errors import EntryRefused, HifiError
+from hifi.errors import ConfigError, EntryRefused, HifiError
 from hifi.kafka.settings import KafkaSettings
 from hifi.lookup_cache import redis_hash
 from hifi.lookup_cache.redis_hash import RedisSettings
 from tenants.keys import tenants_key
-from tenants.lookups import RouteDecoder
+from tenants.lookups import RouteDecoder, register_secrets
+
+_PATH = (404, 405)  # the path, or the method on it, is not served there
+_CREDENTIALS = (401, 403)  # the destination refuses the token (or its absence)
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What `--probe` reaches beyond the catalog: with `post`, one empty batch to the destination;
+    `tenant`, whose entry renders the url and headers of a destination with `[lookups]`."""
+
+    enabled: bool = False
+    post: bool = False
+    tenant: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """Where the destination probe goes: a URL, the headers a delivery would carry, a name."""
+
+    url: str
+    headers: dict[str, str] = field(repr=False)
+    label: str
 
 
 async def check(
-    dest: Destination, settings: KafkaSettings, *, probe: bool, redis: RedisSettings | None = None
+    dest: Destination,
+    settings: KafkaSettings,
+    *,
+    probe: Probe,
+    redis: RedisSettings | None = None,
 ) -> CheckReport:
     """What the connector for `dest` would meet at start; the caller prints and exits."""
+    needs_tenant(dest, probe)
     report = CheckReport("connector")
     report.ok(f"destination {dest.name}: catalog entry valid, {len(dest.headers)} headers set")
     report.ok(audit_line(dest))
@@ -29,7 +63,7 @@ async def check(
             f"tenant lookups: field {dest.lookups.tenant_field!r}, entries in hash"
             f" {tenants_key(dest.name)} at {redis.describe()}"
         )
-    if not probe:
+    if not probe.enabled:
         return report
     await probe_kafka(
         settings,
@@ -39,8 +73,33 @@ async def check(
     )
     if redis is not None:
         await probe_tenants(dest, redis, report)
-    await probe_destination(dest, report)
+    target = await _target(dest, probe.tenant, redis, report)
+    if target is not None:
+        await probe_destination(dest, target, report, post=probe.post)
     return report
+
+
+def per_tenant(dest: Destination) -> bool:
+    """True when the url or a header value is rendered from each tenant's entry."""
+    if dest.lookups is None:
+        return False
+    templates = dest.templates()
+    return bool(templates.url.names or any(t.names for t in templates.headers.values()))
+
+
+def needs_tenant(dest: Destination, probe: Probe) -> None:
+    """`ConfigError` for a `--tenant` that cannot apply, or a `--probe-post` that needs one."""
+    if probe.tenant is not None and dest.lookups is None:
+        raise ConfigError(
+            f"--tenant {probe.tenant!r}: destination {dest.name!r} has no [lookups];"
+            " its url and headers are the same for every event: leave --tenant out"
+        )
+    if probe.post and probe.tenant is None and per_tenant(dest):
+        raise ConfigError(
+            f"--probe-post: destination {dest.name!r} renders its url and headers from each"
+            " tenant's entry ({tenant} in url); name the tenant to send the empty batch for"
+            " with --tenant T"
+        )
 
 
 async def probe_tenants(dest: Destination, redis: RedisSettings, report: CheckReport) -> None:
@@ -65,16 +124,110 @@ async def probe_tenants(dest: Destination, redis: RedisSettings, report: CheckRe
     )
 
 
-async def probe_destination(dest: Destination, report: CheckReport) -> None:
-    """TCP, TLS and a HEAD request to the destination's URL: any HTTP status means reachable.
+async def _target(
+    dest: Destination, tenant: str | None, redis: RedisSettings | None, report: CheckReport
+) -> _Target | None:
+    """The URL and headers to probe: the destination's, or with `tenant` that tenant's route;
+    None (and a line saying so) when there is nothing to probe."""
+    if tenant is None or redis is None:
+        if not per_tenant(dest):
+            return _Target(dest.url, dest.header_values(), f"destination {dest.url}")
+        origin = urlsplit(dest.url)
+        if "{" in origin.netloc:
+            report.ok(
+                f"destination {dest.name}: its host is rendered per tenant; --tenant T probes"
+                " one tenant's"
+            )
+            return None
+        # only whether the host answers: the path is a template, so its status means nothing
+        return _Target(
+            f"{origin.scheme}://{origin.netloc}/", {}, f"destination host {origin.netloc}"
+        )
+    where = f"redis hash {tenants_key(dest.name)}"
+    async with redis_hash.connected(redis, tenants_key(dest.name)) as store:
+        try:
+            raw = (await store.read([tenant]))[tenant]
+        except HifiError as exc:
+            report.fail(f"tenant {tenant!r}: {exc}")
+            return None
+    if raw is None:
+        report.fail(f"--tenant {tenant!r}: no entry in {where}", refused=True)
+        return None
+    try:
+        route = RouteDecoder(dest, where)(tenant, raw)
+    except EntryRefused as exc:
+        report.fail(str(exc), refused=True)
+        return None
+    register_secrets([route])
+    return _Target(route.url, route.headers, f"destination {route.url} (tenant {tenant!r})")
 
-    Never a POST: a check must not deliver anything.
+
+async def probe_destination(
+    dest: Destination, target: _Target, report: CheckReport, *, post: bool
+) -> None:
+    """TCP, TLS and a HEAD request to the target; with `post` one empty batch as well.
+
+    A HEAD answer is a hint, not a verdict: many endpoints answer HEAD differently from POST,
+    so 404/405 (the path?) and 401/403 (the credentials?) are warnings. The empty batch is what
+    a delivery sends, without events: there 401/403 is refused credentials and 404/405 a wrong
+    path, each exit 2. Without `post` nothing is ever POSTed.
     """
     async with http_client(dest) as client:
         try:
-            response = await client.head(dest.url)
+            response = await client.head(target.url, headers=target.headers)
         except (httpx.TransportError, TimeoutError) as exc:
             cause = exc.__cause__ or exc
-            report.fail(f"destination {dest.url}: unreachable: {type(cause).__name__}: {cause}")
+            report.fail(f"{target.label}: unreachable: {type(cause).__name__}: {cause}")
             return
-    report.ok(f"destination {dest.url}: reachable (HEAD answered {response.status_code})")
+        _judge_head(target, response.status_code, report, post=post)
+        if post:
+            await _post_empty_batch(dest, client, target, report)
+
+
+def _judge_head(target: _Target, status: int, report: CheckReport, *, post: bool) -> None:
+    said = f"{target.label}: reachable, but HEAD answered {status}"
+    confirm = (
+        ""
+        if post
+        else "; many endpoints answer HEAD differently from POST: --probe-post sends"
+        " an empty batch to be sure"
+    )
+    if status in _PATH:
+        report.warn(f"{said}: the path may be wrong{confirm}")
+    elif status in _CREDENTIALS:
+        report.warn(f"{said}: it may refuse the credentials{confirm}")
+    else:
+        report.ok(f"{target.label}: reachable (HEAD answered {status})")
+
+
+async def _post_empty_batch(
+    dest: Destination, client: httpx.AsyncClient, target: _Target, report: CheckReport
+) -> None:
+    """POST a batch of no events (`[]`, or an empty NDJSON body) with the delivery's headers."""
+    body, content_type = encode_values([], dest.format)
+    if dest.format == "ndjson":
+        body = b""  # no line at all, not one empty line
+    headers = {
+        **target.headers,
+        "Content-Type": content_type,
+        "Idempotency-Key": f"hifi-probe-{uuid.uuid4().hex}",
+    }
+    if dest.compression == "gzip":
+        body, headers["Content-Encoding"] = gzip.compress(body), "gzip"
+    try:
+        response = await client.post(target.url, content=body, headers=headers)
+    except (httpx.TransportError, TimeoutError) as exc:
+        cause = exc.__cause__ or exc
+        report.fail(f"{target.label}: empty batch not answered: {type(cause).__name__}: {cause}")
+        return
+    status, said = response.status_code, f"{target.label}: the empty batch was answered"
+    if 200 <= status < 300:
+        report.ok(f"{said} {status}: accepted")
+    elif status in _CREDENTIALS:
+        report.fail(f"{said} {status}: the destination refuses the credentials", refused=True)
+    elif status in _PATH:
+        report.fail(f"{said} {status}: wrong path (or POST not allowed there)", refused=True)
+    elif status >= 500 or status in (408, 429):
+        report.fail(f"{said} {status}: the destination is failing now; try again later")
+    else:
+        report.warn(f"{said} {status}: some endpoints refuse a batch with no events")

@@ -32,10 +32,32 @@ _TIME_HELP = "ISO 8601 (2026-01-31T08:00:00Z; UTC unless it says) or a duration 
     metrics_port=9400,
     metrics_help="Port for /metrics, /healthz and /readyz (0 picks a free one).",
     idle_help="Exit cleanly once no record has arrived for this long.",
+    probe_help="With --check: also reach Kafka (topics, retention), the tenant entries and the"
+    " destination (TCP, TLS and a HEAD request; never a POST unless --probe-post).",
+    probe_implied_by=("probe_post",),
+)
+@click.option(
+    "--probe-post",
+    is_flag=True,
+    help="--probe, and also POST one empty batch (an empty JSON array, or an empty NDJSON"
+    " body) to the destination, as a delivery would; 401/403 or 404/405 then exit 2.",
+)
+@click.option(
+    "--tenant",
+    metavar="T",
+    default=None,
+    help="With --probe: probe the url and headers rendered from tenant T's entry (a"
+    " destination with [lookups] whose url has {tenant}; --probe-post needs it).",
 )
 @click.pass_context
-def cli(ctx: click.Context, dest: str | None, flags: DaemonFlags) -> None:
-    """Deliver the events of destination DEST from Kafka to its HTTP endpoint.
+def cli(
+    ctx: click.Context,
+    dest: str | None,
+    probe_post: bool,
+    tenant: str | None,
+    flags: DaemonFlags,
+) -> None:
+    """Deliver the events of destination NAME from Kafka to its HTTP endpoint.
 
     Offsets are committed only once every record before them is delivered, handed to the
     retrier (NAME.retry_in) or dead-lettered (NAME.dlq). SIGTERM drains in-flight requests,
@@ -49,15 +71,17 @@ def cli(ctx: click.Context, dest: str | None, flags: DaemonFlags) -> None:
         return
     if dest is None:
         raise click.MissingParameter(ctx=ctx, param=_param(ctx, "dest"))
-    _serve(dest, flags)
+    if tenant is not None and not flags.probe:
+        raise ConfigError(f"--tenant {tenant!r}: only with --probe or --probe-post")
+    _serve(dest, flags, probe_post=probe_post, tenant=tenant)
 
 
-def _serve(name: str, flags: DaemonFlags) -> None:
+def _serve(name: str, flags: DaemonFlags, *, probe_post: bool, tenant: str | None) -> None:
     """Load destination `name` and run its connector (or `--check` it) until a signal stops it."""
     import asyncio
 
     from config.catalog import Catalog, default_catalog_dir
-    from connector.check import check
+    from connector.check import Probe, check
     from connector.daemon import Connector
     from hifi.kafka.settings import KafkaSettings
     from hifi.lookup_cache.redis_hash import RedisSettings
@@ -65,8 +89,9 @@ def _serve(name: str, flags: DaemonFlags) -> None:
     destination = Catalog(flags.catalog or default_catalog_dir()).load(name)
     settings = KafkaSettings.from_env()
     redis = RedisSettings.from_env() if destination.lookups is not None else None
+    probe = Probe(flags.probe, post=probe_post, tenant=tenant)
     if flags.check:
-        asyncio.run(check(destination, settings, probe=flags.probe, redis=redis)).finish()
+        asyncio.run(check(destination, settings, probe=probe, redis=redis)).finish()
     connector = Connector(
         destination,
         settings,

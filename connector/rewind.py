@@ -80,7 +80,9 @@ def check_idle(group: GroupState, dest: Destination) -> None:
         raise GroupActive(
             f"group {group.group_id} has {group.members} active members (state"
             f" {group.state or 'unknown'}); stop every connector of destination {dest.name!r},"
-            " then rewind again"
+            " then rewind again (a connector killed without leaving stays a member until its"
+            " session expires; Tansu 0.6 expires none: start that connector and stop it with"
+            " SIGTERM)"
         )
 
 

@@ -15,12 +15,11 @@ from typing import NoReturn
 import click
 
 from hifi.cli import EXIT_FAILURE, EXIT_USAGE
+from hifi.durations import for_people_ms
 from hifi.errors import ConfigError, HifiError
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from hifi.redaction import mask
-
-DAY_MS = 86_400_000
 
 
 @dataclass
@@ -95,13 +94,15 @@ async def probe_kafka(
             report.ok(f"topic {topic}: exists (its retention is not reported)")
         elif too_short(have, wanted):
             report.warn(
-                f"topic {topic}: retention.ms={have} ({_days(have)}) is shorter than the"
-                f" {_days(wanted)} hifi may need; records would be deleted before their outcome"
+                f"topic {topic}: retention.ms={have} ({for_people_ms(have)}) is shorter than the"
+                f" {for_people_ms(wanted)} hifi may need; records would be deleted before their outcome"
             )
         else:
-            report.ok(f"topic {topic}: retention {_days(have)}")
+            report.ok(f"topic {topic}: retention {for_people_ms(have)}")
     for topic in sorted(set(retention_wanted) - existing):
-        report.ok(f"topic {topic}: will be created with retention {_days(retention_wanted[topic])}")
+        report.ok(
+            f"topic {topic}: will be created with retention {for_people_ms(retention_wanted[topic])}"
+        )
 
 
 def too_short(retention_ms: int | None, wanted_ms: int) -> bool:
@@ -109,7 +110,3 @@ def too_short(retention_ms: int | None, wanted_ms: int) -> bool:
     if retention_ms is None or retention_ms < 0:
         return False
     return wanted_ms < 0 or retention_ms < wanted_ms
-
-
-def _days(retention_ms: int) -> str:
-    return "forever" if retention_ms < 0 else f"{retention_ms / DAY_MS:g} days"

@@ -86,19 +86,25 @@ class DaemonFlags:
 
 
 def daemon_options(
-    *, metrics_port: int, metrics_help: str, idle_help: str
+    *,
+    metrics_port: int,
+    metrics_help: str,
+    idle_help: str,
+    probe_help: str,
+    probe_implied_by: tuple[str, ...] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """The flags every hifi daemon shares (catalog, ops port, --until-idle, logging), handed to
     the command as one `flags: DaemonFlags` argument once logging is configured.
 
     A subcommand or `--check` is a one-shot run, not the daemon: the stop signals caught since
     the start go back to their default handling before it runs, and the libraries' log lines
-    stay quiet."""
+    stay quiet. `probe_implied_by` names flags of the command that imply `--probe` (the
+    connector's `--probe-post`)."""
 
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)
         def command(*args: Any, **kwargs: Any) -> Any:
-            flags = _daemon_flags(kwargs)
+            flags = _daemon_flags(kwargs, probe_implied_by)
             ctx = click.get_current_context()
             if ctx.invoked_subcommand is not None:
                 STOP_SIGNALS.release()
@@ -111,7 +117,8 @@ def daemon_options(
             return function(*args, flags=flags, **kwargs)
 
         decorated: Callable[..., Any] = command
-        for option in reversed(_daemon_flag_options(metrics_port, metrics_help, idle_help)):
+        options = _daemon_flag_options(metrics_port, metrics_help, idle_help, probe_help)
+        for option in reversed(options):
             decorated = option(decorated)
         return decorated
 
@@ -126,9 +133,10 @@ def _log_to(flags: DaemonFlags, *, libraries: bool) -> None:
     configure_logging(flags.log_format, flags.log_level, libraries=libraries)
 
 
-def _daemon_flags(kwargs: dict[str, Any]) -> DaemonFlags:
+def _daemon_flags(kwargs: dict[str, Any], probe_implied_by: tuple[str, ...]) -> DaemonFlags:
     """Take the shared flags out of a command's keyword arguments."""
-    check, probe = kwargs.pop("check"), kwargs.pop("probe")
+    check = kwargs.pop("check")
+    probe = kwargs.pop("probe") or any(kwargs.get(name) for name in probe_implied_by)
     return DaemonFlags(
         catalog=kwargs.pop("catalog"),
         metrics_host=kwargs.pop("metrics_host"),
@@ -142,9 +150,12 @@ def _daemon_flags(kwargs: dict[str, Any]) -> DaemonFlags:
 
 
 def _daemon_flag_options(
-    metrics_port: int, metrics_help: str, idle_help: str
+    metrics_port: int, metrics_help: str, idle_help: str, probe_help: str
 ) -> list[Callable[[F], F]]:
-    return [*_ops_options(metrics_port, metrics_help, idle_help), *_log_and_check_options()]
+    return [
+        *_ops_options(metrics_port, metrics_help, idle_help),
+        *_log_and_check_options(probe_help),
+    ]
 
 
 def _ops_options(metrics_port: int, metrics_help: str, idle_help: str) -> list[Callable[[F], F]]:
@@ -175,7 +186,7 @@ def _ops_options(metrics_port: int, metrics_help: str, idle_help: str) -> list[C
     ]
 
 
-def _log_and_check_options() -> list[Callable[[F], F]]:
+def _log_and_check_options(probe_help: str) -> list[Callable[[F], F]]:
     return [
         click.option(
             "--log-format",
@@ -196,10 +207,5 @@ def _log_and_check_options() -> list[Callable[[F], F]]:
             help="Validate the catalog and the environment, print what was found, and exit:"
             " 0 fine, 2 bad configuration, 1 unreachable.",
         ),
-        click.option(
-            "--probe",
-            is_flag=True,
-            help="With --check: also reach Kafka (topics, retention) and the destinations"
-            " (TCP, TLS and a HEAD request; never a POST).",
-        ),
+        click.option("--probe", is_flag=True, help=probe_help),
     ]

@@ -39,6 +39,8 @@ F = TypeVar("F", bound=Callable[..., Any])
     metrics_help="Port for the dashboard (/), /metrics, /healthz, /readyz and /status"
     " (0 picks a free one).",
     idle_help="Exit cleanly once nothing arrived, waits or is in flight for this long.",
+    probe_help="With --check: also reach Kafka and read the retention of the retry, DLQ and"
+    " audit topics.",
 )
 @click.option(
     "--auditor-url",
@@ -130,16 +132,21 @@ def _serve(
 
 async def _check(dests: list[Destination], settings: KafkaSettings, *, probe: bool) -> CheckReport:
     """What the retrier would meet at start: its destinations, and with `probe` their topics."""
+    from config.retry_age import tiers_warning
     from config.topics import audit_line, audit_retention_wanted, retention_wanted
     from hifi.check import CheckReport, probe_kafka
+    from hifi.durations import for_people
     from retrier.tiers import tier_topic
 
     report = CheckReport(PROG)
     for dest in dests:
-        tiers = ", ".join(f"{s:g}s" for s in dest.retry_tiers_s)
+        tiers = ", ".join(for_people(s) for s in dest.retry_tiers_s)
         report.ok(
-            f"destination {dest.name}: retry tiers {tiers}; expiry after {dest.max_retry_age_s:g}s"
+            f"destination {dest.name}: retry tiers {tiers};"
+            f" expiry after {for_people(dest.max_retry_age_s)}"
         )
+        if (warning := tiers_warning(dest)) is not None:
+            report.warn(warning)
         report.ok(audit_line(dest))
     report.ok(f"kafka settings: bootstrap {settings.bootstrap}, {settings.security_protocol}")
     if probe:

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.routing import BaseRoute
 
 from config.destination import Destination
+from config.retry_age import tiers_warning
 from config.topics import ensure_destination_topics
 from hifi import audit, kafka
 from hifi.audit import Seen
@@ -90,6 +91,8 @@ class Retrier:
         self._auditor = AuditorFeed.at(self._dashboard.auditor_url)
         for dest in dests:
             metrics.create_series(dest.name, len(dest.retry_tiers_s), audit=dest.accounting.audit)
+            if (warning := tiers_warning(dest)) is not None:
+                log.warning("retry_tiers_never_run", dest=dest.name, detail=warning)
         options = WorkerOptions(
             group_id=group_id,
             max_in_flight=_PRODUCES_PER_DEST * len(dests),

@@ -1,4 +1,4 @@
-"""Kafka admin requests: create and list topics, read their retention, describe a consumer group."""
+"""Kafka admin requests: create and list topics, read their retention, describe and leave a consumer group."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import structlog
 from aiokafka import errors as aiokafka_errors
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.protocol.group import LeaveGroupRequest
 
 from hifi import kafka
 from hifi.errors import BrokerRefused
@@ -121,3 +122,14 @@ async def describe_group(settings: KafkaSettings, group_id: str) -> GroupState:
                         raise aiokafka_errors.for_code(error_code)(f"group {group_id}")
                     return GroupState(group_id, state or "", len(members))
     return GroupState(group_id, "", 0)
+
+
+async def leave_group(settings: KafkaSettings, group_id: str, member_id: str) -> None:
+    """Send the LeaveGroup for `member_id`, a member of `group_id` that stopped: one request to
+    the group's coordinator; a refusal is a hifi error."""
+    async with _admin(settings) as admin:
+        with kafka.kafka_errors(settings, f"leave group {group_id}"):
+            node_id = await admin.find_coordinator(group_id)
+            response = await admin._send_request(LeaveGroupRequest(group_id, member_id), node_id)
+            if response.error_code:
+                raise aiokafka_errors.for_code(response.error_code)(f"group {group_id}")

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
+from hifi.errors import HifiError
 from hifi.kafka.clients import client_options, kafka_errors, running_client
 from hifi.kafka.settings import KafkaSettings
+
+_LEAVE_TIMEOUT_S = 5.0
 
 
 class Consumer:
@@ -158,5 +162,39 @@ async def consumer(
     }
     options.update(overrides)
     client = AIOKafkaConsumer(**client_options(settings), **options)
-    async with running_client(client, settings, "start consumer"):
-        yield Consumer(client, settings)
+    member_id: str | None = None
+    try:
+        async with running_client(client, settings, "start consumer"):
+            try:
+                yield Consumer(client, settings)
+            finally:
+                member_id = _first_generation_member(client)
+    finally:
+        if member_id is not None and group_id is not None:
+            await _leave(settings, group_id, member_id)
+
+
+def _first_generation_member(client: AIOKafkaConsumer) -> str | None:
+    """The member id of a consumer that joined its group and is still in generation 0, which
+    aiokafka does not leave when it stops (it sends LeaveGroup only from generation 1, where
+    Kafka starts). Tansu 0.6 (the development broker) numbers a group's first generation 0 and
+    expires no session, so without a LeaveGroup the stopped consumer stays a member for good and
+    `connector rewind` refuses; on Kafka this is always None."""
+    coordinator = getattr(client, "_coordinator", None)
+    subscription = getattr(client, "_subscription", None)
+    if coordinator is None or subscription is None:
+        return None
+    if getattr(coordinator, "generation", None) != 0:
+        return None  # a consumer outside any group has a NoGroupCoordinator, without one
+    if not subscription.partitions_auto_assigned():
+        return None
+    return str(coordinator.member_id) or None
+
+
+async def _leave(settings: KafkaSettings, group_id: str, member_id: str) -> None:
+    """The LeaveGroup aiokafka skipped: best effort within `_LEAVE_TIMEOUT_S`, as aiokafka's own."""
+    from hifi.kafka import admin
+
+    with contextlib.suppress(HifiError, TimeoutError):
+        async with asyncio.timeout(_LEAVE_TIMEOUT_S):
+            await admin.leave_group(settings, group_id, member_id)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from devstack.destination import TestDestination
+from devstack.destination_script import Reply
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from tests.helpers import write_destination
@@ -111,11 +112,96 @@ async def test_probe_reaches_kafka_and_the_destination_with_a_head_only(
     assert code == 0, out + err
     assert f"kafka {kafka_settings.bootstrap}: reachable" in out
     assert f"warning source topic {unique}: does not exist" in out
-    assert f"warning topic {unique}.dlq: retention.ms={DAY_MS} (1 days)" in out
+    assert (
+        f"warning topic {unique}.dlq: retention.ms={DAY_MS} (1 d) is shorter than the 30 d" in out
+    )
     assert f"destination {destination.url}: reachable (HEAD answered" in out
     assert out.splitlines()[-1] == "connector check: ok, 2 warnings"
     assert [r.method for r in destination.requests] == ["HEAD"]
     assert "Traceback" not in err
+
+
+async def _probe(catalog_dir: Path, name: str, bootstrap: str, *flags: str) -> tuple[int, str, str]:
+    return await _run(
+        "connector",
+        "--dest",
+        name,
+        "--catalog",
+        str(catalog_dir),
+        "--probe",
+        *flags,
+        bootstrap=bootstrap,
+        CHECK_TOKEN="s3cr3t-t0ken-value",
+    )
+
+
+async def test_head_answers_say_what_they_mean(
+    kafka_settings: KafkaSettings, destination: TestDestination, catalog_dir: Path, unique: str
+) -> None:
+    """A HEAD answered 404 or 405 says the path may be wrong, 401 or 403 that the credentials
+    may be refused: warnings (exit 0: many endpoints answer HEAD differently from POST) that
+    point to --probe-post. The HEAD carries the delivery's headers, secrets never printed."""
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
+    _write(catalog_dir, unique, destination.url, unique)
+    for status, meaning in [
+        (404, "the path may be wrong"),
+        (405, "the path may be wrong"),
+        (401, "it may refuse the credentials"),
+        (403, "it may refuse the credentials"),
+    ]:
+        destination.script(Reply(status))
+        code, out, err = await _probe(catalog_dir, unique, kafka_settings.bootstrap)
+        assert code == 0, out + err
+        assert (
+            f"warning destination {destination.url}: reachable, but HEAD answered {status}:"
+            f" {meaning}; many endpoints answer HEAD differently from POST: --probe-post"
+        ) in out
+        assert out.splitlines()[-1] == "connector check: ok, 1 warning"
+    assert [r.method for r in destination.requests] == ["HEAD"] * 4
+    assert destination.requests[0].headers["authorization"] == "Bearer s3cr3t-t0ken-value"
+    assert "s3cr3t" not in out
+
+
+async def test_probe_post_sends_one_empty_batch(
+    kafka_settings: KafkaSettings, destination: TestDestination, catalog_dir: Path, unique: str
+) -> None:
+    """--probe-post sends, after the HEAD, one empty batch with the delivery's headers: `[]`, or
+    an empty NDJSON body. Accepted is ok; 401/403 is refused credentials and 404/405 a wrong
+    path, exit 2 either way; nothing else is POSTed."""
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
+    _write(catalog_dir, unique, destination.url, unique)
+    code, out, err = await _probe(catalog_dir, unique, kafka_settings.bootstrap, "--probe-post")
+    assert code == 0, out + err
+    assert (
+        f"ok      destination {destination.url}: the empty batch was answered 200: accepted" in out
+    )
+    head, post = destination.requests
+    assert (head.method, post.method, post.body) == ("HEAD", "POST", b"[]")
+    assert post.headers["content-type"] == "application/json"
+    assert post.headers["authorization"] == "Bearer s3cr3t-t0ken-value"
+    assert destination.deliveries() == []
+    for status, meaning in [
+        (401, "the destination refuses the credentials"),
+        (403, "the destination refuses the credentials"),
+        (404, "wrong path"),
+        (405, "wrong path"),
+    ]:
+        destination.script(Reply(200), Reply(status))
+        code, out, _ = await _probe(catalog_dir, unique, kafka_settings.bootstrap, "--probe-post")
+        assert code == 2, out
+        assert (
+            f"error   destination {destination.url}: the empty batch was answered {status}: {meaning}"
+            in out
+        )
+        assert out.splitlines()[-1] == "connector check: refused"
+    destination.clear()
+    _write(catalog_dir, unique, destination.url, unique, format="ndjson", compression="gzip")
+    code, out, err = await _probe(catalog_dir, unique, kafka_settings.bootstrap, "--probe-post")
+    assert code == 0, out + err
+    post = destination.requests[-1]
+    assert (post.method, post.body) == ("POST", b"")
+    assert post.headers["content-type"] == "application/x-ndjson"
+    assert post.headers["content-encoding"] == "gzip"
 
 
 async def test_probe_of_an_unreachable_destination_exits_1(
@@ -198,10 +284,10 @@ async def test_probe_reports_the_audit_topic_and_its_retention(
             prog, *args, bootstrap=kafka_settings.bootstrap, HIFI_AUDIT_TOPIC=audit_topic
         )
         assert code == 0, outs[prog] + err
-        assert f"warning topic {audit_topic}: retention.ms={DAY_MS} (1 days)" in outs[prog]
+        assert f"warning topic {audit_topic}: retention.ms={DAY_MS} (1 d)" in outs[prog]
     assert f"destination {unique}: audit trail on, facts to {audit_topic}" in outs["retrier"]
-    assert f"destination {unique}: audit on, settle 300s" in outs["auditor"]
-    assert f"archive {tmp_path / 'archive'}: writable" in outs["auditor"]
+    assert f"destination {unique}: audit on, settle 5 min, lag SLA 1 s" in outs["auditor"]
+    assert f"archive {tmp_path / 'archive'}: does not exist yet" in outs["auditor"]
     assert f"ok      source topic {audit_topic}: exists" in outs["auditor"]
     _write(catalog_dir, unique, "https://nowhere.invalid/", unique, accounting={"audit": False})
     code, out, _ = await _run(

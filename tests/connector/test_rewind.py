@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 from aiokafka import TopicPartition
 
 from connector import positions
+from devstack.destination import TestDestination
 from hifi import kafka
 from hifi.kafka.settings import KafkaSettings
 from tests.connector.replay_support import (
@@ -18,7 +20,7 @@ from tests.connector.replay_support import (
     run_command,
     seed,
 )
-from tests.helpers import write_destination
+from tests.helpers import make_destination, start_daemon, wait_exit, write_destination
 
 pytestmark = [pytest.mark.integration]
 
@@ -168,6 +170,82 @@ async def test_refuses_while_a_member_of_the_group_is_active(
     assert err.startswith(f"connector rewind: group {group} has 1 active members")
     assert "stop every connector" in err
     assert await _committed(kafka_settings, unique) == {0: 45, 1: 45}
+
+
+async def test_rewinds_once_the_connector_stopped_cleanly(
+    kafka_settings: KafkaSettings, catalog_dir: Path, unique: str
+) -> None:
+    """A member of the connector's group that stopped cleanly has left it, also on the
+    development broker (Tansu numbers the first generation 0, which aiokafka never leaves, and
+    expires no session): the rewind then moves the offsets."""
+    tps = await _setup(kafka_settings, catalog_dir, unique)
+    group = f"hifi.connector.{unique}"
+    async with kafka.consumer(kafka_settings, group_id=group) as member:
+        member.subscribe([f"{unique}.src"])
+        for _ in range(100):
+            if member.assignment():
+                break
+            await member.getmany(timeout_ms=100, max_records=1)
+        assert member.assignment()
+        await member.commit(dict.fromkeys(tps, 45))
+    code, out, err = await run_command(
+        "rewind",
+        "--dest",
+        unique,
+        "--catalog",
+        str(catalog_dir),
+        "--to",
+        at(10),
+        bootstrap=kafka_settings.bootstrap,
+    )
+    assert code == 0, err
+    assert "delivered again: 70 records" in out
+    assert await _committed(kafka_settings, unique) == {0: 10, 1: 10}
+
+
+async def test_rewinds_after_the_connector_process_stopped(
+    kafka_settings: KafkaSettings,
+    destination: TestDestination,
+    catalog_dir: Path,
+    unique: str,
+    tmp_path: Path,
+    processes: list[subprocess.Popen[bytes]],
+) -> None:
+    """The rehearsal of docs/backfill.md on the development broker: a connector delivers
+    everything and stops by itself (--until-idle), then the rewind moves its group."""
+    await seed(kafka_settings, f"{unique}.src", partitions=2, per_partition=PER_PARTITION)
+    make_destination(catalog_dir, unique, destination.url, f"{unique}.src")
+    process = start_daemon(
+        "connector",
+        [
+            "--dest",
+            unique,
+            "--catalog",
+            str(catalog_dir),
+            "--metrics-port",
+            "0",
+            "--until-idle",
+            "1",
+        ],
+        bootstrap=kafka_settings.bootstrap,
+        log_path=tmp_path / "connector.log",
+    )
+    processes.append(process)
+    assert await wait_exit(process, 90) == 0
+    assert len(set(destination.delivered_ids())) == 2 * PER_PARTITION
+    code, out, err = await run_command(
+        "rewind",
+        "--dest",
+        unique,
+        "--catalog",
+        str(catalog_dir),
+        "--to",
+        at(40),
+        bootstrap=kafka_settings.bootstrap,
+    )
+    assert code == 0, err
+    assert "delivered again: 20 records" in out
+    assert await _committed(kafka_settings, unique) == {0: 40, 1: 40}
 
 
 async def test_broker_down_is_one_line(catalog_dir: Path, unique: str) -> None:

@@ -19,7 +19,9 @@ from tests.tenants.support import entry, write_tenant_destination
 pytestmark = [pytest.mark.integration]
 
 
-async def _check(catalog: Path, dest: str, bootstrap: str, redis_url: str) -> tuple[int, str, str]:
+async def _check(
+    catalog: Path, dest: str, bootstrap: str, redis_url: str, *flags: str
+) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -30,6 +32,7 @@ async def _check(catalog: Path, dest: str, bootstrap: str, redis_url: str) -> tu
         str(catalog),
         "--check",
         "--probe",
+        *flags,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         stdin=asyncio.subprocess.DEVNULL,
@@ -78,3 +81,52 @@ async def test_probe_reads_the_entries_once(
         "connector: HIFI_REDIS_URL: scheme 'ftp' is not one of redis, rediss, unix;"
         " write e.g. redis://127.0.0.1:6379/0"
     )
+
+
+async def test_probe_post_renders_one_tenants_entry(
+    kafka_settings: KafkaSettings,
+    destination: TestDestination,
+    catalog_dir: Path,
+    unique: str,
+    redis_server: RedisServer,
+) -> None:
+    """With {tenant} in url, --probe-post needs --tenant T (else one line, exit 2); with it the
+    empty batch goes to T's url with T's headers (its secret never printed); a tenant without
+    an entry is refused (exit 2). Without --tenant the HEAD reaches only the host."""
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
+    template = destination.url.replace("/v1/events", "/v1/{tenant}/events")
+    write_tenant_destination(catalog_dir, unique, template, unique)
+    client = redis.Redis.from_url(redis_server.url)
+    client.hset(
+        f"hifi:tenants:{unique}", mapping={"good": entry(values={"api_key": "k-good-0000"})}
+    )
+    client.close()
+    bootstrap, url = kafka_settings.bootstrap, redis_server.url
+    code, out, err = await _check(catalog_dir, unique, bootstrap, url, "--probe-post")
+    assert (code, out) == (2, ""), err
+    assert err.count("\n") == 1, err
+    assert "with --tenant T" in err
+    code, out, err = await _check(catalog_dir, unique, bootstrap, url)
+    assert code == 0, out + err
+    assert [(r.method, r.path) for r in destination.requests] == [("HEAD", "/")]
+    destination.clear()
+    code, out, err = await _check(
+        catalog_dir, unique, bootstrap, url, "--probe-post", "--tenant", "good"
+    )
+    assert code == 0, out + err
+    rendered = template.replace("{tenant}", "good")
+    assert f"destination {rendered} (tenant 'good'): the empty batch was answered 200" in out
+    head, post = destination.requests
+    assert (head.method, head.path, post.method, post.path) == (
+        "HEAD",
+        "/v1/good/events",
+        "POST",
+        "/v1/good/events",
+    )
+    assert (post.headers["x-api-key"], post.headers["x-tenant"]) == ("k-good-0000", "good")
+    assert "k-good-0000" not in out
+    code, out, err = await _check(
+        catalog_dir, unique, bootstrap, url, "--probe-post", "--tenant", "nobody"
+    )
+    assert code == 2, out + err
+    assert f"error   --tenant 'nobody': no entry in redis hash hifi:tenants:{unique}" in out
