@@ -317,7 +317,9 @@ async def test_sigterm_checkpoints_what_was_acknowledged(
     to resume, and its checkpoint counts exactly the records on NAME.retry_out."""
     await _setup(kafka_settings, catalog_dir, unique, per_partition=100)
     cp = tmp_path / "backfill.json"
-    args = _args(unique, catalog_dir, "--from", at(0), "--to", at(100), "--rate", "50")
+    # 200 records at 10/s: a backfill of 20 s, so the SIGTERM comes mid-way however slow
+    # the machine is (at 50/s a loaded run could finish before it)
+    args = _args(unique, catalog_dir, "--from", at(0), "--to", at(100), "--rate", "10")
     process = await start_command(
         *args, "--checkpoint", str(cp), bootstrap=kafka_settings.bootstrap
     )
