@@ -3,7 +3,6 @@
 
 const REFRESH_MS = 3000;
 const PAGE_ROWS = 50;
-const FAILED_SHARE_ALARM = 0.05; // a share of failed requests above this shows red
 const $ = (id) => document.getElementById(id);
 
 const state = {
@@ -230,9 +229,9 @@ function showHealth(acc) {
   const share = $("failed-share");
   share.className = "";
   if (!h) {
-    for (const id of ["last-2xx", "failed-share", "health-requests"]) $(id).textContent = "-";
+    for (const id of ["last-2xx", "failed-share", "health-requests", "health-batches", "health-bisection"]) $(id).textContent = "-";
     $("health-source").textContent = !state.overview.auditor
-      ? "The last 2xx and the failed requests come from the auditor, which reads the connector's audit facts: start the retrier with --auditor-url URL (or HIFI_AUDITOR_URL)."
+      ? "The last 2xx and the failed events come from the auditor, which reads the connector's audit facts: start the retrier with --auditor-url URL (or HIFI_AUDITOR_URL)."
       : acc.available ? "This auditor does not report the destination's health; upgrade it." : `No health: ${acc.why}.`;
     return;
   }
@@ -241,13 +240,15 @@ function showHealth(acc) {
   $("last-2xx").textContent = last
     ? `${iso(last).slice(0, 19)} UTC (${age(Math.max(0, (state.overview.now_ms - last) / 1000))} ago)`
     : "none seen";
-  if (h.failed_share === null || h.failed_share === undefined) share.textContent = "no request";
+  if (h.failed_event_share === null || h.failed_event_share === undefined) share.textContent = "no event sent";
   else {
-    share.replaceChildren(link(`${(h.failed_share * 100).toFixed(1)} %`, null, status));
-    if (h.failed_share > FAILED_SHARE_ALARM) share.className = "bad";
+    share.replaceChildren(link(`${(h.failed_event_share * 100).toFixed(1)} %`, null, status));
+    if (h.alarm) share.className = "bad"; // the retrier decides: more than 5 % of events failed
   }
-  $("health-requests").replaceChildren(link(`${num(h.failed_requests)} failed of ${num(h.requests)}`, null, status));
-  $("health-source").textContent = `From the auditor: the connector's request outcomes of the last ${Math.round(h.window_s / 60)} min (2xx, hand-offs, refusals).`;
+  $("health-requests").replaceChildren(link(`${num(h.failed_events)} failed of ${num(h.events)}`, null, status));
+  $("health-batches").replaceChildren(link(`${num(h.failed_batches)} of ${num(h.batches)}`, null, status));
+  $("health-bisection").replaceChildren(link(num(h.bisection_requests), null, status));
+  $("health-source").textContent = `From the auditor: what became of the batches the connector sent in the last ${Math.round(h.window_s / 60)} min. A batch the destination rejected is one failed batch, however many requests bisected it; its failed events are those it dead-lettered; hand-offs fail a batch and its events.`;
 }
 
 // --- browsing letters --------------------------------------------------------------------------
