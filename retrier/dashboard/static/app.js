@@ -158,15 +158,20 @@ function showTiers(t, measured) {
   $("expired").textContent = t.expired_last_minute === undefined ? "-" :
     `${num(t.expired_last_minute)} in the last minute (${num(t.expired_since_start)} since start)`;
   $("measured").textContent = measured ? measured.slice(11, 19) + " UTC" : "-";
-  fill("recent", (t.recent_failures || []).slice(0, 5).map((f) => row([f.at.slice(11, 19), f.attempt, f.status || "-", { text: f.error || "", attrs: { class: "err", title: f.error || "" } }])), "no hand-off since the retrier started");
+  const recentMin = t.recent_failures_window_s ? Math.round(t.recent_failures_window_s / 60) : null;
+  $("recent-window").textContent = recentMin ? `(last ${recentMin} min)` : "";
+  fill("recent", (t.recent_failures || []).slice(0, 5).map((f) => row([age(f.age_s), f.at.slice(11, 19), f.attempt, f.status || "-", { text: f.error || "", attrs: { class: "err", title: f.error || "" } }])),
+    recentMin ? `no hand-off in the last ${recentMin} min` : "no hand-off since the retrier started");
 }
 
 function showDlq(dlq) {
-  $("dlq-size").textContent = num(dlq.size);
-  $("dlq-size").onclick = (e) => { e.preventDefault(); setFilter({}); };
+  $("dlq-size").textContent = num(dlq.waiting ?? dlq.size);
+  $("dlq-size").onclick = (e) => { e.preventDefault(); setFilter({ replayed: "no" }); };
+  $("dlq-replayed").textContent = num(dlq.replayed ?? 0);
+  $("dlq-replayed").onclick = (e) => { e.preventDefault(); setFilter({ replayed: "yes" }); };
   $("index-state").textContent = dlq.ready ? "" : `indexing: ${num(dlq.indexed)} letters read so far`;
   const reasons = Object.entries(dlq.by_reason || {}).sort((a, b) => b[1] - a[1]);
-  fill("reasons", reasons.map(([reason, n]) => row([reason, { node: link(num(n), () => setFilter({ reason })), attrs: { class: "n" } }])), "no dead letters");
+  fill("reasons", reasons.map(([reason, n]) => row([reason, { node: link(num(n), () => setFilter({ reason, replayed: "no" })), attrs: { class: "n" } }])), "no dead letter waiting");
   const bucketMs = dlq.growth_bucket_s * 1000;
   const end = state.overview.now_ms - (state.overview.now_ms % bucketMs) + bucketMs;
   const starts = dlq.growth.map((_, i) => end - (dlq.growth.length - i) * bucketMs);
