@@ -17,26 +17,41 @@ HTTP_TIMEOUT_S = 10.0
 
 @dataclass(frozen=True)
 class DestinationHealth:
-    """A destination's last 2xx and its failed requests lately, as the auditor's `/status` has
-    them (`auditor/health.py`)."""
+    """A destination's last 2xx and its failed batches and events lately, with the requests
+    spent bisecting rejected batches, as the auditor's `/status` has them (`auditor/health.py`)."""
 
     last_delivered_ms: int | None
     window_s: int
-    requests: int
-    failed_requests: int
-    failed_share: float | None  # failed_requests / requests; None without requests
+    batches: int
+    failed_batches: int
+    failed_batch_share: float | None  # None without batches
+    events: int
+    failed_events: int
+    failed_event_share: float | None  # None without events
+    bisection_requests: int
 
     @classmethod
-    def from_status(cls, found: Mapping[str, Any]) -> DestinationHealth:
-        """The `health` of one destination in `/status`; `TypeError`/`KeyError` if it is not one."""
-        last, share = found["last_delivered_ms"], found["failed_share"]
+    def from_status(cls, found: Mapping[str, Any]) -> DestinationHealth | None:
+        """The `health` of one destination in `/status` (None from an auditor that counted
+        requests, before batches and events); `TypeError`/`KeyError` if it is not one."""
+        if "failed_events" not in found:
+            return None
+        last = found["last_delivered_ms"]
         return cls(
             None if last is None else int(last),
             int(found["window_s"]),
-            int(found["requests"]),
-            int(found["failed_requests"]),
-            None if share is None else float(share),
+            int(found["batches"]),
+            int(found["failed_batches"]),
+            _share(found["failed_batch_share"]),
+            int(found["events"]),
+            int(found["failed_events"]),
+            _share(found["failed_event_share"]),
+            int(found["bisection_requests"]),
         )
+
+
+def _share(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 @dataclass(frozen=True)

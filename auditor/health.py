@@ -1,11 +1,20 @@
-"""A destination's health as the connector met it: its last 2xx, and the share of its requests that failed lately.
+"""A destination's health as the connector met it: its last 2xx, and its failed batches and events lately.
 
-The retrier sees only what failed; the connector's audit facts say what became of every
-request: `delivered` (a 2xx), `handed_off` (local attempts ran out), `dead_lettered` for a
-refusal of the destination (`http_4xx`, `redirect`). Those are the request outcomes counted
-here, one per request. Facts of the retrier (re-offers, expiries) and dead letters of records
-never sent (`malformed`, `too_large`) are no requests to the destination and are not counted.
-A request of more than `MAX_EVENTS_PER_FACT` events is written as several facts; it counts once.
+The retrier sees only what failed; the connector's audit facts say what became of every batch
+it sent: `delivered` (a 2xx), `handed_off` (local attempts ran out), `dead_lettered` for a
+refusal of the destination (`http_4xx`, `redirect`). Facts of the retrier (re-offers, expiries),
+dead letters of records never sent (`malformed`, `too_large`) and events diverted before any
+request are not counted.
+
+Counted in batches and in events. A fact of format 1.1 names its batch (`Fact.batch`): a batch
+counts once, when its first fact is read, and fails when it was handed off or refused, whatever
+its bisection cost (a rejected batch is one failed batch); its failed events are those handed
+off or dead-lettered. The requests spent bisecting it are counted apart, from the running count
+each fact carries (`Fact.bisection_requests`). A 1.0 fact names no batch: it counts as a batch
+of its own, as before, except the later parts of a batch of more than `MAX_EVENTS_PER_FACT`
+events. Batches whose facts may continue (bisected or cut into parts) are remembered, up to
+`MAX_OPEN_BATCHES` per destination and not over a restart: a bisection read across a restart
+may count its batch twice.
 
 Counts are kept per `STEP_S` seconds of outcome time, only for the last `WINDOW_S` seconds of
 the auditor's wall clock (at most twice as many steps: a node whose clock runs ahead): a few
@@ -23,73 +32,108 @@ from hifi.vocabulary import Outcome, Reason
 
 WINDOW_S = 300
 STEP_S = 10
+MAX_OPEN_BATCHES = 1024
 _STEP_MS = STEP_S * 1000
 _STEPS = WINDOW_S // STEP_S
-_REQUESTING = "connector"  # the component whose facts are request outcomes
+_REQUESTING = "connector"  # the component whose facts are outcomes of batches sent
 _REFUSALS = frozenset({Reason.HTTP_4XX, Reason.REDIRECT})  # dead letters the destination answered
+# a step's counts, by position
+_BATCHES, _FAILED_BATCHES, _EVENTS, _FAILED_EVENTS, _BISECTION_REQUESTS = range(5)
 
 
 class Health:
-    """One destination's last 2xx and its request outcomes of the last `WINDOW_S` seconds."""
+    """One destination's last 2xx, and its batches, events and bisection requests of the last
+    `WINDOW_S` seconds."""
 
-    __slots__ = ("_split", "_steps", "last_delivered_ms")
+    __slots__ = ("_open", "_split", "_steps", "last_delivered_ms")
 
     def __init__(self) -> None:
         self.last_delivered_ms: int | None = None  # outcome time of the newest 2xx
-        self._steps: dict[int, list[int]] = {}  # outcome_ms // _STEP_MS -> [requests, failed]
-        self._split: tuple[str, int] | None = None  # (node, outcome_ms) of a request cut in facts
+        self._steps: dict[int, list[int]] = {}  # outcome_ms // _STEP_MS -> counts, by position
+        self._split: tuple[str, int] | None = None  # (node, outcome_ms) of a 1.0 batch in parts
+        self._open: dict[str, int] = {}  # batch id -> bisection requests counted, oldest first
 
     def note(self, fact: Fact, now_ms: int) -> None:
         """Count one fact (not a repeated one) read at `now_ms` on the auditor's clock."""
         outcome = fact.outcome
         if outcome == Outcome.DELIVERED:
-            failed = 0
+            failed = False
             if self.last_delivered_ms is None or fact.outcome_ms > self.last_delivered_ms:
                 self.last_delivered_ms = fact.outcome_ms
         elif outcome == Outcome.HANDED_OFF or (
             outcome == Outcome.DEAD_LETTERED and fact.reason in _REFUSALS
         ):
-            failed = 1
+            failed = True
         else:
             return
-        if component_of(fact.node) != _REQUESTING or self._continues_split(fact):
+        if component_of(fact.node) != _REQUESTING:
             return
-        step, now_step = fact.outcome_ms // _STEP_MS, now_ms // _STEP_MS
-        if not now_step - _STEPS < step <= now_step + _STEPS:
-            return  # read late (an auditor catching up) or from a clock far ahead
-        counts = self._steps.get(step)
+        if fact.batch is not None:
+            first, bisection_requests = self._first_of_batch(fact.batch, fact)
+        elif fact.minor == 0:
+            first, bisection_requests = not self._continues_split(fact), 0
+        else:
+            return  # 1.1 without a batch: events diverted before any request
+        counts = self._counts_at(fact.outcome_ms // _STEP_MS, now_ms // _STEP_MS)
         if counts is None:
-            self._forget_before(now_step - _STEPS + 1)
-            counts = self._steps[step] = [0, 0]
-        counts[0] += 1
-        counts[1] += failed
+            return
+        events = fact.events()
+        if first:
+            counts[_BATCHES] += 1
+            counts[_FAILED_BATCHES] += failed or fact.bisection_requests > 0
+        counts[_EVENTS] += events
+        counts[_FAILED_EVENTS] += events if failed else 0
+        counts[_BISECTION_REQUESTS] += bisection_requests
+
+    def _first_of_batch(self, batch: str, fact: Fact) -> tuple[bool, int]:
+        """Whether `fact` is the first of `batch`, and the bisection requests it adds to those
+        the batch's earlier facts reported; a batch whose facts may continue is remembered."""
+        counted = self._open.pop(batch, None)
+        spent = fact.bisection_requests
+        if spent > 0 or fact.events() == MAX_EVENTS_PER_FACT:
+            self._open[batch] = max(spent, counted or 0)
+            if len(self._open) > MAX_OPEN_BATCHES:
+                del self._open[next(iter(self._open))]
+        return counted is None, max(0, spent - (counted or 0))
 
     def _continues_split(self, fact: Fact) -> bool:
-        """Whether `fact` is a later part of the request the previous fact began: every part
+        """Whether 1.0 `fact` is a later part of the batch the previous fact began: every part
         but the last holds `MAX_EVENTS_PER_FACT` events, and all share node and outcome time."""
         key = (fact.node, fact.outcome_ms)
         continues = self._split == key
         self._split = key if fact.events() == MAX_EVENTS_PER_FACT else None
         return continues
 
-    def _forget_before(self, first_step: int) -> None:
-        for step in [s for s in self._steps if s < first_step]:
-            del self._steps[step]
+    def _counts_at(self, step: int, now_step: int) -> list[int] | None:
+        """The counts of `step`; None when it is outside the window (read late, or from a clock
+        far ahead)."""
+        if not now_step - _STEPS < step <= now_step + _STEPS:
+            return None
+        counts = self._steps.get(step)
+        if counts is None:
+            for old in [s for s in self._steps if s <= now_step - _STEPS]:
+                del self._steps[old]
+            counts = self._steps[step] = [0] * 5
+        return counts
 
     def view(self, now_ms: int) -> dict[str, Any]:
         """The `health` of a destination in the auditor's `/status`."""
         first_step = now_ms // _STEP_MS - _STEPS + 1
-        requests = failed = 0
-        for step, (of_step, failed_of_step) in self._steps.items():
+        total = [0] * 5
+        for step, counts in self._steps.items():
             if step >= first_step:
-                requests += of_step
-                failed += failed_of_step
+                total = [a + b for a, b in zip(total, counts, strict=True)]
+        batches, failed_batches, events, failed_events, bisection_requests = total
         return {
             "last_delivered_ms": self.last_delivered_ms,
             "window_s": WINDOW_S,
-            "requests": requests,
-            "failed_requests": failed,
-            "failed_share": round(failed / requests, 4) if requests else None,
+            "batches": batches,
+            "failed_batches": failed_batches,
+            "failed_batch_share": round(failed_batches / batches, 4) if batches else None,
+            "events": events,
+            "failed_events": failed_events,
+            "failed_event_share": round(failed_events / events, 4) if events else None,
+            "bisection_requests": bisection_requests,
         }
 
     def snapshot(self) -> dict[str, Any]:
@@ -100,6 +144,12 @@ class Health:
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
+        """The state of `snapshot`; steps of an older auditor (requests, not batches and
+        events) are left out."""
         last = state["last_delivered_ms"]
         self.last_delivered_ms = None if last is None else int(last)
-        self._steps = {int(step): [int(n), int(f)] for step, n, f in state["steps"]}
+        self._steps = {
+            int(step): [int(n) for n in counts]
+            for step, *counts in state["steps"]
+            if len(counts) == 5
+        }

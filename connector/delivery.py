@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import time
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
 from email.utils import parsedate_to_datetime
@@ -32,7 +33,7 @@ from config.destination import Destination
 from connector import metrics
 from connector.divert import Diverter
 from connector.rebatch import Batch, encode_values
-from hifi.audit import AuditTrail
+from hifi.audit import AuditTrail, SentBatch
 from hifi.errors import DestinationRejected, DestinationUnavailable
 from hifi.redaction import excerpt, short_error
 from hifi.vocabulary import Outcome, Reason
@@ -44,6 +45,8 @@ _BACKOFF_BASE_S = 0.1
 _ERROR_BODY_CHARS = 120
 RECENT_FAILURES = 20
 _event_time_of = attrgetter("event_time_ms")
+_RESULTS = metrics.BATCH_RESULTS
+_SENT_OUTCOMES = (Outcome.DELIVERED, Outcome.HANDED_OFF, Outcome.DEAD_LETTERED)
 
 
 def parse_retry_after(value: str | None, *, now_s: float | None = None) -> float | None:
@@ -147,6 +150,11 @@ class Deliverer:
         self.last_delivered_ms: int | None = None
         self._lag_out_first = metrics.LAG_OUT.labels(dest.name, "first")
         self._lag_out_retried = metrics.LAG_OUT.labels(dest.name, "retried")
+        self._batches = {result: metrics.BATCHES.labels(dest.name, result) for result in _RESULTS}
+        self._sent_events = {
+            outcome: metrics.SENT_EVENTS.labels(dest.name, outcome) for outcome in _SENT_OUTCOMES
+        }
+        self._bisection_requests = metrics.BISECTION_REQUESTS.labels(dest.name)
 
     async def deliver(self, batch: Batch) -> None:
         """Return once every event has an outcome and its audit facts are acknowledged; raises
@@ -159,15 +167,22 @@ class Deliverer:
         """`deliver`, except that it returns once the destination accepted the batch, with the
         broker's acknowledgement of the delivery's audit facts still to await (None: nothing
         is left). For a full batch the connector's unit gives its in-flight slot to the next
-        request meanwhile: under load a fact's acknowledgement takes milliseconds."""
+        request meanwhile: under load a fact's acknowledgement takes milliseconds.
+
+        The batch is counted once by result (`hifi_connector_batches_total`), whatever its
+        bisection cost; its facts name it (`SentBatch`)."""
+        sent = SentBatch(uuid.uuid4().hex[:16])
         try:
             status = await self.send_with_retries(batch)
         except DestinationUnavailable as exc:
-            await self._hand_off(batch, exc)
+            self._batches["handed_off"].inc()
+            await self._hand_off(batch, exc, sent)
         except DestinationRejected as exc:
-            await self._isolate(batch, exc)
+            self._batches["rejected"].inc()
+            await self._isolate(batch, exc, sent)
         else:
-            return await self._delivered(batch, status)
+            self._batches["delivered"].inc()
+            return await self._delivered(batch, status, sent)
         return None
 
     async def send_with_retries(self, batch: Batch) -> int:
@@ -247,7 +262,9 @@ class Deliverer:
             return gzip.compress(body, compresslevel=5)
         return await asyncio.to_thread(gzip.compress, body, 5)
 
-    async def _delivered(self, batch: Batch, status: int) -> Awaitable[None] | None:
+    async def _delivered(
+        self, batch: Batch, status: int, sent: SentBatch
+    ) -> Awaitable[None] | None:
         """Count a delivery; what is left to await of its audit facts (None: no trail)."""
         if self._failing:
             self._failing = False
@@ -261,13 +278,15 @@ class Deliverer:
             self._lag_out_retried.observe_ages(now_ms, map(_event_time_of, retried))
         self._lag_out_first.observe_ages(now_ms, map(_event_time_of, events))
         metrics.RECORDS.labels(self._dest_name, Outcome.DELIVERED).inc(len(batch))
+        self._sent_events[Outcome.DELIVERED].inc(len(batch))
         if self._trail is None:
             return None
-        return await self._trail.write(Outcome.DELIVERED, batch.events, status=status)
+        return await self._trail.write(Outcome.DELIVERED, batch.events, status=status, sent=sent)
 
-    async def _hand_off(self, batch: Batch, exc: DestinationUnavailable) -> None:
-        await self._diverter.to_retrier(batch.events, status=exc.status, error=str(exc))
+    async def _hand_off(self, batch: Batch, exc: DestinationUnavailable, sent: SentBatch) -> None:
+        await self._diverter.to_retrier(batch.events, status=exc.status, error=str(exc), sent=sent)
         metrics.RECORDS.labels(self._dest_name, Outcome.HANDED_OFF).inc(len(batch))
+        self._sent_events[Outcome.HANDED_OFF].inc(len(batch))
         self.note_failure(Outcome.HANDED_OFF, batch, exc.status, str(exc))
         log.warning(
             "handed_off",
@@ -278,10 +297,15 @@ class Deliverer:
             **_target_of(batch),
         )
 
-    async def _dead_letter(self, batch: Batch, exc: DestinationRejected, note: str = "") -> None:
+    async def _dead_letter(
+        self, batch: Batch, exc: DestinationRejected, sent: SentBatch, note: str = ""
+    ) -> None:
         error = short_error(f"{exc}{note}")
-        await self._diverter.to_dlq(batch.events, reason=exc.reason, status=exc.status, error=error)
+        await self._diverter.to_dlq(
+            batch.events, reason=exc.reason, status=exc.status, error=error, sent=sent
+        )
         metrics.RECORDS.labels(self._dest_name, Outcome.DEAD_LETTERED).inc(len(batch))
+        self._sent_events[Outcome.DEAD_LETTERED].inc(len(batch))
         self.note_failure(Outcome.DEAD_LETTERED, batch, exc.status, error, exc.reason)
         log.warning(
             "dead_lettered",
@@ -314,32 +338,37 @@ class Deliverer:
             entry["reason"] = reason
         self.recent_failures.append(entry)
 
-    async def _isolate(self, batch: Batch, first: DestinationRejected) -> None:
-        """Bisect a rejected batch so only the events rejected on their own reach the DLQ."""
+    async def _isolate(self, batch: Batch, first: DestinationRejected, sent: SentBatch) -> None:
+        """Bisect a rejected batch so only the events rejected on their own reach the DLQ; each
+        half sent is a bisection request (`hifi_connector_bisection_requests_total`), and each
+        fact says how many the batch had spent by then."""
         if first.reason is Reason.REDIRECT:
-            await self._dead_letter(batch, first)
+            await self._dead_letter(batch, first, sent)
             return
         budget = self._dest.max_bisect_requests
         rejected: deque[tuple[Batch, DestinationRejected]] = deque([(batch, first)])
         while rejected:
             part, exc = rejected.popleft()
+            so_far = SentBatch(sent.batch, self._dest.max_bisect_requests - budget)
             if len(part) == 1:
-                await self._dead_letter(part, exc)
+                await self._dead_letter(part, exc, so_far)
                 continue
             if budget < 2:
                 note = f" (in a rejected group of {len(part)}; bisection budget spent)"
-                await self._dead_letter(part, exc, note)
+                await self._dead_letter(part, exc, so_far, note)
                 continue
             for half in part.halves():
                 budget -= 1
+                self._bisection_requests.inc()
+                so_far = SentBatch(sent.batch, self._dest.max_bisect_requests - budget)
                 try:
                     status = await self.send_with_retries(half)
                 except DestinationUnavailable as transient:
-                    await self._hand_off(half, transient)
+                    await self._hand_off(half, transient, so_far)
                 except DestinationRejected as again:
                     rejected.append((half, again))
                 else:
-                    acknowledged = await self._delivered(half, status)
+                    acknowledged = await self._delivered(half, status, so_far)
                     if acknowledged is not None:
                         await acknowledged
 

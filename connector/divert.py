@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from config.destination import Destination
 from connector import metrics
-from hifi.audit import AuditTrail, Seen
+from hifi.audit import AuditTrail, Seen, SentBatch
 from hifi.envelope import Event, KafkaRecord
 from hifi.headers import (
     HDR_ATTEMPT,
@@ -90,9 +90,11 @@ class Diverter:
         status: int | None,
         error: str,
         cause: Reason | None = None,
+        sent: SentBatch | None = None,
     ) -> None:
         """Hand events to the global retrier with their attempt count and failure history;
-        `cause` (`hifi-cause`) is the reason they are dead-lettered with if they never succeed."""
+        `cause` (`hifi-cause`) is the reason they are dead-lettered with if they never succeed;
+        `sent`: the batch they were sent in, for their audit fact."""
         now_ms = int(time.time() * 1000)
         records = [
             (
@@ -115,12 +117,19 @@ class Diverter:
         await self._producer.send_all(records)
         metrics.HANDOFFS.labels(self._dest.name).inc(len(records))
         if self._trail is not None:
-            await self._trail.record(Outcome.HANDED_OFF, events, status=status)
+            await self._trail.record(Outcome.HANDED_OFF, events, status=status, sent=sent)
 
     async def to_dlq(
-        self, events: Sequence[Event], *, reason: Reason, status: int | None, error: str
+        self,
+        events: Sequence[Event],
+        *,
+        reason: Reason,
+        status: int | None,
+        error: str,
+        sent: SentBatch | None = None,
     ) -> None:
-        """Dead-letter events the destination will never accept, with the reason."""
+        """Dead-letter events the destination will never accept, with the reason; `sent`: the
+        batch they were sent in, for their audit fact."""
         now_ms = int(time.time() * 1000)
         records = [
             (
@@ -145,7 +154,9 @@ class Diverter:
         await self._producer.send_all(records)
         metrics.DEAD_LETTERS.labels(self._dest.name, reason).inc(len(records))
         if self._trail is not None:
-            await self._trail.record(Outcome.DEAD_LETTERED, events, reason=reason, status=status)
+            await self._trail.record(
+                Outcome.DEAD_LETTERED, events, reason=reason, status=status, sent=sent
+            )
 
     async def records_to_dlq(self, letters: Sequence[Unreadable]) -> None:
         """Dead-letter records that could not even be read as events; their audit facts name

@@ -145,6 +145,23 @@ REQUESTS = Counter(
     "HTTP attempts by result: 2xx, 3xx, 4xx, 5xx, timeout or connection.",
     ["dest", "status_class"],
 )
+BATCHES = Counter(
+    "hifi_connector_batches",
+    "Batches sent to the destination, by result: delivered (a 2xx), handed_off (local attempts"
+    " ran out) or rejected (refused, then bisected); one per batch, whatever its bisection cost.",
+    ["dest", "result"],
+)
+SENT_EVENTS = Counter(
+    "hifi_connector_sent_events",
+    "Events of the batches sent to the destination, by outcome: delivered, handed_off or"
+    " dead_lettered (refused on their own, or with their group once the bisection budget ran out).",
+    ["dest", "outcome"],
+)
+BISECTION_REQUESTS = Counter(
+    "hifi_connector_bisection_requests",
+    "Requests that bisected a rejected batch: one per half sent, whatever its local retries.",
+    ["dest"],
+)
 LOCAL_RETRIES = Counter("hifi_connector_local_retries", "Requests retried locally.", ["dest"])
 HANDOFFS = Counter(
     "hifi_connector_handoffs", "Events handed to the global retrier (NAME.retry_in).", ["dest"]
@@ -194,6 +211,7 @@ PAUSED = Gauge(
 
 
 _OUTCOMES = (Outcome.DELIVERED, Outcome.HANDED_OFF, Outcome.DEAD_LETTERED)
+BATCH_RESULTS = ("delivered", "handed_off", "rejected")  # the `result` of `BATCHES`
 
 
 def create_series(dest: str, *, audit: bool, lookups: bool = False) -> None:
@@ -204,6 +222,11 @@ def create_series(dest: str, *, audit: bool, lookups: bool = False) -> None:
         if audit:
             AUDIT_FACTS.labels(dest, outcome)
             AUDIT_EVENTS.labels(dest, outcome)
+    for outcome in _OUTCOMES:
+        SENT_EVENTS.labels(dest, outcome)
+    for result in BATCH_RESULTS:
+        BATCHES.labels(dest, result)
+    BISECTION_REQUESTS.labels(dest)
     for reason in Reason:
         DEAD_LETTERS.labels(dest, reason)
     for status_class in ("2xx", "3xx", "4xx", "5xx", "timeout", "connection"):

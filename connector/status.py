@@ -24,6 +24,7 @@ log = structlog.get_logger(__name__)
 PROGRESS_EVERY_S = 60.0
 _OUTCOMES = (Outcome.DELIVERED, Outcome.HANDED_OFF, Outcome.DEAD_LETTERED, Outcome.FILTERED)
 _STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx", "timeout", "connection")
+_SENT = (Outcome.DELIVERED, Outcome.HANDED_OFF, Outcome.DEAD_LETTERED)
 
 
 def totals(dest: str) -> dict[str, int]:
@@ -35,6 +36,31 @@ def totals(dest: str) -> dict[str, int]:
     found.update({f"dead_lettered.{reason}": dead.get(reason, 0) for reason in Reason})
     found.update({f"requests.{name}": requests.get(name, 0) for name in _STATUS_CLASSES})
     return found
+
+
+def health(dest: str) -> dict[str, Any]:
+    """The destination's health since the start, in batches and in events: a rejected batch is
+    one failed batch, whatever its bisection cost, and its failed events are those it
+    dead-lettered; HTTP attempts by result and bisection requests are counted apart."""
+    requests = _counts(metrics.REQUESTS, dest, "status_class")
+    batches = _counts(metrics.BATCHES, dest, "result")
+    events = _counts(metrics.SENT_EVENTS, dest, "outcome")
+    by_result = {result: batches.get(result, 0) for result in metrics.BATCH_RESULTS}
+    by_outcome = {str(outcome): events.get(outcome, 0) for outcome in _SENT}
+    return {
+        "batches": by_result,
+        "failed_batch_share": _share(by_result, ok="delivered"),
+        "events": by_outcome,
+        "failed_event_share": _share(by_outcome, ok=Outcome.DELIVERED),
+        "requests": {name: requests.get(name, 0) for name in _STATUS_CLASSES},
+        "bisection_requests": _counts(metrics.BISECTION_REQUESTS, dest, "dest").get(dest, 0),
+    }
+
+
+def _share(counts: Mapping[str, int], *, ok: str) -> float | None:
+    """The share of `counts` not under `ok`, to 4 places; None when all are 0."""
+    total = sum(counts.values())
+    return round(1 - counts[ok] / total, 4) if total else None
 
 
 def _counts(counter: prometheus_client.Counter, dest: str, label: str) -> dict[str, int]:
@@ -135,10 +161,6 @@ def document(dest: str, *, url: str, ready: bool, now: Snapshot) -> dict[str, An
     )
     now_ms = int(time.time() * 1000)
     counts = totals(dest)
-    requests = {
-        key.removeprefix("requests."): n for key, n in counts.items() if key.startswith("requests.")
-    }
-    attempts = sum(requests.values())
     lag = metrics.LAG_OUT.labels(dest, "first").counts
     return {
         "now": _iso(now_ms),
@@ -161,10 +183,7 @@ def document(dest: str, *, url: str, ready: bool, now: Snapshot) -> dict[str, An
         },
         "health": {
             "last_delivered": _iso(last_delivered_ms) if last_delivered_ms else None,
-            "requests": requests,
-            "failed_request_share": (
-                round(1 - requests["2xx"] / attempts, 4) if attempts else None
-            ),
+            **health(dest),
             "lag_out_p95_s_since_start": percentile_s(lag, metrics.LAG_BOUNDS_S, 0.95),
         },
         "recent_failures": [

@@ -9,8 +9,14 @@ beside the source topics it observes itself, and accounts for every event by ori
 Encoding: MessagePack, the events of a fact grouped by origin partition in columns
 (`Slice`). The format version travels in the header `hifi-audit-format` ("MAJOR.MINOR") and
 in the value. A reader takes any minor version of its major one (a newer minor only appends
-fields, which an older reader ignores) and refuses a newer major with `FactRefused`, counted
+fields, which an older reader ignores, and a newer reader gives a field an older minor lacks its
+default) and refuses a newer major with `FactRefused`, counted
 by reason: a rolling upgrade writes facts an older auditor skips visibly, never misreads.
+
+Versions: 1.0 is the first; 1.1 appends the batch a fact's events were sent in (`batch`, None
+for events never sent to the destination, and for every 1.0 fact) and the requests spent so far
+bisecting that batch (`bisection_requests`), so the auditor counts a rejected batch once and
+its bisection requests apart (`auditor/health.py`).
 
 A fact is written with acks=all and awaited before the offsets of its events are committed:
 a crash can repeat a fact, never lose one. Each fact has a random `fact_id`; the auditor
@@ -43,7 +49,7 @@ DEFAULT_AUDIT_TOPIC = "hifi.audit"
 AUDIT_RETENTION_MS = 7 * 86_400_000  # the audit topic's retention when hifi creates it
 HDR_FORMAT = "hifi-audit-format"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 0
+FORMAT_MINOR = 1
 _FORMAT = f"{FORMAT_MAJOR}.{FORMAT_MINOR}".encode()
 # Events per fact at most: a batch of 100,000 events with 250-byte ids is ~30 MB; the producer
 # takes 16 MiB per request, so a large outcome is written as several facts.
@@ -100,6 +106,8 @@ class Fact(msgspec.Struct, array_like=True, gc=False):
     status: int | None  # the destination's HTTP status, when one answered
     outcome_ms: int
     slices: list[Slice]
+    batch: str | None = None  # 1.1: the id of the batch sent to the destination, if one was
+    bisection_requests: int = 0  # 1.1: requests spent bisecting that batch when this was written
 
     def events(self) -> int:
         return sum(len(s.offsets) for s in self.slices)
@@ -193,6 +201,15 @@ class Observed(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class SentBatch:
+    """The batch sent to the destination whose outcome a fact records: its id (one per batch,
+    the same for every fact its events get) and the bisection requests spent on it so far."""
+
+    batch: str
+    bisection_requests: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Seen:
     """An `Observed` made of plain values (the retrier, tests)."""
 
@@ -270,8 +287,11 @@ def build_facts(
     reason: Reason | None,
     status: int | None,
     outcome_ms: int,
+    sent: SentBatch | None = None,
 ) -> list[Fact]:
-    """The facts of one outcome: one per `MAX_EVENTS_PER_FACT` events, each with a fresh id."""
+    """The facts of one outcome: one per `MAX_EVENTS_PER_FACT` events, each with a fresh id;
+    `sent`: the batch they were sent in, when they were."""
+    batch, bisection_requests = (None, 0) if sent is None else (sent.batch, sent.bisection_requests)
     return [
         Fact(
             FORMAT_MAJOR,
@@ -284,6 +304,8 @@ def build_facts(
             status,
             outcome_ms,
             slices_of(events[start : start + MAX_EVENTS_PER_FACT]),
+            batch,
+            bisection_requests,
         )
         for start in range(0, len(events), MAX_EVENTS_PER_FACT)
     ]
@@ -306,10 +328,18 @@ class AuditTrail:
         reason: Reason | None = None,
         status: int | None = None,
         outcome_ms: int | None = None,
+        sent: SentBatch | None = None,
     ) -> list[Fact]:
         at_ms = int(time.time() * 1000) if outcome_ms is None else outcome_ms
         return build_facts(
-            self._dest, self._node, outcome, events, reason=reason, status=status, outcome_ms=at_ms
+            self._dest,
+            self._node,
+            outcome,
+            events,
+            reason=reason,
+            status=status,
+            outcome_ms=at_ms,
+            sent=sent,
         )
 
     async def record(
@@ -319,10 +349,11 @@ class AuditTrail:
         *,
         reason: Reason | None = None,
         status: int | None = None,
+        sent: SentBatch | None = None,
     ) -> None:
         """Write the facts of one outcome and wait for the broker's acknowledgement (acks=all);
         counted in `hifi_audit_facts_total` and `hifi_audit_events_total` once acknowledged."""
-        acknowledged = await self.write(outcome, events, reason=reason, status=status)
+        acknowledged = await self.write(outcome, events, reason=reason, status=status, sent=sent)
         await acknowledged
 
     async def write(
@@ -332,13 +363,14 @@ class AuditTrail:
         *,
         reason: Reason | None = None,
         status: int | None = None,
+        sent: SentBatch | None = None,
     ) -> Awaitable[None]:
         """`record` in two steps: return once the facts are queued on the producer, with what
         to await for the broker's acknowledgement (the facts are counted then). The connector
         gives a request's slot to the next request while it waits."""
         if not events:
             return _nothing()
-        facts = self.facts(outcome, events, reason=reason, status=status)
+        facts = self.facts(outcome, events, reason=reason, status=status, sent=sent)
         key = self._dest.encode()
         records: list[Record] = [
             (self.topic, key, encode_fact(fact), [(HDR_FORMAT, _FORMAT)]) for fact in facts

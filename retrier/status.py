@@ -25,6 +25,7 @@ from retrier.tiers import RetryState, Source
 log = structlog.get_logger(__name__)
 
 RECENT_FAILURES = 20
+RECENT_FAILURES_WINDOW_S = 300  # hand-offs older than this are not "recent", however few came
 _PROBE_FETCH_BYTES = 16 * 1024  # the probe only needs watermarks; one small batch per fetch
 
 
@@ -127,20 +128,25 @@ async def _refresh(probe: kafka.Consumer, topics: Mapping[str, Measured], backlo
 
 
 class RecentFailures:
-    """The last few failures handed to the retrier, per destination, for the status page.
+    """The last few failures handed to the retrier, per destination, for the status page: at
+    most `size`, and only those handed off in the last `window_s` seconds, each with its age.
 
     Texts are masked as they are stored: a `hifi-error` written by a connector that knew fewer
     secrets, or none, still shows `***` where a secret of this catalog was.
     """
 
-    def __init__(self, size: int = RECENT_FAILURES) -> None:
+    def __init__(
+        self, size: int = RECENT_FAILURES, window_s: int = RECENT_FAILURES_WINDOW_S
+    ) -> None:
         self._size = size
+        self.window_s = window_s
         self._by_dest: dict[str, deque[dict[str, Any]]] = {}
 
     def note(self, dest: str, headers: Mapping[str, bytes], state: RetryState) -> None:
         entries = self._by_dest.setdefault(dest, deque(maxlen=self._size))
         entries.append(
             {
+                "at_ms": state.handoff_ms,
                 "at": _iso(state.handoff_ms),
                 "attempt": state.attempt,
                 "status": self._masked(headers.get(HDR_STATUS), mask),
@@ -148,9 +154,15 @@ class RecentFailures:
             }
         )
 
-    def of(self, dest: str) -> list[dict[str, Any]]:
-        """Newest first."""
-        return list(reversed(self._by_dest.get(dest, ())))
+    def of(self, dest: str, now_ms: int) -> list[dict[str, Any]]:
+        """Those handed off in the last `window_s` seconds before `now_ms`, newest first, each
+        with its `age_s`."""
+        since_ms = now_ms - self.window_s * 1000
+        return [
+            entry | {"age_s": max(0.0, (now_ms - entry["at_ms"]) / 1000)}
+            for entry in reversed(self._by_dest.get(dest, ()))
+            if entry["at_ms"] >= since_ms
+        ]
 
     @staticmethod
     def _masked(raw: bytes | None, masked: Callable[[str], str]) -> str | None:
@@ -210,7 +222,7 @@ def document(
     outcomes: RecentOutcomes | None = None,
 ) -> dict[str, Any]:
     """The `/status` JSON: per destination, waiting per tier, oldest age, next due, re-offers
-    and expiries, DLQ size, failures."""
+    and expiries, DLQ size, the failures handed off in the last few minutes."""
     held: dict[str, list[Head]] = defaultdict(list)
     for head in heads:
         held[head.dest].append(head)
@@ -228,7 +240,8 @@ def document(
             ),
             "held_partitions": len(held[dest]),
             "dlq_size": backlog.dlq_size(dest) if backlog else None,
-            "recent_failures": recent.of(dest),
+            "recent_failures": recent.of(dest, now_ms),
+            "recent_failures_window_s": recent.window_s,
             **(outcomes.of(dest, now_ms) if outcomes is not None else {}),
         }
     refreshed = backlog.refreshed_ms if backlog else None

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,7 +36,7 @@ from retrier.dashboard.params import BadInput, cursor_param, int_param, letter_f
 from retrier.dashboard.replay_jobs import Busy, ReplayJobs
 from retrier.dlq.index import DeadLetterIndex
 from retrier.dlq.letter import REASONS
-from retrier.dlq.query import LetterRow
+from retrier.dlq.query import LetterFilter, LetterRow
 from retrier.replays import ReplayFilter
 
 log = structlog.get_logger(__name__)
@@ -46,6 +47,11 @@ _WITHHELD = "(the error text needs the dashboard token)"
 _GROWTH_BUCKET_S = 300
 _GROWTH_BUCKETS = 12  # the last hour, in 5-minute buckets
 _FAILURE_WINDOW_MS = 3600 * 1000
+_FAILURE_GROUPS_SHOWN = 10
+# What varies between the letters of one failure beyond the index's ids and numbers: the note a
+# connector adds to a group it dead-lettered whole once the bisection budget ran out (its size).
+_GROUP_NOTE = re.compile(r"\s*\(in a rejected group of \d+.*$")
+_WAITING, _REPLAYED = LetterFilter(replayed=False), LetterFilter(replayed=True)
 _SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self';"
@@ -297,20 +303,35 @@ def _error(status: int, reason: str) -> Response:
 
 
 def _dlq_summary(index: DeadLetterIndex, now_ms: int, *, quote_errors: bool) -> dict[str, Any]:
-    """The DLQ panel of one destination: size, indexing progress, reasons, growth, failures."""
+    """The DLQ panel of one destination: size (waiting and replayed), indexing progress,
+    reasons (of the letters waiting), growth, failures."""
+    groups = _failure_groups(index.failure_groups(now_ms - _FAILURE_WINDOW_MS))
     return {
         "size": len(index),
+        "waiting": index.count(_WAITING),
+        "replayed": index.count(_REPLAYED),
         "ready": index.ready.is_set(),
         "indexed": len(index),
         "expected": index.expected,
-        "by_reason": {r: n for r, n in index.counts_by_reason().items() if n},
+        "by_reason": {r: n for r, n in index.counts_by_reason(_WAITING).items() if n},
         "growth": index.growth(now_ms, bucket_s=_GROWTH_BUCKET_S, buckets=_GROWTH_BUCKETS),
         "growth_bucket_s": _GROWTH_BUCKET_S,
         "failure_groups": [
             {"status": status, "error": error if quote_errors else _WITHHELD, "count": count}
-            for status, error, count in index.failure_groups(now_ms - _FAILURE_WINDOW_MS)[:10]
+            for status, error, count in groups[:_FAILURE_GROUPS_SHOWN]
         ],
     }
+
+
+def _failure_groups(groups: Iterable[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+    """The index's failure groups made one per status and error text without its varying parts
+    (`_GROUP_NOTE`), most letters first: one outage is one row."""
+    merged: dict[tuple[str, str], int] = {}
+    for status, error, count in groups:
+        key = (status, _GROUP_NOTE.sub("", error))
+        merged[key] = merged.get(key, 0) + count
+    ordered = sorted(merged.items(), key=lambda item: (-item[1], item[0]))
+    return [(status, error, count) for (status, error), count in ordered]
 
 
 def _indexed_at(index: DeadLetterIndex, partition: int, offset: int) -> LetterRow | None:

@@ -15,19 +15,20 @@ from typing import Any
 import httpx
 
 from auditor.buckets import MINUTE_MS
-from auditor.client import AuditorTables, base_url, fetch_tables
+from auditor.client import AuditorTables, DestinationHealth, base_url, fetch_tables
 from auditor.tables import day_availability, parse_minute
 from hifi.errors import HifiError
 
 HOURS_SHOWN = 3
 _TIMEOUT_S = 3.0
 _REFRESH_S = 2.0
+FAILED_EVENT_SHARE_ALARM = 0.05  # a share of failed events above this shows red
 
 
 @dataclass
 class AuditorFeed:
     """Per-minute rows of the last `HOURS_SHOWN` hours, today's availability and the
-    destination's health (its last 2xx, its failed requests lately), cached briefly."""
+    destination's health (its last 2xx, its failed batches and events lately), cached briefly."""
 
     base: str
     refresh_s: float = _REFRESH_S
@@ -72,5 +73,11 @@ class AuditorFeed:
             "availability": day_availability(
                 found.rows, today, final_before_ms=found.final_before_ms
             ),
-            "health": None if found.health is None else asdict(found.health),
+            "health": None if found.health is None else panel_health(found.health),
         }
+
+
+def panel_health(health: DestinationHealth) -> dict[str, Any]:
+    """The health panel's figures; `alarm`: the share of failed events shows red."""
+    share = health.failed_event_share
+    return asdict(health) | {"alarm": share is not None and share > FAILED_EVENT_SHARE_ALARM}

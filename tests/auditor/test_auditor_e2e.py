@@ -66,8 +66,10 @@ async def test_a_deliberate_gap_is_reported_as_exactly_its_missing_ids(
     health = status.json()["dests"][unique]["health"]
     assert started_ms <= health["last_delivered_ms"] <= now_ms()
     assert health["window_s"] == 300
-    assert health["requests"] > 0
-    assert (health["failed_requests"], health["failed_share"]) == (0, 0.0)
+    assert health["batches"] > 0
+    assert health["events"] > 0
+    assert (health["failed_events"], health["failed_event_share"]) == (0, 0.0)
+    assert (health["failed_batches"], health["bisection_requests"]) == (0, 0)
     rows = [(ledger.tally(b), b) for b in ledger.rows()]
     assert sum(c.entered for c, _ in rows) == 400
     assert sum(c.delivered for c, _ in rows) == 393

@@ -155,19 +155,21 @@ async def _health(url: str) -> dict[str, dict[str, Any]]:
     return {dest: found["health"] for dest, found in status["dests"].items()}
 
 
-async def test_health_counts_the_connectors_failed_requests_and_knows_the_last_2xx(
+async def test_health_counts_the_connectors_failed_batches_and_knows_the_last_2xx(
     story: Story,
 ) -> None:
-    """During the outage requests failed and then 2xx came back; the destination that never
-    answered 2xx has only failed requests; a killed auditor knows the same last 2xx."""
+    """During the outage batches failed and then 2xx came back; the destination that never
+    answered 2xx has only failed batches; a killed auditor knows the same last 2xx."""
     live = await _health(story.live_url)
     outage = live[story.outage]
     assert outage["last_delivered_ms"] > parse_minute(story.minute_b)  # after the outage
-    assert 0 < outage["failed_requests"] < outage["requests"]
-    assert outage["failed_share"] == round(outage["failed_requests"] / outage["requests"], 4)
+    assert 0 < outage["failed_batches"] < outage["batches"]
+    assert 0 < outage["failed_events"] < outage["events"]
+    assert outage["failed_event_share"] == round(outage["failed_events"] / outage["events"], 4)
     expiry = live[story.expiry]
     assert expiry["last_delivered_ms"] is None
-    assert expiry["failed_requests"] == expiry["requests"]
+    assert expiry["failed_batches"] == expiry["batches"]
+    assert expiry["failed_events"] == expiry["events"]
     restarted = await _health(story.process.url)
     for dest in story.names:
         assert restarted[dest]["last_delivered_ms"] == live[dest]["last_delivered_ms"], dest

@@ -244,7 +244,7 @@ def test_recent_failures_are_masked_when_stored() -> None:
     recent = RecentFailures()
     headers = {HDR_STATUS: b"503", HDR_ERROR: f"HTTP 503: token {TOKEN}\nnext line".encode()}
     recent.note("d", headers, RetryState(attempt=1, first_failure_ms=0, handoff_ms=0))
-    (entry,) = recent.of("d")
+    (entry,) = recent.of("d", now_ms=1000)
     assert entry["error"] == "HTTP 503: token *** next line"
     assert entry["status"] == "503"
 

@@ -3,7 +3,6 @@
 
 const REFRESH_MS = 3000;
 const PAGE_ROWS = 50;
-const FAILED_SHARE_ALARM = 0.05; // a share of failed requests above this shows red
 const LAG_CHART_MINUTES = 181; // the lag chart's width in minutes: the 3 hours (and the minute now) the auditor feed gives
 const $ = (id) => document.getElementById(id);
 
@@ -168,15 +167,20 @@ function showTiers(t, measured) {
   $("expired").textContent = t.expired_last_minute === undefined ? "-" :
     `${num(t.expired_last_minute)} in the last minute (${num(t.expired_since_start)} since start)`;
   $("measured").textContent = measured ? measured.slice(11, 19) + " UTC" : "-";
-  fill("recent", (t.recent_failures || []).slice(0, 5).map((f) => row([f.at.slice(11, 19), f.attempt, f.status || "-", { text: f.error || "", attrs: { class: "err", title: f.error || "" } }])), "no hand-off since the retrier started");
+  const recentMin = t.recent_failures_window_s ? Math.round(t.recent_failures_window_s / 60) : null;
+  $("recent-window").textContent = recentMin ? `(last ${recentMin} min)` : "";
+  fill("recent", (t.recent_failures || []).slice(0, 5).map((f) => row([age(f.age_s), f.at.slice(11, 19), f.attempt, f.status || "-", { text: f.error || "", attrs: { class: "err", title: f.error || "" } }])),
+    recentMin ? `no hand-off in the last ${recentMin} min` : "no hand-off since the retrier started");
 }
 
 function showDlq(dlq) {
-  $("dlq-size").textContent = num(dlq.size);
-  $("dlq-size").onclick = (e) => { e.preventDefault(); setFilter({}); };
+  $("dlq-size").textContent = num(dlq.waiting ?? dlq.size);
+  $("dlq-size").onclick = (e) => { e.preventDefault(); setFilter({ replayed: "no" }); };
+  $("dlq-replayed").textContent = num(dlq.replayed ?? 0);
+  $("dlq-replayed").onclick = (e) => { e.preventDefault(); setFilter({ replayed: "yes" }); };
   $("index-state").textContent = dlq.ready ? "" : `indexing: ${num(dlq.indexed)} letters read so far`;
   const reasons = Object.entries(dlq.by_reason || {}).sort((a, b) => b[1] - a[1]);
-  fill("reasons", reasons.map(([reason, n]) => row([reason, { node: link(num(n), () => setFilter({ reason })), attrs: { class: "n" } }])), "no dead letters");
+  fill("reasons", reasons.map(([reason, n]) => row([reason, { node: link(num(n), () => setFilter({ reason, replayed: "no" })), attrs: { class: "n" } }])), "no dead letter waiting");
   const bucketMs = dlq.growth_bucket_s * 1000;
   const end = state.overview.now_ms - (state.overview.now_ms % bucketMs) + bucketMs;
   const starts = dlq.growth.map((_, i) => end - (dlq.growth.length - i) * bucketMs);
@@ -244,9 +248,9 @@ function showHealth(acc) {
   const share = $("failed-share");
   share.className = "";
   if (!h) {
-    for (const id of ["last-2xx", "failed-share", "health-requests"]) $(id).textContent = "-";
+    for (const id of ["last-2xx", "failed-share", "health-requests", "health-batches", "health-bisection"]) $(id).textContent = "-";
     $("health-source").textContent = !state.overview.auditor
-      ? "The last 2xx and the failed requests come from the auditor, which reads the connector's audit facts: start the retrier with --auditor-url URL (or HIFI_AUDITOR_URL)."
+      ? "The last 2xx and the failed events come from the auditor, which reads the connector's audit facts: start the retrier with --auditor-url URL (or HIFI_AUDITOR_URL)."
       : acc.available ? "This auditor does not report the destination's health; upgrade it." : `No health: ${acc.why}.`;
     return;
   }
@@ -255,13 +259,15 @@ function showHealth(acc) {
   $("last-2xx").textContent = last
     ? `${iso(last).slice(0, 19)} UTC (${age(Math.max(0, (state.overview.now_ms - last) / 1000))} ago)`
     : "none seen";
-  if (h.failed_share === null || h.failed_share === undefined) share.textContent = "no request";
+  if (h.failed_event_share === null || h.failed_event_share === undefined) share.textContent = "no event sent";
   else {
-    share.replaceChildren(link(`${(h.failed_share * 100).toFixed(1)} %`, null, status));
-    if (h.failed_share > FAILED_SHARE_ALARM) share.className = "bad";
+    share.replaceChildren(link(`${(h.failed_event_share * 100).toFixed(1)} %`, null, status));
+    if (h.alarm) share.className = "bad"; // the retrier decides: more than 5 % of events failed
   }
-  $("health-requests").replaceChildren(link(`${num(h.failed_requests)} failed of ${num(h.requests)}`, null, status));
-  $("health-source").textContent = `From the auditor: the connector's request outcomes of the last ${Math.round(h.window_s / 60)} min (2xx, hand-offs, refusals).`;
+  $("health-requests").replaceChildren(link(`${num(h.failed_events)} failed of ${num(h.events)}`, null, status));
+  $("health-batches").replaceChildren(link(`${num(h.failed_batches)} of ${num(h.batches)}`, null, status));
+  $("health-bisection").replaceChildren(link(num(h.bisection_requests), null, status));
+  $("health-source").textContent = `From the auditor: what became of the batches the connector sent in the last ${Math.round(h.window_s / 60)} min. A batch the destination rejected is one failed batch, however many requests bisected it; its failed events are those it dead-lettered; hand-offs fail a batch and its events.`;
 }
 
 // --- browsing letters --------------------------------------------------------------------------
