@@ -12,7 +12,6 @@ from typing import Any
 import msgspec
 import structlog
 from aiokafka import TopicPartition
-from starlette.requests import Request
 
 from auditor import metrics
 from auditor.archive import Archive, PendingFiles, write_snapshot
@@ -22,7 +21,7 @@ from auditor.entered import entered_columns
 from auditor.health import Health
 from auditor.ledger import MAX_MISSING_IDS, Ledger
 from auditor.progress import ProgressClock
-from auditor.tables import archive_row, iso_minute, live_rows
+from auditor.tables import archive_row, iso_minute
 from config.destination import Destination
 from config.parsing import parse
 from hifi.audit import FactRefused, decode_fact
@@ -76,6 +75,8 @@ class Accounts(PartitionHandler):
         self._changed: set[tuple[str, int]] = set()  # final minutes a late outcome changed
         self.refused: dict[str, int] = defaultdict(int)
         self._refusal_logged: set[str] = set()
+        self._then_stop: Callable[[], None] | None = None  # set by `roll_and_stop`
+        self.stopping = False  # the last roll is taken: nothing settles after it
 
     async def restore(self) -> None:
         """Carry on from the last snapshot in the archive, if there is one."""
@@ -109,8 +110,8 @@ class Accounts(PartitionHandler):
     # --- taking records in ------------------------------------------------------------
 
     def take(self, tp: TopicPartition, records: list[Any]) -> None:
-        if not records:
-            return
+        if not records or self.stopping:
+            return  # after the last roll: left uncommitted, read again by the next run
         self._offsets[tp].extend(map(_offset_of, records))
         metrics.RECORDS.labels(tp.topic).inc(len(records))
         last = records[-1]
@@ -193,13 +194,25 @@ class Accounts(PartitionHandler):
 
     # --- rolls --------------------------------------------------------------------------
 
+    def roll_and_stop(self, then: Callable[[], None]) -> None:
+        """Roll once more at the next chance, whatever `roll_s` says, then call `then` (the
+        worker's stop): what the tables concluded (minutes made final since the last roll, the
+        snapshot) is archived before the offsets behind it are committed and the auditor exits."""
+        self._then_stop = then
+
     def next_work(self, *, poll_open: bool) -> Work | None:
-        """A roll, once `roll_s` passed (or many rows wait) and a whole poll is taken in."""
+        """A roll, once `roll_s` passed (or many rows wait, or a stop asks for the last one) and
+        a whole poll is taken in."""
         archive = self._archive
-        if poll_open or not (self._offsets or archive.buffered_rows or self._changed):
+        if poll_open or self.stopping:
+            return None
+        last = self._then_stop is not None
+        if not (self._offsets or archive.buffered_rows or self._changed):
+            if last:
+                self._stop_now()
             return None
         waited_s = time.monotonic() - self._last_roll
-        if waited_s < self._roll_s and archive.buffered_rows < ROLL_ROWS:
+        if not last and waited_s < self._roll_s and archive.buffered_rows < ROLL_ROWS:
             return None
         self._last_roll = time.monotonic()
         self._archive_changed()
@@ -207,7 +220,17 @@ class Accounts(PartitionHandler):
         state = self._snapshot()
         offsets, self._offsets = dict(self._offsets), defaultdict(list)
         resolve, self._to_resolve = self._to_resolve, []
-        return Work(self._roll(pending, state, resolve), offsets)
+        work = Work(self._roll(pending, state, resolve, last=last), offsets)
+        if last:
+            self._stop_now()
+        return work
+
+    def _stop_now(self) -> None:
+        then, self._then_stop = self._then_stop, None
+        self.stopping = True
+        if then is not None:
+            log.info("last_roll_started")
+            then()
 
     def _archive_changed(self) -> None:
         """A new row for each final minute a late outcome changed since the last roll."""
@@ -218,6 +241,10 @@ class Accounts(PartitionHandler):
             if bucket is not None:
                 self._archive.minute(dest, archive_row(ledger, bucket, written_ms=now_ms))
         self._changed.clear()
+
+    @property
+    def buffered_rows(self) -> int:
+        return self._archive.buffered_rows
 
     def room(self) -> int:
         return max(0, MAX_BUFFERED_ROWS - self._archive.buffered_rows)
@@ -249,14 +276,23 @@ class Accounts(PartitionHandler):
         pending: PendingFiles,
         state: bytes,
         resolve: list[tuple[str, int, dict[tuple[str, int], list[int]]]],
+        *,
+        last: bool = False,
     ) -> None:
+        """Write the rows, then the snapshot; name the missing events of minutes made final
+        (their rows go in the next roll, or in this one when it is the last)."""
+        await self._write(pending, state)
+        for dest, minute_ms, origins in resolve:
+            await self._resolve_missing(dest, minute_ms, origins)
+        if last and self._archive.buffered_rows:
+            await self._write(self._archive.take(), self._snapshot())
+
+    async def _write(self, pending: PendingFiles, state: bytes) -> None:
         started = time.perf_counter()
         await asyncio.to_thread(pending.write)
         await asyncio.to_thread(write_snapshot, self._archive.root, self._snapshot_name, state)
         metrics.ARCHIVE_ROWS.inc(pending.rows)
         metrics.ARCHIVE_WRITE.observe(time.perf_counter() - started)
-        for dest, minute_ms, origins in resolve:
-            await self._resolve_missing(dest, minute_ms, origins)
 
     async def _resolve_missing(
         self, dest: str, minute_ms: int, origins: dict[tuple[str, int], list[int]]
@@ -292,6 +328,8 @@ class Accounts(PartitionHandler):
     # --- settling -----------------------------------------------------------------------
 
     def after_commit(self, lag_records: Mapping[TopicPartition, int]) -> None:
+        if self.stopping:
+            return  # a minute settled now would be in no roll: the next run settles it
         for tp, lag in self._clock.lag_records().items():
             metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)
         now_ms = self._now_ms()
@@ -340,44 +378,3 @@ class Accounts(PartitionHandler):
                     origins[tp] = offsets
                     left -= len(offsets)
             self._to_resolve.append((name, bucket.minute_ms, origins))
-
-    # --- pages ----------------------------------------------------------------------------
-
-    async def tables_page(self, request: Request) -> Any:
-        """`/tables?dest=NAME&from=MS&to=MS`: the per-minute rows (all destinations without dest)."""
-        params = request.query_params
-        now_ms = self._now_ms()
-        from_ms, to_ms = _ms_param(params.get("from")), _ms_param(params.get("to"))
-        wanted = params.get("dest")
-        names = [wanted] if wanted else sorted(self.ledgers)
-        return {
-            name: live_rows(self.ledgers[name], from_ms=from_ms, to_ms=to_ms, now_ms=now_ms)
-            for name in names
-            if name in self.ledgers
-        }
-
-    async def status_page(self, request: Request) -> Any:
-        now_ms = self._now_ms()
-        return {
-            "dests": {
-                name: {
-                    "unsettled_minutes": ledger.unsettled(),
-                    "tracked_events": ledger.waiting_events(),
-                    "final_before_ms": ledger.closed_before_ms or None,
-                    "settings": ledger.settings.model_dump(),
-                    "health": self.health[name].view(now_ms),
-                }
-                for name, ledger in self.ledgers.items()
-            },
-            "refused_facts": dict(self.refused),
-            "buffered_rows": self._archive.buffered_rows,
-        }
-
-
-def _ms_param(value: str | None) -> int | None:
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        return None
