@@ -19,6 +19,7 @@ from auditor.archive.read import find_ids
 from auditor.buckets import MINUTE_MS, Problem, Settled
 from auditor.entered import entered_columns
 from auditor.health import Health
+from auditor.incarnations import Incarnations, key
 from auditor.ledger import MAX_MISSING_IDS, Ledger
 from auditor.progress import ProgressClock
 from auditor.tables import archive_row, iso_minute
@@ -26,7 +27,6 @@ from config.destination import Destination
 from config.parsing import parse
 from hifi.audit import FactRefused, decode_fact
 from hifi.errors import HifiError
-from hifi.vocabulary import Outcome
 from hifi.worker import PartitionHandler, Work
 
 log = structlog.get_logger(__name__)
@@ -65,11 +65,13 @@ class Accounts(PartitionHandler):
         self._now_ms = now_ms
         self.ledgers = {name: Ledger(name, dest.accounting) for name, dest in dests.items()}
         self.health = {name: Health() for name in dests}
+        self.incarnations = Incarnations()
         self._readers: dict[str, list[Destination]] = defaultdict(list)
         for dest in dests.values():
             for topic in dest.source_topics:
                 self._readers[topic].append(dest)
         self._offsets: dict[TopicPartition, list[int]] = defaultdict(list)
+        self._facts: list[tuple[TopicPartition, list[Any]]] = []  # audit records of the poll
         self._last_roll = time.monotonic()
         self._to_resolve: list[tuple[str, int, dict[tuple[str, int], list[int]]]] = []
         self._changed: set[tuple[str, int]] = set()  # final minutes a late outcome changed
@@ -97,6 +99,7 @@ class Accounts(PartitionHandler):
                 if name in self.health:
                     self.health[name].restore(health_state)
             self._clock.restore(state["progress"])
+            self.incarnations.restore(state.get("incarnations", ()))  # older snapshots: none
         except (msgspec.DecodeError, ValueError, KeyError, TypeError) as exc:
             raise HifiError(
                 f"archive {self._archive.root}: snapshot {self._snapshot_name} cannot be read:"
@@ -114,23 +117,42 @@ class Accounts(PartitionHandler):
             return  # after the last roll: left uncommitted, read again by the next run
         self._offsets[tp].extend(map(_offset_of, records))
         metrics.RECORDS.labels(tp.topic).inc(len(records))
-        last = records[-1]
+        last, readers = records[-1], self._readers.get(tp.topic, ())
+        epoch = self._epoch(tp, records[0]) if readers else 0
         self._clock.read(tp, last.offset + 1, max(map(_kafka_ms_of_record, records)))
         if tp.topic == self._audit_topic:
-            self._take_facts(records)
-        for dest in self._readers.get(tp.topic, ()):
-            self._take_entries(dest, tp, records)
+            self._facts.append((tp, records))  # after the poll's entries: their epochs first
+        for dest in readers:
+            self._take_entries(dest, tp, records, epoch)
 
-    def _take_entries(self, dest: Destination, tp: TopicPartition, records: list[Any]) -> None:
+    def _epoch(self, tp: TopicPartition, first: Any) -> int:
+        """The incarnation of a source partition's poll; a new one when it was re-created."""
+        epoch = self.incarnations.epoch(tp.topic, tp.partition)
+        found = self.incarnations.check(
+            tp.topic,
+            tp.partition,
+            first_offset=first.offset,
+            first_ms=first.timestamp,
+            read=self._clock.position(tp),
+            highwater=self._clock.highwater(tp),
+            now_ms=self._now_ms(),
+        )
+        if found != epoch:
+            self._clock.restart(tp)
+        return found
+
+    def _take_entries(
+        self, dest: Destination, tp: TopicPartition, records: list[Any], epoch: int
+    ) -> None:
         """Note one poll of one partition as entered, a column at a time (the auditor reads
         every record the connector reads: this is its hot path)."""
         ledger, name = self.ledgers[dest.name], dest.name
         observed_ms = self._now_ms()
         parsed = parse(dest, tp, records, taken_ms=observed_ms)  # the connector's rules
         columns = entered_columns(ledger, parsed)
-        self._archive.entered_many(name, tp.topic, tp.partition, observed_ms, columns)
+        self._archive.entered_many(name, tp.topic, tp.partition, observed_ms, columns, epoch=epoch)
         minutes, offsets, problems = columns.minutes_ms, columns.offsets, columns.problems
-        origin = (tp.topic, tp.partition)
+        origin = (key(tp.topic, epoch), tp.partition)
         if minutes and min(minutes) == max(minutes):
             ledger.enter(minutes[0], origin, offsets)
         else:
@@ -149,6 +171,13 @@ class Accounts(PartitionHandler):
                 ledger.note_problem(minute, Problem(problem), count)
                 metrics.PROBLEMS.labels(name, problem).inc(count)
 
+    def _take_all_facts(self) -> None:
+        """The facts of the polls taken in, once their entries are (a re-created partition's
+        new epoch is known before a fact about its events counts)."""
+        facts, self._facts = self._facts, []
+        for _, records in facts:
+            self._take_facts(records)
+
     def _take_facts(self, records: list[Any]) -> None:
         archive, read_ms = self._archive, self._now_ms()
         for record in records:
@@ -161,24 +190,18 @@ class Accounts(PartitionHandler):
             if ledger is None:
                 continue  # a destination this auditor does not serve
             repeated = ledger.repeated_facts
-            changes = ledger.apply(fact)
+            epochs = self.incarnations.epochs_of(fact)
+            changes = ledger.apply(fact, epochs)
             if ledger.repeated_facts != repeated:
                 metrics.REPEATED.labels(fact.dest).inc()
                 continue
             self.health[fact.dest].note(fact, read_ms)
-            for part in fact.slices:
-                archive.outcomes(
-                    fact.dest, [t - t % MINUTE_MS for t in part.event_times_ms], fact, part
-                )
+            for i, part in enumerate(fact.slices):
+                minutes = [t - t % MINUTE_MS for t in part.event_times_ms]
+                archive.outcomes(fact.dest, minutes, fact, part, epoch=epochs[i] if epochs else 0)
             for change in changes:
                 self._changed.add((fact.dest, change.minute_ms))
-                events = metrics.EVENTS
-                if change.delivered:
-                    events.labels(fact.dest, Outcome.DELIVERED).inc(change.delivered)
-                if change.dead_lettered:
-                    events.labels(fact.dest, Outcome.DEAD_LETTERED).inc(change.dead_lettered)
-                if change.filtered:
-                    events.labels(fact.dest, Outcome.FILTERED).inc(change.filtered)
+                metrics.count_late(fact.dest, change)
 
     def _refuse(self, record: Any, exc: FactRefused) -> None:
         metrics.REFUSED.labels(exc.reason).inc()
@@ -206,6 +229,7 @@ class Accounts(PartitionHandler):
         archive = self._archive
         if poll_open or self.stopping:
             return None
+        self._take_all_facts()
         last = self._then_stop is not None
         if not (self._offsets or archive.buffered_rows or self._changed):
             if last:
@@ -255,11 +279,12 @@ class Accounts(PartitionHandler):
 
     @property
     def busy(self) -> bool:
-        return bool(self._offsets) or self._archive.buffered_rows > 0 or bool(self._changed)
+        return bool(self._offsets or self._facts or self._changed) or self.buffered_rows > 0
 
     def drop(self, partitions: set[TopicPartition]) -> None:
         for tp in partitions:
             self._offsets.pop(tp, None)
+        self._facts = [(tp, records) for tp, records in self._facts if tp not in partitions]
 
     def _snapshot(self) -> bytes:
         state = {
@@ -268,6 +293,7 @@ class Accounts(PartitionHandler):
             "ledgers": {name: ledger.snapshot() for name, ledger in self.ledgers.items()},
             "health": {name: health.snapshot() for name, health in self.health.items()},
             "progress": self._clock.state(),
+            "incarnations": self.incarnations.state(),
         }
         return msgspec.msgpack.encode(state)
 
@@ -330,6 +356,7 @@ class Accounts(PartitionHandler):
     def after_commit(self, lag_records: Mapping[TopicPartition, int]) -> None:
         if self.stopping:
             return  # a minute settled now would be in no roll: the next run settles it
+        self._take_all_facts()
         for tp, lag in self._clock.lag_records().items():
             metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)
         now_ms = self._now_ms()
@@ -348,18 +375,8 @@ class Accounts(PartitionHandler):
         bucket, name = settled.bucket, ledger.dest
         counts, lags = ledger.tally(bucket), ledger.lags(bucket)
         self._archive.minute(name, archive_row(ledger, bucket, written_ms=now_ms))
-        events = metrics.EVENTS
-        events.labels(name, metrics.ENTERED).inc(counts.entered)
-        events.labels(name, Outcome.DELIVERED).inc(counts.delivered)
-        events.labels(name, Outcome.DEAD_LETTERED).inc(counts.dead_lettered)
-        events.labels(name, Outcome.FILTERED).inc(counts.filtered)
-        events.labels(name, metrics.MISSING).inc(counts.missing)
-        metrics.LOSS_RATIO.labels(name).set(settled.loss_ratio)
-        if lags.p95_ms is not None:
-            metrics.LAG_P95.labels(name).set(lags.p95_ms / 1000)
-        metrics.LOSS_ALARM.labels(name).set(int(settled.alarm))
+        metrics.count_settled(name, counts, lags.p95_ms, settled.loss_ratio, settled.alarm)
         if settled.alarm:
-            metrics.LOSS_ALARMS.labels(name).inc()
             log.error(
                 "loss_alarm",
                 dest=name,

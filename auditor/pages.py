@@ -48,6 +48,7 @@ class Pages:
                 for name, ledger in accounts.ledgers.items()
             },
             "refused_facts": dict(accounts.refused),
+            "recreated_partitions": accounts.incarnations.view(),
             "buffered_rows": accounts.buffered_rows,
         }
 
