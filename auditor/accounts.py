@@ -12,7 +12,6 @@ from typing import Any
 import msgspec
 import structlog
 from aiokafka import TopicPartition
-from starlette.requests import Request
 
 from auditor import metrics
 from auditor.archive import Archive, PendingFiles, write_snapshot
@@ -20,14 +19,14 @@ from auditor.archive.read import find_ids
 from auditor.buckets import MINUTE_MS, Problem, Settled
 from auditor.entered import entered_columns
 from auditor.health import Health
+from auditor.incarnations import Incarnations, key
 from auditor.ledger import MAX_MISSING_IDS, Ledger
 from auditor.progress import ProgressClock
-from auditor.tables import archive_row, iso_minute, live_rows
+from auditor.tables import archive_row, iso_minute
 from config.destination import Destination
 from config.parsing import parse
 from hifi.audit import FactRefused, decode_fact
 from hifi.errors import HifiError
-from hifi.vocabulary import Outcome
 from hifi.worker import PartitionHandler, Work
 
 log = structlog.get_logger(__name__)
@@ -66,16 +65,20 @@ class Accounts(PartitionHandler):
         self._now_ms = now_ms
         self.ledgers = {name: Ledger(name, dest.accounting) for name, dest in dests.items()}
         self.health = {name: Health() for name in dests}
+        self.incarnations = Incarnations()
         self._readers: dict[str, list[Destination]] = defaultdict(list)
         for dest in dests.values():
             for topic in dest.source_topics:
                 self._readers[topic].append(dest)
         self._offsets: dict[TopicPartition, list[int]] = defaultdict(list)
+        self._facts: list[tuple[TopicPartition, list[Any]]] = []  # audit records of the poll
         self._last_roll = time.monotonic()
         self._to_resolve: list[tuple[str, int, dict[tuple[str, int], list[int]]]] = []
         self._changed: set[tuple[str, int]] = set()  # final minutes a late outcome changed
         self.refused: dict[str, int] = defaultdict(int)
         self._refusal_logged: set[str] = set()
+        self._then_stop: Callable[[], None] | None = None  # set by `roll_and_stop`
+        self.stopping = False  # the last roll is taken: nothing settles after it
 
     async def restore(self) -> None:
         """Carry on from the last snapshot in the archive, if there is one."""
@@ -96,6 +99,7 @@ class Accounts(PartitionHandler):
                 if name in self.health:
                     self.health[name].restore(health_state)
             self._clock.restore(state["progress"])
+            self.incarnations.restore(state.get("incarnations", ()))  # older snapshots: none
         except (msgspec.DecodeError, ValueError, KeyError, TypeError) as exc:
             raise HifiError(
                 f"archive {self._archive.root}: snapshot {self._snapshot_name} cannot be read:"
@@ -109,27 +113,46 @@ class Accounts(PartitionHandler):
     # --- taking records in ------------------------------------------------------------
 
     def take(self, tp: TopicPartition, records: list[Any]) -> None:
-        if not records:
-            return
+        if not records or self.stopping:
+            return  # after the last roll: left uncommitted, read again by the next run
         self._offsets[tp].extend(map(_offset_of, records))
         metrics.RECORDS.labels(tp.topic).inc(len(records))
-        last = records[-1]
+        last, readers = records[-1], self._readers.get(tp.topic, ())
+        epoch = self._epoch(tp, records[0]) if readers else 0
         self._clock.read(tp, last.offset + 1, max(map(_kafka_ms_of_record, records)))
         if tp.topic == self._audit_topic:
-            self._take_facts(records)
-        for dest in self._readers.get(tp.topic, ()):
-            self._take_entries(dest, tp, records)
+            self._facts.append((tp, records))  # after the poll's entries: their epochs first
+        for dest in readers:
+            self._take_entries(dest, tp, records, epoch)
 
-    def _take_entries(self, dest: Destination, tp: TopicPartition, records: list[Any]) -> None:
+    def _epoch(self, tp: TopicPartition, first: Any) -> int:
+        """The incarnation of a source partition's poll; a new one when it was re-created."""
+        epoch = self.incarnations.epoch(tp.topic, tp.partition)
+        found = self.incarnations.check(
+            tp.topic,
+            tp.partition,
+            first_offset=first.offset,
+            first_ms=first.timestamp,
+            read=self._clock.position(tp),
+            highwater=self._clock.highwater(tp),
+            now_ms=self._now_ms(),
+        )
+        if found != epoch:
+            self._clock.restart(tp)
+        return found
+
+    def _take_entries(
+        self, dest: Destination, tp: TopicPartition, records: list[Any], epoch: int
+    ) -> None:
         """Note one poll of one partition as entered, a column at a time (the auditor reads
         every record the connector reads: this is its hot path)."""
         ledger, name = self.ledgers[dest.name], dest.name
         observed_ms = self._now_ms()
         parsed = parse(dest, tp, records, taken_ms=observed_ms)  # the connector's rules
         columns = entered_columns(ledger, parsed)
-        self._archive.entered_many(name, tp.topic, tp.partition, observed_ms, columns)
+        self._archive.entered_many(name, tp.topic, tp.partition, observed_ms, columns, epoch=epoch)
         minutes, offsets, problems = columns.minutes_ms, columns.offsets, columns.problems
-        origin = (tp.topic, tp.partition)
+        origin = (key(tp.topic, epoch), tp.partition)
         if minutes and min(minutes) == max(minutes):
             ledger.enter(minutes[0], origin, offsets)
         else:
@@ -148,6 +171,13 @@ class Accounts(PartitionHandler):
                 ledger.note_problem(minute, Problem(problem), count)
                 metrics.PROBLEMS.labels(name, problem).inc(count)
 
+    def _take_all_facts(self) -> None:
+        """The facts of the polls taken in, once their entries are (a re-created partition's
+        new epoch is known before a fact about its events counts)."""
+        facts, self._facts = self._facts, []
+        for _, records in facts:
+            self._take_facts(records)
+
     def _take_facts(self, records: list[Any]) -> None:
         archive, read_ms = self._archive, self._now_ms()
         for record in records:
@@ -160,24 +190,18 @@ class Accounts(PartitionHandler):
             if ledger is None:
                 continue  # a destination this auditor does not serve
             repeated = ledger.repeated_facts
-            changes = ledger.apply(fact)
+            epochs = self.incarnations.epochs_of(fact)
+            changes = ledger.apply(fact, epochs)
             if ledger.repeated_facts != repeated:
                 metrics.REPEATED.labels(fact.dest).inc()
                 continue
             self.health[fact.dest].note(fact, read_ms)
-            for part in fact.slices:
-                archive.outcomes(
-                    fact.dest, [t - t % MINUTE_MS for t in part.event_times_ms], fact, part
-                )
+            for i, part in enumerate(fact.slices):
+                minutes = [t - t % MINUTE_MS for t in part.event_times_ms]
+                archive.outcomes(fact.dest, minutes, fact, part, epoch=epochs[i] if epochs else 0)
             for change in changes:
                 self._changed.add((fact.dest, change.minute_ms))
-                events = metrics.EVENTS
-                if change.delivered:
-                    events.labels(fact.dest, Outcome.DELIVERED).inc(change.delivered)
-                if change.dead_lettered:
-                    events.labels(fact.dest, Outcome.DEAD_LETTERED).inc(change.dead_lettered)
-                if change.filtered:
-                    events.labels(fact.dest, Outcome.FILTERED).inc(change.filtered)
+                metrics.count_late(fact.dest, change)
 
     def _refuse(self, record: Any, exc: FactRefused) -> None:
         metrics.REFUSED.labels(exc.reason).inc()
@@ -193,13 +217,26 @@ class Accounts(PartitionHandler):
 
     # --- rolls --------------------------------------------------------------------------
 
+    def roll_and_stop(self, then: Callable[[], None]) -> None:
+        """Roll once more at the next chance, whatever `roll_s` says, then call `then` (the
+        worker's stop): what the tables concluded (minutes made final since the last roll, the
+        snapshot) is archived before the offsets behind it are committed and the auditor exits."""
+        self._then_stop = then
+
     def next_work(self, *, poll_open: bool) -> Work | None:
-        """A roll, once `roll_s` passed (or many rows wait) and a whole poll is taken in."""
+        """A roll, once `roll_s` passed (or many rows wait, or a stop asks for the last one) and
+        a whole poll is taken in."""
         archive = self._archive
-        if poll_open or not (self._offsets or archive.buffered_rows or self._changed):
+        if poll_open or self.stopping:
+            return None
+        self._take_all_facts()
+        last = self._then_stop is not None
+        if not (self._offsets or archive.buffered_rows or self._changed):
+            if last:
+                self._stop_now()
             return None
         waited_s = time.monotonic() - self._last_roll
-        if waited_s < self._roll_s and archive.buffered_rows < ROLL_ROWS:
+        if not last and waited_s < self._roll_s and archive.buffered_rows < ROLL_ROWS:
             return None
         self._last_roll = time.monotonic()
         self._archive_changed()
@@ -207,7 +244,17 @@ class Accounts(PartitionHandler):
         state = self._snapshot()
         offsets, self._offsets = dict(self._offsets), defaultdict(list)
         resolve, self._to_resolve = self._to_resolve, []
-        return Work(self._roll(pending, state, resolve), offsets)
+        work = Work(self._roll(pending, state, resolve, last=last), offsets)
+        if last:
+            self._stop_now()
+        return work
+
+    def _stop_now(self) -> None:
+        then, self._then_stop = self._then_stop, None
+        self.stopping = True
+        if then is not None:
+            log.info("last_roll_started")
+            then()
 
     def _archive_changed(self) -> None:
         """A new row for each final minute a late outcome changed since the last roll."""
@@ -219,6 +266,10 @@ class Accounts(PartitionHandler):
                 self._archive.minute(dest, archive_row(ledger, bucket, written_ms=now_ms))
         self._changed.clear()
 
+    @property
+    def buffered_rows(self) -> int:
+        return self._archive.buffered_rows
+
     def room(self) -> int:
         return max(0, MAX_BUFFERED_ROWS - self._archive.buffered_rows)
 
@@ -228,11 +279,12 @@ class Accounts(PartitionHandler):
 
     @property
     def busy(self) -> bool:
-        return bool(self._offsets) or self._archive.buffered_rows > 0 or bool(self._changed)
+        return bool(self._offsets or self._facts or self._changed) or self.buffered_rows > 0
 
     def drop(self, partitions: set[TopicPartition]) -> None:
         for tp in partitions:
             self._offsets.pop(tp, None)
+        self._facts = [(tp, records) for tp, records in self._facts if tp not in partitions]
 
     def _snapshot(self) -> bytes:
         state = {
@@ -241,6 +293,7 @@ class Accounts(PartitionHandler):
             "ledgers": {name: ledger.snapshot() for name, ledger in self.ledgers.items()},
             "health": {name: health.snapshot() for name, health in self.health.items()},
             "progress": self._clock.state(),
+            "incarnations": self.incarnations.state(),
         }
         return msgspec.msgpack.encode(state)
 
@@ -249,14 +302,23 @@ class Accounts(PartitionHandler):
         pending: PendingFiles,
         state: bytes,
         resolve: list[tuple[str, int, dict[tuple[str, int], list[int]]]],
+        *,
+        last: bool = False,
     ) -> None:
+        """Write the rows, then the snapshot; name the missing events of minutes made final
+        (their rows go in the next roll, or in this one when it is the last)."""
+        await self._write(pending, state)
+        for dest, minute_ms, origins in resolve:
+            await self._resolve_missing(dest, minute_ms, origins)
+        if last and self._archive.buffered_rows:
+            await self._write(self._archive.take(), self._snapshot())
+
+    async def _write(self, pending: PendingFiles, state: bytes) -> None:
         started = time.perf_counter()
         await asyncio.to_thread(pending.write)
         await asyncio.to_thread(write_snapshot, self._archive.root, self._snapshot_name, state)
         metrics.ARCHIVE_ROWS.inc(pending.rows)
         metrics.ARCHIVE_WRITE.observe(time.perf_counter() - started)
-        for dest, minute_ms, origins in resolve:
-            await self._resolve_missing(dest, minute_ms, origins)
 
     async def _resolve_missing(
         self, dest: str, minute_ms: int, origins: dict[tuple[str, int], list[int]]
@@ -292,6 +354,9 @@ class Accounts(PartitionHandler):
     # --- settling -----------------------------------------------------------------------
 
     def after_commit(self, lag_records: Mapping[TopicPartition, int]) -> None:
+        if self.stopping:
+            return  # a minute settled now would be in no roll: the next run settles it
+        self._take_all_facts()
         for tp, lag in self._clock.lag_records().items():
             metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)
         now_ms = self._now_ms()
@@ -310,18 +375,8 @@ class Accounts(PartitionHandler):
         bucket, name = settled.bucket, ledger.dest
         counts, lags = ledger.tally(bucket), ledger.lags(bucket)
         self._archive.minute(name, archive_row(ledger, bucket, written_ms=now_ms))
-        events = metrics.EVENTS
-        events.labels(name, metrics.ENTERED).inc(counts.entered)
-        events.labels(name, Outcome.DELIVERED).inc(counts.delivered)
-        events.labels(name, Outcome.DEAD_LETTERED).inc(counts.dead_lettered)
-        events.labels(name, Outcome.FILTERED).inc(counts.filtered)
-        events.labels(name, metrics.MISSING).inc(counts.missing)
-        metrics.LOSS_RATIO.labels(name).set(settled.loss_ratio)
-        if lags.p95_ms is not None:
-            metrics.LAG_P95.labels(name).set(lags.p95_ms / 1000)
-        metrics.LOSS_ALARM.labels(name).set(int(settled.alarm))
+        metrics.count_settled(name, counts, lags.p95_ms, settled.loss_ratio, settled.alarm)
         if settled.alarm:
-            metrics.LOSS_ALARMS.labels(name).inc()
             log.error(
                 "loss_alarm",
                 dest=name,
@@ -340,44 +395,3 @@ class Accounts(PartitionHandler):
                     origins[tp] = offsets
                     left -= len(offsets)
             self._to_resolve.append((name, bucket.minute_ms, origins))
-
-    # --- pages ----------------------------------------------------------------------------
-
-    async def tables_page(self, request: Request) -> Any:
-        """`/tables?dest=NAME&from=MS&to=MS`: the per-minute rows (all destinations without dest)."""
-        params = request.query_params
-        now_ms = self._now_ms()
-        from_ms, to_ms = _ms_param(params.get("from")), _ms_param(params.get("to"))
-        wanted = params.get("dest")
-        names = [wanted] if wanted else sorted(self.ledgers)
-        return {
-            name: live_rows(self.ledgers[name], from_ms=from_ms, to_ms=to_ms, now_ms=now_ms)
-            for name in names
-            if name in self.ledgers
-        }
-
-    async def status_page(self, request: Request) -> Any:
-        now_ms = self._now_ms()
-        return {
-            "dests": {
-                name: {
-                    "unsettled_minutes": ledger.unsettled(),
-                    "tracked_events": ledger.waiting_events(),
-                    "final_before_ms": ledger.closed_before_ms or None,
-                    "settings": ledger.settings.model_dump(),
-                    "health": self.health[name].view(now_ms),
-                }
-                for name, ledger in self.ledgers.items()
-            },
-            "refused_facts": dict(self.refused),
-            "buffered_rows": self._archive.buffered_rows,
-        }
-
-
-def _ms_param(value: str | None) -> int | None:
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        return None

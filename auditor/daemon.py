@@ -26,6 +26,7 @@ from auditor.archive import (
     Archive,
     write_settings,
 )
+from auditor.pages import Pages
 from auditor.progress import ProgressClock
 from config.destination import Destination
 from hifi.audit import AUDIT_RETENTION_MS, audit_topic
@@ -39,6 +40,10 @@ log = structlog.get_logger(__name__)
 
 GROUP_ID = "hifi.auditor"
 DEFAULT_ROLL_S = 60.0
+SHUTDOWN_TIMEOUT_S = 60.0  # the drain deadline: the last roll's writing and the final commit
+# A stop waits this long at most for the last roll to start (a rebalance can hold the loop);
+# without it the auditor stops as after a crash: the snapshot and the commits still agree.
+LAST_ROLL_START_S = 10.0
 _AUDIT_PARTITIONS = 4
 _CONSUMER_OPTIONS: dict[str, Any] = {
     "max_partition_fetch_bytes": 4 * 1024 * 1024,
@@ -77,17 +82,36 @@ class Auditor:
             group_id=group_id,
             max_in_flight=1,  # one roll at a time, in order
             commit_interval_s=1.0,
-            shutdown_timeout_s=60.0,
+            shutdown_timeout_s=SHUTDOWN_TIMEOUT_S,
             until_idle_s=until_idle_s,
             consumer_options=_CONSUMER_OPTIONS,
             log_context={"component": "auditor"},
         )
         self._worker = PartitionWorker(settings, options, ops=self.ops)
         self.accounts: Accounts | None = None
+        self._no_roll_after: asyncio.TimerHandle | None = None
 
     def request_stop(self) -> None:
-        """Stop intake and begin draining; safe to call from a signal handler."""
-        self._worker.request_stop()
+        """Roll once more, then stop intake and drain; safe to call from a signal handler.
+
+        The last roll writes what the tables concluded since the previous one (minutes made
+        final, the snapshot) before the offsets behind it are committed: a stop right after a
+        minute became final leaves it in the archive, as the live tables showed it.
+        """
+        accounts = self.accounts
+        if accounts is None or self._no_roll_after is not None:  # not running, or asked twice
+            self._worker.request_stop()
+            return
+        accounts.roll_and_stop(self._worker.request_stop)
+        self._worker.wake()
+        loop = asyncio.get_running_loop()
+        self._no_roll_after = loop.call_later(LAST_ROLL_START_S, self._stop_without_roll)
+
+    def _stop_without_roll(self) -> None:
+        accounts = self.accounts
+        if accounts is not None and not accounts.stopping:
+            log.warning("last_roll_not_started", waited_s=LAST_ROLL_START_S)
+            self._worker.request_stop()
 
     async def run(self) -> None:
         """Run until stopped; raises `HifiError` if Kafka fails for longer than its clients retry."""
@@ -120,11 +144,16 @@ class Auditor:
             await accounts.restore()
             self.accounts = accounts
             if self.ops is not None:
-                self.ops.serve_json("/tables", accounts.tables_page)
-                self.ops.serve_json("/status", accounts.status_page)
+                pages = Pages(accounts, wall_clock_ms)
+                self.ops.serve_json("/tables", pages.tables)
+                self.ops.serve_json("/status", pages.status)
             topics = sorted({*sources, self.audit_topic})
             log.info("auditor_started", dests=sorted(self.dests), topics=topics)
-            await self._worker.run(accounts, topics=topics)
+            try:
+                await self._worker.run(accounts, topics=topics)
+            finally:
+                if self._no_roll_after is not None:
+                    self._no_roll_after.cancel()
 
     def _source_topics(self, existing: set[str]) -> set[str]:
         topics: set[str] = set()

@@ -24,7 +24,7 @@ histogram with 2 % wide bins.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from operator import sub
 from typing import Any
 
@@ -52,6 +52,7 @@ from auditor.buckets import (
     outcomes_state,
     tally,
 )
+from auditor.incarnations import key
 from config.destination import Accounting
 from hifi.audit import Fact
 from hifi.vocabulary import Outcome
@@ -128,16 +129,17 @@ class Ledger:
 
     # --- what became of it -------------------------------------------------------------
 
-    def apply(self, fact: Fact) -> list[Change]:
-        """Take one audit fact in; a repeated fact (same `fact_id`) counts once."""
+    def apply(self, fact: Fact, epochs: Sequence[int] = ()) -> list[Change]:
+        """Take one audit fact in; a repeated fact (same `fact_id`) counts once. `epochs`: the
+        incarnation of each slice's topic (`auditor.incarnations`), all 0 when empty."""
         if fact.fact_id in self.seen_facts:
             self.repeated_facts += 1
             return []
         self.seen_facts[fact.fact_id] = fact.outcome_ms
         outcome = fact.outcome
         changes: dict[int, Change] = {}
-        for part in fact.slices:
-            tp = (part.topic, part.partition)
+        for i, part in enumerate(fact.slices):
+            tp = (key(part.topic, epochs[i]) if epochs else part.topic, part.partition)
             offsets = BitMap(part.offsets)
             known = self.outcomes.get(tp)
             if known is None:
@@ -276,8 +278,6 @@ class Ledger:
             else:
                 counts.filtered += n
                 change.filtered += n
-
-    # --- counting ------------------------------------------------------------------------
 
     # --- settling ------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from auditor.buckets import Change, Counts
 from hifi.vocabulary import Outcome
 
 # The `kind` label of `EVENTS`: what entered, the outcomes the auditor counts, what is missing.
@@ -92,3 +93,30 @@ def create_series(dest: str) -> None:
     UNSETTLED.labels(dest).set(0)
     WAITING.labels(dest).set(0)
     REPEATED.labels(dest)
+
+
+def count_late(dest: str, change: Change) -> None:
+    """Outcomes a late fact gave events of a final minute."""
+    if change.delivered:
+        EVENTS.labels(dest, Outcome.DELIVERED).inc(change.delivered)
+    if change.dead_lettered:
+        EVENTS.labels(dest, Outcome.DEAD_LETTERED).inc(change.dead_lettered)
+    if change.filtered:
+        EVENTS.labels(dest, Outcome.FILTERED).inc(change.filtered)
+
+
+def count_settled(
+    dest: str, counts: Counts, lag_p95_ms: int | None, loss_ratio: float, alarm: bool
+) -> None:
+    """A minute of `dest` became final with `counts`."""
+    EVENTS.labels(dest, ENTERED).inc(counts.entered)
+    EVENTS.labels(dest, Outcome.DELIVERED).inc(counts.delivered)
+    EVENTS.labels(dest, Outcome.DEAD_LETTERED).inc(counts.dead_lettered)
+    EVENTS.labels(dest, Outcome.FILTERED).inc(counts.filtered)
+    EVENTS.labels(dest, MISSING).inc(counts.missing)
+    LOSS_RATIO.labels(dest).set(loss_ratio)
+    if lag_p95_ms is not None:
+        LAG_P95.labels(dest).set(lag_p95_ms / 1000)
+    LOSS_ALARM.labels(dest).set(int(alarm))
+    if alarm:
+        LOSS_ALARMS.labels(dest).inc()

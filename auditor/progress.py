@@ -59,6 +59,22 @@ class ProgressClock:
         if read.last_record_ms is None or last_record_ms > read.last_record_ms:
             read.last_record_ms = last_record_ms
 
+    def position(self, tp: TopicPartition) -> tuple[int, int | None] | None:
+        """How far `tp` was read: the next offset and the last record's Kafka time; None if unread."""
+        read = self._reads.get(tp)
+        if read is None or read.next_offset is None:
+            return None
+        return read.next_offset, read.last_record_ms
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        return self._highwater(tp)
+
+    def restart(self, tp: TopicPartition) -> None:
+        """`tp` was created again: forget how far its previous incarnation was read."""
+        read = self._reads.get(tp)
+        if read is not None:
+            read.next_offset = read.last_record_ms = None
+
     def at(self, topics: Iterable[str]) -> int:
         """The progress of the owned partitions of `topics`: the least of theirs (now if none of
         them is owned while others are: a source topic that does not exist)."""

@@ -407,6 +407,7 @@ def _hour(
             pa.array(kafka_ms),
             pa.array(kafka_ms + rng.integers(50, 500, n)),
             problem,
+            pa.array(np.zeros(n, dtype=np.int32)),  # topic_epoch: never re-created
         ],
         schema=ENTERED_SCHEMA,
     )
@@ -429,6 +430,7 @@ def _hour(
             event_id.take(pa.array(ev)),
             pa.array(event_ms[ev]),
             pa.array(np.concatenate(facts.taken_ms)),
+            pa.array(np.zeros(len(ev), dtype=np.int32)),  # topic_epoch
         ],
         schema=OUTCOME_SCHEMA,
     )

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from auditor.archive.layout import Kind
+from auditor.archive.layout import LATER_COLUMNS, Kind
+from auditor.incarnations import SEPARATOR
 from config.destination import Accounting
 from hifi.errors import HifiError
 
@@ -97,7 +98,11 @@ def read_rows(
     any_date: bool = False,
 ) -> DataFrame | None:
     """One dataset's rows of the window's dates (every date with `any_date`) and `dests`,
-    or None when it has none."""
+    or None when it has none.
+
+    `topic` names the origin's incarnation (`auditor.incarnations`): `orders` in epoch 0 (and
+    in files written before `topic_epoch`), `orders@1` after one re-creation, so a join on the
+    origin never matches an event of one incarnation with another's."""
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
@@ -105,7 +110,7 @@ def read_rows(
     if not exists(spark, path):
         return None
     try:
-        frame = spark.read.option("basePath", path).parquet(path)
+        frame = spark.read.option("basePath", path).option("mergeSchema", "true").parquet(path)
     except AnalysisException as exc:
         if _is_missing_path(exc) or "UNABLE_TO_INFER_SCHEMA" in str(exc):
             return None
@@ -119,6 +124,16 @@ def read_rows(
         frame = frame.where(F.col("date").isin(window.dates()))
     if dests:
         frame = frame.where(F.col("dest").isin(dests))
+    if "topic" in columns:
+        epoch = (
+            F.coalesce(F.col("topic_epoch"), F.lit(LATER_COLUMNS["topic_epoch"]))
+            if "topic_epoch" in frame.columns
+            else F.lit(LATER_COLUMNS["topic_epoch"])
+        )
+        keyed = F.when(epoch == 0, F.col("topic")).otherwise(
+            F.concat(F.col("topic"), F.lit(SEPARATOR), epoch.cast("string"))
+        )
+        frame = frame.withColumn("topic", keyed)
     return frame.select(*columns)
 
 

@@ -20,7 +20,7 @@ STALE_TEMP_S = 3600  # temporary files older than this are a crashed writer's, r
 # Columns with few distinct values are dictionary-encoded; on unique ids or clocks it would cost
 # time and bytes.
 DICTIONARY_COLUMNS: dict[Kind, list[str] | bool] = {
-    Kind.ENTERED: ["minute_ms", "topic", "partition", "problem"],
+    Kind.ENTERED: ["minute_ms", "topic", "partition", "problem", "topic_epoch"],
     Kind.OUTCOMES: ["minute_ms", *OUTCOME_RUNS],
     Kind.MINUTES: True,
 }

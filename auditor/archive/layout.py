@@ -54,6 +54,7 @@ ENTERED_SCHEMA = _schema(
     ("kafka_ms", _I64, False),
     ("observed_ms", _I64, False),
     ("problem", _STR, True),
+    ("topic_epoch", _I32, False),
 )
 OUTCOME_SCHEMA = _schema(
     ("minute_ms", _I64, False),
@@ -69,6 +70,7 @@ OUTCOME_SCHEMA = _schema(
     ("event_id", _STR, True),
     ("event_time_ms", _I64, False),
     ("taken_ms", _I64, False),
+    ("topic_epoch", _I32, False),
 )
 MINUTE_SCHEMA = _schema(
     ("minute_ms", _I64, False),
@@ -97,7 +99,10 @@ SCHEMAS: dict[Kind, Any] = {
     Kind.MINUTES: MINUTE_SCHEMA,
 }
 MINUTE_NAMES = frozenset(MINUTE_SCHEMA.names)
-ID_COLUMNS = ["minute_ms", "topic", "partition", "offset", "event_id"]
+ID_COLUMNS = ["minute_ms", "topic", "partition", "offset", "event_id", "topic_epoch"]
+# Columns files written before them do not have: read as this value (the topic's incarnation,
+# `auditor.incarnations`: 0, the first).
+LATER_COLUMNS = {"topic_epoch": 0}
 # Outcome columns that repeat a fact's or a slice's value for each of its events: the writer
 # buffers them once per slice as runs (few list appends, and runs decode faster than lists).
 OUTCOME_RUNS = (
@@ -109,6 +114,7 @@ OUTCOME_RUNS = (
     "outcome_ms",
     "topic",
     "partition",
+    "topic_epoch",
 )
 
 

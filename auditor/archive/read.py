@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from auditor.archive.layout import (
     EPOCH,
     ID_COLUMNS,
+    LATER_COLUMNS,
     MINUTE_SCHEMA,
     SCHEMAS,
     ArchiveError,
@@ -29,6 +30,7 @@ from auditor.archive.layout import (
     visible,
     why,
 )
+from auditor.incarnations import split
 
 
 def _parquet_files(directory: Path) -> list[Path]:
@@ -68,13 +70,18 @@ def _bad(bad: list[Path] | None, path: Path, why: str) -> None:
 
 
 def _read_file(path: Path, kind: Kind, columns: list[str], from_ms: int, to_ms: int) -> Any:
-    """`columns` of the rows with `from_ms <= minute_ms < to_ms`, skipping row groups by stats."""
+    """`columns` of the rows with `from_ms <= minute_ms < to_ms`, skipping row groups by stats;
+    a column older files do not have (`LATER_COLUMNS`) reads as its value for them."""
     expected = SCHEMAS[kind]
+    later: list[str] = []
     try:
         with pq.ParquetFile(path) as parquet:
             found = parquet.schema_arrow
             for name in columns:
                 i = found.get_field_index(name)
+                if i < 0 and name in LATER_COLUMNS:
+                    later.append(name)
+                    continue
                 want = expected.field(name).type
                 if i < 0 or not found.field(i).type.equals(want):
                     got = "missing" if i < 0 else f"{found.field(i).type}"
@@ -87,12 +94,15 @@ def _read_file(path: Path, kind: Kind, columns: list[str], from_ms: int, to_ms: 
                 for i in range(parquet.num_row_groups)
                 if _may_hold(parquet.metadata.row_group(i), from_ms, to_ms)
             ]
-            table = parquet.read_row_groups(groups, columns=columns)
+            table = parquet.read_row_groups(groups, columns=[c for c in columns if c not in later])
     except (OSError, pa.ArrowException) as exc:
         raise ArchiveError(
             f"archive file {path}: not a readable Parquet file ({why(exc)}); move it out of"
             " the archive"
         ) from exc
+    for name in later:
+        value = pa.array([LATER_COLUMNS[name]] * table.num_rows, expected.field(name).type)
+        table = table.add_column(columns.index(name), expected.field(name), value)
     minute = table["minute_ms"]
     return table.filter(pc.and_(pc.greater_equal(minute, from_ms), pc.less(minute, to_ms)))
 
@@ -149,7 +159,8 @@ def find_ids(
     *,
     bad_files: list[Path] | None = None,
 ) -> dict[tuple[str, int, int], str | None]:
-    """Event ids of `entered` rows: minute_ms -> (topic, partition) -> offsets.
+    """Event ids of `entered` rows: minute_ms -> (topic, partition) -> offsets, the topic as
+    the ledgers key it (`auditor.incarnations.key`: with its epoch after the first).
 
     Reads only the files of those minutes' date/hour partitions; an origin the archive does
     not hold is absent from the result, one without a readable id maps to None.
@@ -179,16 +190,20 @@ def _matching_ids(
 ) -> Iterator[tuple[tuple[str, int, int], str | None]]:
     for minute_ms, parts in minutes.items():
         rows = table.filter(pc.equal(table["minute_ms"], minute_ms))
-        for (topic, partition), offsets in parts.items():
+        for (keyed, partition), offsets in parts.items():
+            topic, epoch = split(keyed)
             mask = pc.and_(
                 pc.and_(pc.equal(rows["topic"], topic), pc.equal(rows["partition"], partition)),
-                pc.is_in(rows["offset"], value_set=pa.array(list(offsets), type=pa.int64())),
+                pc.and_(
+                    pc.equal(rows["topic_epoch"], epoch),
+                    pc.is_in(rows["offset"], value_set=pa.array(list(offsets), type=pa.int64())),
+                ),
             )
             hits = rows.filter(mask)
             for offset, event_id in zip(
                 hits["offset"].to_pylist(), hits["event_id"].to_pylist(), strict=True
             ):
-                yield (topic, partition, offset), event_id
+                yield (keyed, partition, offset), event_id
 
 
 def read_settings(root: Path, dest: str) -> list[dict[str, Any]]:

@@ -50,7 +50,7 @@ from hifi.errors import ConfigError
 _ARRAY_CODES = {pa.int64(): "q", pa.int32(): "i"}  # array type codes of the same width
 _OUTCOME_EVENT_FIELDS = [field for field in OUTCOME_SCHEMA if field.name not in OUTCOME_RUNS]
 # Entered columns that repeat one poll's value for each of its records: runs, as for outcomes.
-_ENTERED_RUNS = ("topic", "partition", "observed_ms")
+_ENTERED_RUNS = ("topic", "partition", "observed_ms", "topic_epoch")
 _ENTERED_EVENT_FIELDS = [field for field in ENTERED_SCHEMA if field.name not in _ENTERED_RUNS]
 _RUNS: dict[Kind, tuple[str, ...]] = {Kind.ENTERED: _ENTERED_RUNS, Kind.OUTCOMES: OUTCOME_RUNS}
 
@@ -140,8 +140,11 @@ class Archive:
         partition: int,
         observed_ms: int,
         columns: EnteredColumns,
+        *,
+        epoch: int = 0,
     ) -> None:
-        """Buffer the `entered` rows of one poll of one partition, a column at a time."""
+        """Buffer the `entered` rows of one poll of one partition (of incarnation `epoch`),
+        a column at a time."""
         n = len(columns.offsets)
         if n == 0:
             return
@@ -175,15 +178,18 @@ class Archive:
                 cols[3].extend(times)
                 cols[4].extend(kafka)
                 cols[5].extend(problems)
-                rows.add_run((topic, partition, observed_ms), len(minutes))
+                rows.add_run((topic, partition, observed_ms, epoch), len(minutes))
         except (TypeError, OverflowError):
             for rows, before in touched:
                 rows.truncate(before)
             raise
         self._rows += n
 
-    def outcomes(self, dest: str, minute_ms: Sequence[int], fact: Fact, part: Slice) -> None:
-        """Buffer one row of `outcomes` per event of `part`; `minute_ms[i]` is event i's minute."""
+    def outcomes(
+        self, dest: str, minute_ms: Sequence[int], fact: Fact, part: Slice, *, epoch: int = 0
+    ) -> None:
+        """Buffer one row of `outcomes` per event of `part` (of its topic's incarnation
+        `epoch`); `minute_ms[i]` is event i's minute."""
         n = len(part.offsets)
         if len(minute_ms) != n:
             raise ValueError(f"{len(minute_ms)} minutes for the {n} events of a slice")
@@ -191,7 +197,7 @@ class Archive:
             return
         per_event = (minute_ms, part.offsets, part.ids, part.event_times_ms, part.taken_ms)
         runs = (fact.fact_id, fact.node, fact.outcome, fact.reason, fact.status, fact.outcome_ms)
-        runs_of_part = (*runs, part.topic, part.partition)
+        runs_of_part = (*runs, part.topic, part.partition, epoch)
         touched: list[tuple[_Rows, int]] = []
         try:
             for hour, columns in _split_by_hour(minute_ms, per_event).items():

@@ -12,7 +12,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from auditor import archive
+from auditor import archive, incarnations
 from auditor.archive import Archive, EnteredColumns, write_settings, write_snapshot
 from auditor.archive import layout as archive_layout
 from auditor.archive.layout import ENTERED_SCHEMA, MINUTE_SCHEMA, OUTCOME_SCHEMA, ArchiveError
@@ -111,6 +111,7 @@ def test_entered_round_trip(tmp_path: Path) -> None:
         "kafka_ms": MINUTE_MS + HOUR_MS + 7,
         "observed_ms": MINUTE_MS + HOUR_MS + 9,
         "problem": "no_id",
+        "topic_epoch": 0,
     }
     assert rows[3]["problem"] == "malformed"
 
@@ -156,6 +157,7 @@ def test_outcomes_round_trip(tmp_path: Path) -> None:
         "event_id": None,
         "event_time_ms": 2,
         "taken_ms": 0,
+        "topic_epoch": 0,
     }
     assert [r["minute_ms"] for r in rows] == [MINUTE_MS, MINUTE_MS, MINUTE_MS + HOUR_MS]
 
@@ -460,3 +462,33 @@ def test_invalid_destination_name_is_refused(tmp_path: Path) -> None:
     arc = Archive(tmp_path)
     with pytest.raises(ArchiveError, match=re.escape("destination name '../etc' is invalid")):
         _enter(arc, "../etc", MINUTE_MS, 1)
+
+
+def test_files_without_topic_epoch_read_as_the_first_incarnation(tmp_path: Path) -> None:
+    """An `entered` file written before `topic_epoch` existed names its ids as epoch 0; a new
+    file's rows of epoch 1 are found only under the epoch's key."""
+    old_schema = pa.schema([f for f in ENTERED_SCHEMA if f.name != "topic_epoch"])
+    directory = archive_layout.partition_dir(
+        tmp_path, archive_layout.Kind.ENTERED, "shop", MINUTE_MS // HOUR_MS
+    )
+    directory.mkdir(parents=True)
+    old = {
+        "minute_ms": [MINUTE_MS],
+        "topic": ["orders"],
+        "partition": [0],
+        "offset": [5],
+        "event_id": ["old-5"],
+        "event_time_ms": [MINUTE_MS],
+        "kafka_ms": [MINUTE_MS],
+        "observed_ms": [MINUTE_MS],
+        "problem": [None],
+    }
+    pq.write_table(pa.table(old, schema=old_schema), directory / f"part-{MINUTE_MS}-old.parquet")
+    arc = Archive(tmp_path)
+    columns = EnteredColumns([MINUTE_MS], [5], ["new-5"], [MINUTE_MS], [MINUTE_MS], [None])
+    arc.entered_many("shop", "orders", 0, MINUTE_MS, columns, epoch=1)
+    arc.take().write()
+    first = find_ids(tmp_path, "shop", {MINUTE_MS: {("orders", 0): [5]}})
+    second = find_ids(tmp_path, "shop", {MINUTE_MS: {(incarnations.key("orders", 1), 0): [5]}})
+    assert first == {("orders", 0, 5): "old-5"}
+    assert second == {(incarnations.key("orders", 1), 0, 5): "new-5"}

@@ -37,6 +37,7 @@ class Built:
         ids: list[str | None] | None = None,
         kafka_ms: int | None = None,
         problem: str | None = None,
+        epoch: int = 0,
     ) -> None:
         at = minute_ms + 1000 if event_ms is None else event_ms
         n = len(offsets)
@@ -48,7 +49,7 @@ class Built:
             [kafka_ms if kafka_ms is not None else at + 5] * n,
             [problem] * n,
         )
-        self.archive.entered_many(self.dest, TOPIC, partition, at + 50, columns)
+        self.archive.entered_many(self.dest, TOPIC, partition, at + 50, columns, epoch=epoch)
 
     def fact(
         self,
@@ -63,6 +64,7 @@ class Built:
         fact_id: str | None = None,
         taken_ms: int | None = None,
         node: str = "connector@test:1",
+        epoch: int = 0,
     ) -> Fact:
         at = minute_ms + 1000 if event_ms is None else event_ms
         n = len(offsets)
@@ -86,7 +88,7 @@ class Built:
             at_ms,
             [part],
         )
-        self.archive.outcomes(self.dest, [minute_ms] * n, fact, part)
+        self.archive.outcomes(self.dest, [minute_ms] * n, fact, part, epoch=epoch)
         return fact
 
     def again(self, fact: Fact, minute_ms: int) -> None:

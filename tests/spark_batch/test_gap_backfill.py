@@ -44,7 +44,8 @@ async def _audit(
     entered: int,
     missing: int,
 ) -> None:
-    """Run the auditor until every minute is final with `missing` events missing; stop it."""
+    """Run the auditor until every minute is final with `missing` events missing; stop it (its
+    last roll archives what it concluded)."""
     auditor = Auditor(
         [dest], settings, archive_dir=archive, roll_s=0.5, topic=audit_topic, group_id=group
     )
@@ -54,7 +55,6 @@ async def _audit(
         while sum(ledger.tally(b).missing for b in ledger.rows()) != missing:
             assert time.monotonic() < deadline, "the auditor never saw the backfilled deliveries"
             await asyncio.sleep(0.25)
-        await asyncio.sleep(2)  # a roll archives the last facts
 
 
 async def _backfill(

@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from auditor.buckets import MINUTE_MS
@@ -199,3 +200,39 @@ def test_only_the_window_and_the_destination_asked_for(spark: Any, tmp_path: Pat
     ]
     with pytest.raises(ArchiveInputError, match="no entered rows of destination nowhere"):
         reconcile(spark, str(tmp_path), HOUR, dests=["nowhere"])
+
+
+def test_a_recreated_topic_is_counted_by_incarnation_old_files_as_the_first(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The topic re-created: offsets 0..4 again, in epoch 1, delivered but 4. Joined on the
+    incarnation, each event is itself: no duplicate, the one missing named; the first
+    incarnation's rows, in a file written before `topic_epoch` existed, read as epoch 0."""
+    built = Built(tmp_path)
+    m0, m2 = minute(0), minute(2)
+    built.enter(m0, list(range(10)))
+    built.close()
+    for path in (tmp_path / "entered").rglob("*.parquet"):  # as an older auditor wrote it
+        pq.write_table(pq.ParquetFile(path).read().drop_columns(["topic_epoch"]), path)
+    built = Built(tmp_path)
+    built.fact(Outcome.DELIVERED, list(range(10)), at_ms=m0 + 1500, minute_ms=m0)
+    built.enter(m2, list(range(5)), epoch=1, ids=[f"new-{o}" for o in range(5)])
+    built.fact(Outcome.DELIVERED, [0, 1, 2, 3], at_ms=m2 + 1500, minute_ms=m2, epoch=1)
+    built.enter(minute(8), [10], epoch=1)  # the archive reaches past m2's settle time
+    built.close()
+    rows = _rows(reconcile(spark, str(tmp_path), HOUR))
+    first, second = rows[m0], rows[m2]
+    figures = ("entered", "delivered", "missing", "duplicates")
+    assert {k: first[k] for k in figures} == {
+        "entered": 10,
+        "delivered": 10,
+        "missing": 0,
+        "duplicates": 0,
+    }
+    assert {k: second[k] for k in figures} == {
+        "entered": 5,
+        "delivered": 4,
+        "missing": 1,
+        "duplicates": 0,
+    }
+    assert second["missing_ids"] == ["new-4"]

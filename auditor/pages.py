@@ -1,0 +1,62 @@
+"""The auditor's ops pages: `/tables` (the per-minute rows) and `/status` (what it tracks now)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+
+from auditor.tables import live_rows
+
+if TYPE_CHECKING:
+    from auditor.accounts import Accounts
+
+
+class Pages:
+    """The JSON pages of one `Accounts`, read from the event loop that feeds it."""
+
+    def __init__(self, accounts: Accounts, now_ms: Callable[[], int]) -> None:
+        self._accounts = accounts
+        self._now_ms = now_ms
+
+    async def tables(self, request: Request) -> Any:
+        """`/tables?dest=NAME&from=MS&to=MS`: the per-minute rows (all destinations without dest)."""
+        params = request.query_params
+        ledgers = self._accounts.ledgers
+        now_ms = self._now_ms()
+        from_ms, to_ms = _ms_param(params.get("from")), _ms_param(params.get("to"))
+        wanted = params.get("dest")
+        names = [wanted] if wanted else sorted(ledgers)
+        return {
+            name: live_rows(ledgers[name], from_ms=from_ms, to_ms=to_ms, now_ms=now_ms)
+            for name in names
+            if name in ledgers
+        }
+
+    async def status(self, request: Request) -> Any:
+        accounts, now_ms = self._accounts, self._now_ms()
+        return {
+            "dests": {
+                name: {
+                    "unsettled_minutes": ledger.unsettled(),
+                    "tracked_events": ledger.waiting_events(),
+                    "final_before_ms": ledger.closed_before_ms or None,
+                    "settings": ledger.settings.model_dump(),
+                    "health": accounts.health[name].view(now_ms),
+                }
+                for name, ledger in accounts.ledgers.items()
+            },
+            "refused_facts": dict(accounts.refused),
+            "recreated_partitions": accounts.incarnations.view(),
+            "buffered_rows": accounts.buffered_rows,
+        }
+
+
+def _ms_param(value: str | None) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
