@@ -38,6 +38,23 @@ async def _committed(settings: KafkaSettings, name: str) -> dict[int, int | None
     return await kafka.committed_offsets(settings, f"hifi.connector.{name}", f"{name}.src")
 
 
+async def _rewind(
+    settings: KafkaSettings, catalog_dir: Path, dest: str, to: str, *extra: str
+) -> tuple[int, str, str]:
+    """`connector rewind --dest DEST --catalog DIR --to TO [EXTRA]` as its own process."""
+    return await run_command(
+        "rewind",
+        "--dest",
+        dest,
+        "--catalog",
+        str(catalog_dir),
+        "--to",
+        to,
+        *extra,
+        bootstrap=settings.bootstrap,
+    )
+
+
 async def test_time_to_offset_checks_the_brokers_answer(
     kafka_settings: KafkaSettings, catalog_dir: Path, unique: str
 ) -> None:
@@ -72,16 +89,7 @@ async def test_rewind_moves_the_group_to_the_first_record_at_time(
     again; records stamped far from their write time prove the timestamps are what counts."""
     tps = await _setup(kafka_settings, catalog_dir, unique)
     await commit_offsets(kafka_settings, f"hifi.connector.{unique}", dict.fromkeys(tps, 45))
-    code, out, err = await run_command(
-        "rewind",
-        "--dest",
-        unique,
-        "--catalog",
-        str(catalog_dir),
-        "--to",
-        at(20.5),
-        bootstrap=kafka_settings.bootstrap,
-    )
+    code, out, err = await _rewind(kafka_settings, catalog_dir, unique, at(20.5))
     assert code == 0, err
     assert await _committed(kafka_settings, unique) == {0: 21, 1: 21}
     assert "committed before" in out
@@ -98,16 +106,7 @@ async def test_rewind_past_the_last_record_goes_to_the_end(
 ) -> None:
     """A time after every record moves each partition to its end offset (a relative time)."""
     await _setup(kafka_settings, catalog_dir, unique)
-    code, _, err = await run_command(
-        "rewind",
-        "--dest",
-        unique,
-        "--catalog",
-        str(catalog_dir),
-        "--to",
-        "0s",
-        bootstrap=kafka_settings.bootstrap,
-    )
+    code, _, err = await _rewind(kafka_settings, catalog_dir, unique, "0s")
     assert code == 0, err
     assert await _committed(kafka_settings, unique) == {0: PER_PARTITION, 1: PER_PARTITION}
 
@@ -118,17 +117,7 @@ async def test_dry_run_changes_nothing(
     """--dry-run prints the same table (committed now, after, delivered again) and commits nothing."""
     tps = await _setup(kafka_settings, catalog_dir, unique)
     await commit_offsets(kafka_settings, f"hifi.connector.{unique}", dict.fromkeys(tps, 45))
-    code, out, err = await run_command(
-        "rewind",
-        "--dest",
-        unique,
-        "--catalog",
-        str(catalog_dir),
-        "--to",
-        at(10),
-        "--dry-run",
-        bootstrap=kafka_settings.bootstrap,
-    )
+    code, out, err = await _rewind(kafka_settings, catalog_dir, unique, at(10), "--dry-run")
     assert code == 0, err
     assert "would move" in out
     assert "committed now" in out
@@ -154,16 +143,7 @@ async def test_refuses_while_a_member_of_the_group_is_active(
                 break
             await member.getmany(timeout_ms=100, max_records=1)
         assert member.assignment()
-        code, out, err = await run_command(
-            "rewind",
-            "--dest",
-            unique,
-            "--catalog",
-            str(catalog_dir),
-            "--to",
-            at(10),
-            bootstrap=kafka_settings.bootstrap,
-        )
+        code, out, err = await _rewind(kafka_settings, catalog_dir, unique, at(10))
     assert code == 1
     assert out == ""
     assert err.count("\n") == 1, err
@@ -188,16 +168,7 @@ async def test_rewinds_once_the_connector_stopped_cleanly(
             await member.getmany(timeout_ms=100, max_records=1)
         assert member.assignment()
         await member.commit(dict.fromkeys(tps, 45))
-    code, out, err = await run_command(
-        "rewind",
-        "--dest",
-        unique,
-        "--catalog",
-        str(catalog_dir),
-        "--to",
-        at(10),
-        bootstrap=kafka_settings.bootstrap,
-    )
+    code, out, err = await _rewind(kafka_settings, catalog_dir, unique, at(10))
     assert code == 0, err
     assert "delivered again: 70 records" in out
     assert await _committed(kafka_settings, unique) == {0: 10, 1: 10}
@@ -233,16 +204,7 @@ async def test_rewinds_after_the_connector_process_stopped(
     processes.append(process)
     assert await wait_exit(process, 90) == 0
     assert len(set(destination.delivered_ids())) == 2 * PER_PARTITION
-    code, out, err = await run_command(
-        "rewind",
-        "--dest",
-        unique,
-        "--catalog",
-        str(catalog_dir),
-        "--to",
-        at(40),
-        bootstrap=kafka_settings.bootstrap,
-    )
+    code, out, err = await _rewind(kafka_settings, catalog_dir, unique, at(40))
     assert code == 0, err
     assert "delivered again: 20 records" in out
     assert await _committed(kafka_settings, unique) == {0: 40, 1: 40}
@@ -272,28 +234,10 @@ async def test_missing_source_topic_and_bad_time_are_one_line(
 ) -> None:
     """A source topic that does not exist (exit 1) and an unreadable --to (exit 2) are one line."""
     write_destination(catalog_dir, unique, url="https://x.test/", source_topics=[f"{unique}.none"])
-    code, _, err = await run_command(
-        "rewind",
-        "--dest",
-        unique,
-        "--catalog",
-        str(catalog_dir),
-        "--to",
-        "1h",
-        bootstrap=kafka_settings.bootstrap,
-    )
+    code, _, err = await _rewind(kafka_settings, catalog_dir, unique, "1h")
     assert code == 1
     assert err.count("\n") == 1, err
     assert f"source topic '{unique}.none' of destination '{unique}' does not exist" in err
-    code, _, err = await run_command(
-        "rewind",
-        "--dest",
-        unique,
-        "--catalog",
-        str(catalog_dir),
-        "--to",
-        "yesterday",
-        bootstrap=kafka_settings.bootstrap,
-    )
+    code, _, err = await _rewind(kafka_settings, catalog_dir, unique, "yesterday")
     assert code == 2
     assert err.startswith("connector rewind: --to 'yesterday': use an ISO timestamp")
