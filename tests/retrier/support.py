@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import orjson
+import pytest
 
 from config.destination import Destination
 from hifi import kafka
@@ -110,3 +113,22 @@ async def run_retrier_command(*args: str, bootstrap: str) -> tuple[int, str, str
     stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode is not None
     return process.returncode, stdout.decode(), stderr.decode()
+
+
+CHROMIUM = shutil.which("chromium")
+
+
+@contextlib.asynccontextmanager
+async def chromium() -> AsyncIterator[Any]:
+    """Debian's chromium driven by Playwright (never a browser download of the tool's own); the
+    test is skipped, saying why, where it is not installed."""
+    if CHROMIUM is None:
+        pytest.skip("no chromium: `make test` installs Debian's package (make browser)")
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            await launched.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import shutil
 import signal
 import subprocess
 from collections.abc import AsyncIterator
@@ -27,10 +26,10 @@ from hifi.audit import AUDIT_TOPIC_ENV_VAR
 from hifi.kafka.settings import KafkaSettings
 from retrier.dashboard.access import TOKEN_ENV
 from tests.helpers import make_destination, until, wait_exit
+from tests.retrier.support import chromium
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.slow]
 
-CHROMIUM = shutil.which("chromium")
 TOKEN = "Tq7-browser-9fK2xLm4Zp8Wv3"
 REJECTED = [f"p-{i}" for i in range(6)]
 DURING_OUTAGE = [f"o-{i}" for i in range(20)]
@@ -39,16 +38,8 @@ BEFORE_OUTAGE = [f"b-{i}" for i in range(30)]
 
 @pytest.fixture
 async def browser() -> AsyncIterator[Any]:
-    if CHROMIUM is None:
-        pytest.skip("no chromium: `make test` installs Debian's package (make browser)")
-    from playwright.async_api import async_playwright
-
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            yield launched
-        finally:
-            await launched.close()
+    async with chromium() as launched:
+        yield launched
 
 
 async def _produce(settings: KafkaSettings, topic: str, ids: list[str]) -> None:

@@ -9,7 +9,6 @@ own row format (`auditor.tables.report_row`) and `/status` as the auditor does."
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -25,11 +24,10 @@ from hifi.kafka.settings import KafkaSettings
 from hifi.ops_http import OpsServer
 from retrier.daemon import DashboardOptions, Retrier
 from tests.helpers import make_destination, until
-from tests.retrier.support import create_topics
+from tests.retrier.support import chromium, create_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
-CHROMIUM = shutil.which("chromium")
 DATA_MINUTES = [1, 10, 200, 1440]
 SLA_S = 1.0
 TOLERANCE_PX = 0.5
@@ -152,16 +150,8 @@ async def page_base(
 @pytest.fixture(scope="module")
 async def browser() -> AsyncIterator[Any]:
     """One chromium for every case."""
-    if CHROMIUM is None:
-        pytest.skip("no chromium: `make test` installs Debian's package (make browser)")
-    from playwright.async_api import async_playwright
-
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            yield launched
-        finally:
-            await launched.close()
+    async with chromium() as launched:
+        yield launched
 
 
 def _inside(inner: list[float], outer: list[float]) -> bool:
