@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import re
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,9 +47,6 @@ _GROWTH_BUCKET_S = 300
 _GROWTH_BUCKETS = 12  # the last hour, in 5-minute buckets
 _FAILURE_WINDOW_MS = 3600 * 1000
 _FAILURE_GROUPS_SHOWN = 10
-# What varies between the letters of one failure beyond the index's ids and numbers: the note a
-# connector adds to a group it dead-lettered whole once the bisection budget ran out (its size).
-_GROUP_NOTE = re.compile(r"\s*\(in a rejected group of \d+.*$")
 _WAITING, _REPLAYED = LetterFilter(replayed=False), LetterFilter(replayed=True)
 _SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -305,7 +301,7 @@ def _error(status: int, reason: str) -> Response:
 def _dlq_summary(index: DeadLetterIndex, now_ms: int, *, quote_errors: bool) -> dict[str, Any]:
     """The DLQ panel of one destination: size (waiting and replayed), indexing progress,
     reasons (of the letters waiting), growth, failures."""
-    groups = _failure_groups(index.failure_groups(now_ms - _FAILURE_WINDOW_MS))
+    groups = index.failure_groups(now_ms - _FAILURE_WINDOW_MS)
     return {
         "size": len(index),
         "waiting": index.count(_WAITING),
@@ -321,17 +317,6 @@ def _dlq_summary(index: DeadLetterIndex, now_ms: int, *, quote_errors: bool) -> 
             for status, error, count in groups[:_FAILURE_GROUPS_SHOWN]
         ],
     }
-
-
-def _failure_groups(groups: Iterable[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
-    """The index's failure groups made one per status and error text without its varying parts
-    (`_GROUP_NOTE`), most letters first: one outage is one row."""
-    merged: dict[tuple[str, str], int] = {}
-    for status, error, count in groups:
-        key = (status, _GROUP_NOTE.sub("", error))
-        merged[key] = merged.get(key, 0) + count
-    ordered = sorted(merged.items(), key=lambda item: (-item[1], item[0]))
-    return [(status, error, count) for (status, error), count in ordered]
 
 
 def _indexed_at(index: DeadLetterIndex, partition: int, offset: int) -> LetterRow | None:

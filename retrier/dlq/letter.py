@@ -52,6 +52,9 @@ _UNSEARCHED_HEADERS = _FIELD_HEADERS | {
     HDR_EVENT_TIME_MS,
 }
 # What makes one failure differ from the next of the same kind: ids, numbers, times.
+# the note a connector adds to a group it dead-lettered whole once its bisection budget ran out:
+# its size varies, the failure does not
+_GROUP_NOTE = re.compile(r"\s*\(in a rejected group of \d+.*$")
 _VARIABLE = re.compile(
     r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
     r"|\b(?=[0-9a-fA-F]*[0-9])[0-9a-fA-F]{12,}\b"
@@ -76,8 +79,9 @@ class Letter:
 
     @property
     def failure(self) -> tuple[str, str]:
-        """The group of failures this letter counts in: its status and its error, ids left out."""
-        return self.status, _VARIABLE.sub("#", self.error)
+        """The group of failures this letter counts in: its status and its error, ids and the
+        rejected group's size left out (one outage is one group)."""
+        return self.status, _VARIABLE.sub("#", _GROUP_NOTE.sub("", self.error))
 
 
 def read_letter(record: Any) -> Letter:
