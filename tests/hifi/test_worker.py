@@ -21,6 +21,7 @@ from tests.hifi.worker_support import (
     Changes,
     Unit,
     Units,
+    finish_out_of_order,
     not_done_within,
     options,
     running,
@@ -208,28 +209,11 @@ async def test_commit_watermark_stops_at_first_unfinished_record(
     worker = PartitionWorker(
         kafka_settings, options(unique, max_in_flight=5, commit_interval_s=0.1)
     )
-    tp = TopicPartition(unique, 0)
 
-    async def committed_after_two_commits() -> int | None:
-        seen = len(handler.commits)
-        await handler.changes.until(lambda: len(handler.commits) >= seen + 2, "two commits")
+    async def committed() -> int | None:
         return (await kafka.committed_offsets(kafka_settings, unique, unique))[0]
 
-    async with running(worker, handler, [unique]):
-        await handler.changes.until(lambda: len(handler.started()) == 5, "five units running")
-        for offset in (1, 3, 4):
-            handler.unit(offset).release.set()
-        await handler.changes.until(
-            lambda: all(handler.unit(o).finished for o in (1, 3, 4)), "1, 3 and 4 to finish"
-        )
-        assert await committed_after_two_commits() is None  # 0 is unfinished
-        handler.unit(0).release.set()
-        await handler.changes.until(lambda: handler.unit(0).finished, "0 to finish")
-        assert await committed_after_two_commits() == 2  # 2 is unfinished
-        assert handler.commits[-1] == {tp: 3}  # lag: high watermark 5 minus committed 2
-        handler.unit(2).release.set()
-        await handler.changes.until(lambda: handler.unit(2).finished, "2 to finish")
-        assert await committed_after_two_commits() == 5
+    await finish_out_of_order(worker, handler, unique, committed)
 
 
 class SettlingUnits(Units):

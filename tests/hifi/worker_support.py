@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -224,3 +224,36 @@ async def stop_mid_work(worker: PartitionWorker, handler: Units, topic: str) -> 
         (3, False, True, True),
         (4, False, False, False),  # dropped: never started
     ]
+
+
+async def finish_out_of_order(
+    worker: PartitionWorker,
+    handler: Units,
+    topic: str,
+    committed: Callable[[], Awaitable[int | None]],
+) -> None:
+    """Five records of partition 0 running at once, finished 1, 3, 4, then 0, then 2: two
+    commits after each step, `committed()` is None, 2, then 5 (the first unfinished record
+    bounds it), and after the second step the handler is told a lag of 3."""
+
+    async def committed_after_two_commits() -> int | None:
+        seen = len(handler.commits)
+        await handler.changes.until(lambda: len(handler.commits) >= seen + 2, "two commits")
+        return await committed()
+
+    async with running(worker, handler, [topic]):
+        await handler.changes.until(lambda: len(handler.started()) == 5, "five units running")
+        for offset in (1, 3, 4):
+            handler.unit(offset).release.set()
+        await handler.changes.until(
+            lambda: all(handler.unit(o).finished for o in (1, 3, 4)), "1, 3 and 4 to finish"
+        )
+        assert await committed_after_two_commits() is None  # 0 is unfinished
+        handler.unit(0).release.set()
+        await handler.changes.until(lambda: handler.unit(0).finished, "0 to finish")
+        assert await committed_after_two_commits() == 2  # 2 is unfinished
+        # lag: high watermark 5 minus committed 2
+        assert handler.commits[-1] == {TopicPartition(topic, 0): 3}
+        handler.unit(2).release.set()
+        await handler.changes.until(lambda: handler.unit(2).finished, "2 to finish")
+        assert await committed_after_two_commits() == 5
