@@ -317,14 +317,15 @@ async def test_sigterm_checkpoints_what_was_acknowledged(
     to resume, and its checkpoint counts exactly the records on NAME.retry_out."""
     await _setup(kafka_settings, catalog_dir, unique, per_partition=100)
     cp = tmp_path / "backfill.json"
-    # 200 records at 10/s: a backfill of 20 s, so the SIGTERM comes mid-way however slow
-    # the machine is (at 50/s a loaded run could finish before it)
-    args = _args(unique, catalog_dir, "--from", at(0), "--to", at(100), "--rate", "10")
+    # 200 records at 4/s: a backfill of 50 s, so the SIGTERM comes mid-way however slow the
+    # machine is (at 10/s a run under four test workers once finished before it)
+    args = _args(unique, catalog_dir, "--from", at(0), "--to", at(100), "--rate", "4")
     process = await start_command(
         *args, "--checkpoint", str(cp), bootstrap=kafka_settings.bootstrap
     )
     assert await until(cp.exists, timeout_s=30)
     await _retry_out(kafka_settings, unique, at_least=1)  # some re-offers
+    assert process.returncode is None, "the backfill ended before the SIGTERM"
     process.send_signal(signal.SIGTERM)
     _, stderr = await asyncio.wait_for(process.communicate(), 30)
     assert process.returncode == 1
