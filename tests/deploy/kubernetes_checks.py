@@ -293,3 +293,34 @@ def hifi_env_names() -> set[str]:
         for source in (ROOT / package).rglob("*.py"):
             names |= set(re.findall(r"[\"'](HIFI_[A-Z0-9_]*[A-Z0-9])[\"']", source.read_text()))
     return names
+
+
+def hardening_problems(docs: list[Doc]) -> list[str]:
+    """Every pod runs as non-root under RuntimeDefault seccomp, without capabilities, on a
+    read-only root with a writable /tmp, and asks for its resources."""
+    problems = []
+    for workload, container in containers(docs):
+        where = f"{workload['metadata']['name']}/{container['name']}"
+        pod = workload["spec"]["template"]["spec"]
+        pod_context, context = pod.get("securityContext", {}), container.get("securityContext", {})
+        if not (pod_context.get("runAsNonRoot") and pod_context.get("runAsUser", 0) > 0):
+            problems.append(f"{where}: may run as root")
+        if pod_context.get("seccompProfile", {}).get("type") != "RuntimeDefault":
+            problems.append(f"{where}: no RuntimeDefault seccomp profile")
+        if context.get("capabilities", {}).get("drop") != ["ALL"] or context.get(
+            "allowPrivilegeEscalation", True
+        ):
+            problems.append(f"{where}: keeps capabilities or privilege escalation")
+        if not context.get("readOnlyRootFilesystem"):
+            problems.append(f"{where}: the root filesystem is writable")
+        empty_dirs = {v["name"] for v in pod.get("volumes", []) if "emptyDir" in v}
+        mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+        if mounts.get("/tmp") not in empty_dirs:  # noqa: S108 (a path in the pod, not a file here)
+            problems.append(f"{where}: no emptyDir at /tmp")
+        resources = container.get("resources", {})
+        if not (
+            resources.get("requests", {}).keys() >= {"cpu", "memory"}
+            and "memory" in resources.get("limits", {})
+        ):
+            problems.append(f"{where}: no cpu and memory requests and memory limit")
+    return problems

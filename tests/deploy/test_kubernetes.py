@@ -25,6 +25,7 @@ from tests.deploy.kubernetes_checks import (
     containers,
     env_problems,
     grace_problems,
+    hardening_problems,
     load_base,
     network_problems,
     of_kind,
@@ -100,6 +101,11 @@ def test_connectors_scale_and_hold() -> None:
     assert scaling_problems(load_base()) == []
 
 
+def test_pods_are_hardened() -> None:
+    """Non-root, no capabilities, seccomp, read-only root with /tmp on an emptyDir, resources."""
+    assert hardening_problems(load_base()) == []
+
+
 def test_network_policies_cover_every_pod() -> None:
     """Only named peers reach the ops port of every hifi pod."""
     assert network_problems(load_base()) == []
@@ -171,6 +177,14 @@ MUTATIONS: dict[str, tuple[Callable[[list[Doc]], object], str]] = {
         ),
         "HIFI_METRICS_PROT",
     ),
+    "writable root": (
+        lambda d: _container(d, "retrier")["securityContext"].pop("readOnlyRootFilesystem"),
+        "root filesystem",
+    ),
+    "no /tmp": (
+        lambda d: _container(d, "auditor")["volumeMounts"].pop(),
+        "no emptyDir at /tmp",
+    ),
     "unselected pod": (
         lambda d: next(of_kind(d, "NetworkPolicy"))["spec"]["podSelector"]["matchLabels"].update(
             {"app.kubernetes.io/part-of": "other"}
@@ -191,6 +205,7 @@ def test_each_check_fails_without_its_feature(mutation: str, tmp_path: Path) -> 
         *grace_problems(docs, tmp_path),
         *scaling_problems(docs),
         *network_problems(docs),
+        *hardening_problems(docs),
         *env_problems(docs, tmp_path),
     ]
     assert any(expected in p for p in problems), problems
