@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -26,6 +27,7 @@ from hifi.cli_options import METRICS_PORT_ENV
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from tests.deploy.units import (
+    SYSTEM_DIR,
     UNITS_DIR,
     Command,
     Unit,
@@ -118,7 +120,7 @@ def test_systemd_analyze_verify_reports_a_program_that_is_not_installed(tmp_path
     """The same check over the connector unit as it was (running /opt/hifi/.venv/bin/connector,
     where nothing installs it) reports it, so the check above can fail."""
     root = stage_root(tmp_path / "root", _shared_env("127.0.0.1:9092"))
-    unit = root / "etc" / "systemd" / "system" / "connector@.service"
+    unit = root / SYSTEM_DIR / "connector@.service"
     unit.write_text(unit.read_text().replace("/opt/hifi/bin/", "/opt/hifi/.venv/bin/"))
     code, about_ours = _verify(root, "connector@alpha.service")
     assert "Command /opt/hifi/.venv/bin/connector is not executable" in "\n".join(about_ours)
@@ -182,44 +184,88 @@ async def _until_ready(client: httpx.AsyncClient, port: int, timeout_s: float) -
             await asyncio.sleep(0.2)
 
 
-async def test_two_connector_instances_run_side_by_side_from_the_unit(
+@dataclass
+class _Started:
+    """One unit's instance started from its command line: where it listens and logs."""
+
+    unit: Unit
+    port: int
+    log_path: Path
+    process: subprocess.Popen[bytes]
+
+
+def _start_unit(root: Path, name: str, instance: str | None, work: Path) -> _Started:
+    """Start unit `name` (instance `instance` of a template) from its installed files."""
+    unit = Unit.installed(root, name, instance)
+    command = service_command(unit, instance or "", root)
+    log_path = work / f"{unit.instance(instance or '')}.log"
+    port = int(command.env[METRICS_PORT_ENV])
+    return _Started(unit, port, log_path, _start(command, log_path))
+
+
+def _drop_in(root: Path, name: str, **env: str) -> None:
+    """What `systemctl edit NAME` leaves: a drop-in setting `env` for the unit."""
+    folder = root / SYSTEM_DIR / f"{name}.d"
+    folder.mkdir(parents=True)
+    lines = "".join(f"Environment={key}={value}\n" for key, value in env.items())
+    (folder / "override.conf").write_text(f"[Service]\n{lines}")
+
+
+async def test_every_unit_runs_side_by_side_on_its_own_port(
     kafka_settings: KafkaSettings,
     destination: TestDestination,
     unique: str,
     tmp_path: Path,
     processes: list[subprocess.Popen[bytes]],
 ) -> None:
-    """Two `connector@` instances, each with its own /etc/hifi/NAME.env beside the shared
-    /etc/hifi/env, started from the unit's ExecStart and environment, are ready on their own
-    ports at once, each serving its own destination, and each drains and exits 0 on the unit's
-    KillSignal well within TimeoutStopSec."""
-    unit = read_units()["connector@.service"]
-    root = stage_root(tmp_path / "root", _shared_env(kafka_settings.bootstrap))
+    """Two `connector@` instances (each with its /etc/hifi/NAME.env), the retrier and the
+    auditor (ports moved by drop-ins, as `systemctl edit` does) started from the installed
+    units' command lines and environments are all ready on their own ports at once: each
+    connector serves its own destination, the retrier's dashboard holds the token from its
+    credential, and each daemon exits 0 on the unit's KillSignal within TimeoutStopSec, the
+    auditor leaving its archive in the state directory."""
+    shared = _shared_env(kafka_settings.bootstrap) + f"HIFI_AUDIT_TOPIC={unique}.audit\n"
+    root = stage_root(tmp_path / "root", shared)
     names = [f"{unique}a", f"{unique}b"]
     await kafka_admin.ensure_topics(kafka_settings, names, partitions=1)
-    ports: dict[str, int] = {}
     for name in names:
         make_destination(root / "etc/hifi/destinations", name, destination.url, name)
         (root / "etc/hifi" / f"{name}.env").write_text(_instance_env(_free_port()))
-        command = service_command(unit, name, root)
-        ports[name] = int(command.env[METRICS_PORT_ENV])
-        processes.append(_start(command, tmp_path / f"{name}.log"))
-    assert len(set(ports.values())) == 2
+    auditor_port = _free_port()
+    _drop_in(root, "auditor.service", **{METRICS_PORT_ENV: str(auditor_port)})
+    _drop_in(
+        root,
+        "retrier.service",
+        HIFI_METRICS_PORT=str(_free_port()),
+        HIFI_AUDITOR_URL=f"http://127.0.0.1:{auditor_port}",
+    )
+    started = {name: _start_unit(root, "connector@.service", name, tmp_path) for name in names}
+    started["retrier"] = _start_unit(root, "retrier.service", None, tmp_path)
+    started["auditor"] = _start_unit(root, "auditor.service", None, tmp_path)
+    processes.extend(one.process for one in started.values())
+    assert len({one.port for one in started.values()}) == 4
     async with httpx.AsyncClient(timeout=5) as client:
-        for name, port in ports.items():
-            logs = (tmp_path / f"{name}.log").read_text
+        for key, one in started.items():
             try:
-                await _until_ready(client, port, timeout_s=60)
+                await _until_ready(client, one.port, timeout_s=60)
             except TimeoutError:
-                pytest.fail(f"connector@{name} not ready on {port}:\n{logs()}")
-            status = (await client.get(f"http://127.0.0.1:{port}/status")).json()
-            assert status["dest"] == name
-    stop_signal = signal.Signals[f"{unit.value('KillSignal')}"]
-    for process in processes:
-        process.send_signal(stop_signal)
-    for name, process in zip(names, processes, strict=True):
-        code = await wait_exit(process, float(unit.value("TimeoutStopSec")))
-        assert code == 0, (tmp_path / f"{name}.log").read_text()
+                pytest.fail(f"{key} not ready on {one.port}:\n{one.log_path.read_text()}")
+        for name in names:
+            status = await client.get(f"http://127.0.0.1:{started[name].port}/status")
+            assert status.json()["dest"] == name
+        token = (root / "etc/hifi/dashboard-token").read_text().strip()
+        overview = await client.get(
+            f"http://127.0.0.1:{started['retrier'].port}/api/overview",
+            headers={"x-hifi-token": token},
+        )
+        assert overview.json()["can_act"] is True
+        assert overview.json()["has_token"] is True
+    for one in started.values():
+        one.process.send_signal(signal.Signals[one.unit.value("KillSignal")])
+    for key, one in started.items():
+        code = await wait_exit(one.process, float(one.unit.value("TimeoutStopSec")))
+        assert code == 0, f"{key}:\n{one.log_path.read_text()}"
+    assert any((root / "var/lib/hifi/archive").iterdir())
 
 
 def test_an_instance_reads_its_own_env_file_after_the_shared_one(tmp_path: Path) -> None:

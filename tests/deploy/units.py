@@ -2,7 +2,8 @@
 
 Only what hifi's units use is understood: sections, repeated keys, comments, continued lines,
 `Environment=`, `EnvironmentFile=` (`-` for optional), the specifiers `%i %n %d %C %%` and a
-plain `ExecStart=`; anything else fails loudly rather than being read wrong.
+plain `ExecStart=`, drop-ins, and what systemd prepares before a start (`StateDirectory=`,
+`CacheDirectory=`, `LoadCredential=`); anything else fails loudly rather than being read wrong.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ UNITS_DIR = Path(__file__).resolve().parents[2] / "deploy" / "systemd"
 UNIT_NAMES = ("connector@.service", "retrier.service", "auditor.service")
 INSTALL_PREFIX = "/opt/hifi"
 #: The host paths the units name; in a staged tree each lives under its root.
-HIFI_PATHS = (INSTALL_PREFIX, "/etc/hifi", "/var/lib/hifi", "/var/cache/hifi-retrier")
+HIFI_PATHS = (INSTALL_PREFIX, "/etc/hifi", "/var/lib/hifi", "/var/cache", "/run/credentials")
+SYSTEM_DIR = "etc/systemd/system"
 #: The environment systemd gives every service before the unit's own settings.
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _SPECIFIER = re.compile(r"%(.)")
@@ -45,13 +47,29 @@ class Unit:
                 current.append((key.strip(), value.strip()))
         return cls(path.name, sections)
 
+    @classmethod
+    def installed(cls, root: Path, name: str, instance: str | None = None) -> Unit:
+        """Unit `name` as installed under `root`, with its drop-ins (`NAME.d/*.conf`, and for
+        an instance those of `connector@INSTANCE.service.d` after the template's) appended."""
+        system = root / SYSTEM_DIR
+        unit = cls.read(system / name)
+        dirs = [system / f"{name}.d"]
+        if instance is not None:
+            dirs.append(system / f"{unit.instance(instance)}.d")
+        for drop_in in [path for folder in dirs for path in sorted(folder.glob("*.conf"))]:
+            for section, settings in cls.read(drop_in).sections.items():
+                unit.sections.setdefault(section, []).extend(settings)
+        return unit
+
     def values(self, key: str, section: str = "Service") -> list[str]:
         return [value for name, value in self.sections.get(section, []) if name == key]
 
     def value(self, key: str, section: str = "Service") -> str:
-        """The one value of `key` (a key set twice is an error here: hifi's units set it once)."""
-        (found,) = self.values(key, section)
-        return found
+        """The value of a single-valued `key`: the last one set (a drop-in's over the unit's)."""
+        found = self.values(key, section)
+        if not found:
+            raise KeyError(f"{self.name}: [{section}] {key} is not set")
+        return found[-1]
 
     def instance(self, name: str) -> str:
         """The unit name of instance `name` of a template (`connector@NAME.service`)."""
@@ -128,11 +146,29 @@ def service_command(unit: Unit, instance: str, root: Path) -> Command:
         if optional and not path.exists():
             continue
         env.update(read_env_file(path))
+    _set_up(unit, instance, root)
     exec_start = expand(unit.value("ExecStart"), unit, instance)
     if exec_start[:1] in "-@+!:|":
         raise ValueError(f"{unit.name}: ExecStart prefixes are not understood here: {exec_start}")
     argv = [rooted(arg, root) for arg in shlex.split(exec_start)]
     return Command(argv, {key: rooted(value, root) for key, value in env.items()})
+
+
+def _set_up(unit: Unit, instance: str, root: Path) -> None:
+    """What systemd does before it runs the unit: make its state and cache directories and
+    copy each `LoadCredential=ID:PATH` to the unit's credentials directory (`%d/ID`)."""
+    for key, base in (("StateDirectory", "/var/lib"), ("CacheDirectory", "/var/cache")):
+        for setting in unit.values(key):
+            for directory in setting.split():
+                Path(rooted(f"{base}/{expand(directory, unit, instance)}", root)).mkdir(
+                    mode=0o700, parents=True, exist_ok=True
+                )
+    for setting in unit.values("LoadCredential"):
+        credential, source = expand(setting, unit, instance).split(":", 1)
+        target = Path(rooted(expand(f"%d/{credential}", unit, instance), root))
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        shutil.copy(rooted(source, root), target)
+        target.chmod(0o400)
 
 
 def read_env_file(path: Path) -> dict[str, str]:
@@ -158,7 +194,7 @@ def console_scripts() -> list[str]:
 def stage_root(root: Path, shared_env: str) -> Path:
     """A `--root` tree as the install steps leave it: the console scripts under /opt/hifi/bin
     (wrappers running this venv's), `/etc/hifi/env` holding `shared_env`, the catalog directory,
-    the dashboard token, the state directory, hifi's units in /etc/systemd/system and this
+    the dashboard token, hifi's units in /etc/systemd/system and this
     machine's own units (the targets ours are ordered after) in /usr/lib/systemd/system."""
     scripts = Path(sysconfig.get_path("scripts"))
     bin_dir = root / INSTALL_PREFIX.lstrip("/") / "bin"
@@ -173,8 +209,7 @@ def stage_root(root: Path, shared_env: str) -> Path:
     (etc / "dashboard-token").write_text("0123456789abcdef0123456789abcdef\n")
     for path in (etc / "env", etc / "dashboard-token"):
         path.chmod(0o600)
-    (root / "var" / "lib" / "hifi").mkdir(parents=True)
-    system = root / "etc" / "systemd" / "system"
+    system = root / SYSTEM_DIR
     system.mkdir(parents=True)
     for name in UNIT_NAMES:
         shutil.copy(UNITS_DIR / name, system / name)
