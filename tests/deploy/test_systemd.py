@@ -1,9 +1,9 @@
-"""The systemd units in deploy/systemd/: systemd accepts them, two connector instances run side by
-side from them, and each gives its daemon time to drain.
+"""The systemd units in deploy/systemd/: systemd accepts them, two connector instances, the retrier
+and the auditor run side by side from them, and each gives its daemon time to drain.
 
 systemd is not PID 1 here, so nothing is started by systemd: `systemd-analyze verify --root`
-checks the units against a staged install tree, and the connector instances' command lines and
-environments are built from the units as systemd would build them and started directly.
+checks the units against a staged install tree, and the daemons' command lines and environments
+are built from the installed units as systemd would build them and started directly.
 """
 
 from __future__ import annotations
@@ -321,3 +321,15 @@ def test_each_unit_is_hardened_and_stays_down_on_bad_configuration(unit: Unit) -
     assert unit.value("Restart") == "on-failure"
     assert unit.value("ExecStart").startswith("/opt/hifi/bin/")
     assert unit.value("StateDirectory") == "hifi"
+
+
+def test_every_unit_has_the_same_sandbox() -> None:
+    """The sandbox settings the connector unit has, every unit has, with the same values: a
+    setting added to one unit and forgotten in another fails here."""
+    units = read_units()
+    sandbox_keys = [key for key, _ in units["connector@.service"].sections["Service"]]
+    sandbox_keys = sandbox_keys[sandbox_keys.index("NoNewPrivileges") :]
+    assert len(sandbox_keys) > len(HARDENING)
+    for unit in units.values():
+        found = [(key, unit.values(key)) for key in sandbox_keys]
+        assert found == [(key, units["connector@.service"].values(key)) for key in sandbox_keys]
