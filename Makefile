@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv java browser demo test test-quick check lint typecheck bench bench-auditor bench-dlq bench-reconcile chaos clean
+.PHONY: help venv java browser systemd demo test test-quick check lint typecheck bench bench-auditor bench-dlq bench-reconcile chaos clean
 
 help:
 	@echo "make demo   - run the connector and retrier against a local broker and a flaky destination"
@@ -43,6 +43,15 @@ browser:
 	     (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)); } || \
 	  echo "make: no chromium: the dashboard's browser tests are skipped (apt-get install chromium)"
 
+# The systemd units' tests run `systemd-analyze verify` and `security` (Debian's systemd;
+# systemd need not be PID 1): installed when missing (as root), else one line saying so.
+systemd:
+	@command -v systemd-analyze >/dev/null 2>&1 || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    (apt-get install -y -q systemd >/dev/null 2>&1 || \
+	     (apt-get update -q >/dev/null && apt-get install -y -q systemd >/dev/null)); } || \
+	  echo "make: no systemd-analyze: the systemd units' checks are skipped (apt-get install systemd)"
+
 venv: $(STAMP)
 
 # KEEP=1: leave the broker, destination, connector and retrier running after the summary and
@@ -57,7 +66,7 @@ demo: $(STAMP)
 # Four, measured on a busy 2-core machine: most tests wait on I/O (4 workers 6:46, 3 workers 9:00).
 PYTEST_WORKERS ?= 4
 
-test: $(STAMP) java browser
+test: $(STAMP) java browser systemd
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The inner loop: the tests that need no service; a guard fails any that reaches one.

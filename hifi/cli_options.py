@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from hifi.cli import STOP_SIGNALS, before_subcommand
 
@@ -25,6 +26,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # as hifi.logging.LOG_LEVELS
 METRICS_HOST = "127.0.0.1"  # as hifi.ops_http.DEFAULT_HOST
+#: The environment variable of `--metrics-port`: one port per daemon (unit, instance).
+METRICS_PORT_ENV = "HIFI_METRICS_PORT"
 
 
 def version_option(prog: str) -> Callable[[F], F]:
@@ -69,6 +72,25 @@ class _FinitePositive(click.FloatRange):
 
 
 FINITE_POSITIVE_SECONDS = _FinitePositive(min=0, min_open=True)
+
+
+class _Port(click.IntRange):
+    """A TCP port, 0 to 65535 (0: any free one); a bad one from the environment names the variable."""
+
+    name = "port"
+
+    def __init__(self) -> None:
+        super().__init__(0, 65535)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            if ctx is None or param is None or param.name is None:
+                raise
+            if ctx.get_parameter_source(param.name) is not ParameterSource.ENVIRONMENT:
+                raise
+            self.fail(f"${METRICS_PORT_ENV}={value!r} is not a port from 0 to 65535", param, ctx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,10 +192,12 @@ def _ops_options(metrics_port: int, metrics_help: str, idle_help: str) -> list[C
         ),
         click.option(
             "--metrics-port",
-            type=click.IntRange(0, 65535),
+            envvar=METRICS_PORT_ENV,
+            type=_Port(),
             default=metrics_port,
             show_default=True,
-            help=metrics_help,
+            help=f"{metrics_help} Also ${METRICS_PORT_ENV}: set it per unit or instance, never in"
+            " an environment file every daemon reads.",
         ),
         click.option(
             "--until-idle",
