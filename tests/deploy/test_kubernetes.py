@@ -18,7 +18,6 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from connector.cli import cli as connector_cli
 from tests.deploy.kubernetes_checks import (
     BASE,
     Doc,
@@ -30,7 +29,6 @@ from tests.deploy.kubernetes_checks import (
     network_problems,
     of_kind,
     ops_port_problems,
-    option,
     scaling_problems,
 )
 
@@ -111,11 +109,6 @@ def test_network_policies_cover_every_pod() -> None:
     assert network_problems(load_base()) == []
 
 
-@pytest.mark.xfail(
-    option(connector_cli, "metrics_port").envvar != "HIFI_METRICS_PORT",
-    reason="the daemons do not read HIFI_METRICS_PORT yet (the ops-port change of issue 26)",
-    strict=True,
-)
 def test_environments_are_what_hifi_reads(tmp_path: Path) -> None:
     """Each pod's environment names only what hifi reads and loads as the daemon would."""
     assert env_problems(load_base(), tmp_path) == []
