@@ -18,7 +18,7 @@ TP = ("events", 0)
 
 
 def delivered(dest: str, offsets: list[int], *, event_ms: int, at_ms: int) -> Fact:
-    ids = [f"id-{o}" for o in offsets]
+    ids: list[str | None] = [f"id-{o}" for o in offsets]
     times = [event_ms] * len(offsets)
     slice_ = Slice(TP[0], TP[1], offsets, ids, times, times)
     return Fact(
