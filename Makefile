@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv java browser demo test test-quick check lint typecheck bench bench-auditor bench-dlq bench-reconcile chaos clean
+.PHONY: help venv java browser promtool demo test test-quick check lint typecheck bench bench-auditor bench-dlq bench-reconcile chaos clean
 
 help:
 	@echo "make demo   - run the connector and retrier against a local broker and a flaky destination"
@@ -43,6 +43,15 @@ browser:
 	     (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)); } || \
 	  echo "make: no chromium: the dashboard's browser tests are skipped (apt-get install chromium)"
 
+# The alert rules' tests run promtool, from Debian's prometheus package: installed when missing
+# (as root), else one line saying so.
+promtool:
+	@command -v promtool >/dev/null 2>&1 || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    (apt-get install -y -q prometheus >/dev/null 2>&1 || \
+	     (apt-get update -q >/dev/null && apt-get install -y -q prometheus >/dev/null)); } || \
+	  echo "make: no promtool: the alert rules' tests are skipped (apt-get install prometheus)"
+
 venv: $(STAMP)
 
 # KEEP=1: leave the broker, destination, connector and retrier running after the summary and
@@ -57,7 +66,7 @@ demo: $(STAMP)
 # Four, measured on a busy 2-core machine: most tests wait on I/O (4 workers 6:46, 3 workers 9:00).
 PYTEST_WORKERS ?= 4
 
-test: $(STAMP) java browser
+test: $(STAMP) java browser promtool
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The inner loop: the tests that need no service; a guard fails any that reaches one.
