@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv java browser systemd demo test test-quick check lint typecheck bench bench-auditor bench-dlq bench-reconcile chaos clean
+.PHONY: help venv java browser systemd promtool demo test test-quick check lint typecheck bench bench-auditor bench-dlq bench-reconcile chaos clean
 
 help:
 	@echo "make demo   - run the connector and retrier against a local broker and a flaky destination"
@@ -26,31 +26,31 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
-# PySpark needs a JVM: Java 17 from Debian when missing (as root), else one line saying so.
+# A Debian package a test tier needs: $(call debian,COMMAND,PACKAGE,WHAT IS SKIPPED WITHOUT IT)
+# installs PACKAGE when COMMAND is missing (as root, apt-get), else prints one line saying so.
+define debian
+@command -v $(1) >/dev/null 2>&1 || \
+  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+    (apt-get install -y -q $(2) >/dev/null 2>&1 || \
+     (apt-get update -q >/dev/null && apt-get install -y -q $(2) >/dev/null)); } || \
+  echo "make: no $(1): $(3) are skipped (apt-get install $(2))"
+endef
+
+# PySpark needs a JVM (Java 17); a JAVA_HOME that has one will do.
 java:
-	@command -v java >/dev/null 2>&1 || [ -x "$$JAVA_HOME/bin/java" ] || \
-	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	    (apt-get install -y -q openjdk-17-jre-headless >/dev/null 2>&1 || \
-	     (apt-get update -q >/dev/null && apt-get install -y -q openjdk-17-jre-headless >/dev/null)); } || \
-	  echo "make: no Java runtime: the Spark tests are skipped (apt-get install openjdk-17-jre-headless)"
+	$(if $(wildcard $(JAVA_HOME)/bin/java),@true,$(call debian,java,openjdk-17-jre-headless,the Spark tests))
 
-# The dashboard's browser tests drive Debian's Chromium (never a browser download by the test
-# tool): installed from Debian when missing (as root), else one line saying so.
+# The dashboard's browser tests drive Debian's Chromium (never a browser download by the test tool).
 browser:
-	@command -v chromium >/dev/null 2>&1 || \
-	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	    (apt-get install -y -q chromium >/dev/null 2>&1 || \
-	     (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)); } || \
-	  echo "make: no chromium: the dashboard's browser tests are skipped (apt-get install chromium)"
+	$(call debian,chromium,chromium,the dashboard's browser tests)
 
-# The systemd units' tests run `systemd-analyze verify` and `security` (Debian's systemd;
-# systemd need not be PID 1): installed when missing (as root), else one line saying so.
+# The systemd units' checks run `systemd-analyze verify` and `security` (systemd need not be PID 1).
 systemd:
-	@command -v systemd-analyze >/dev/null 2>&1 || \
-	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	    (apt-get install -y -q systemd >/dev/null 2>&1 || \
-	     (apt-get update -q >/dev/null && apt-get install -y -q systemd >/dev/null)); } || \
-	  echo "make: no systemd-analyze: the systemd units' checks are skipped (apt-get install systemd)"
+	$(call debian,systemd-analyze,systemd,the systemd units' checks)
+
+# The alert rules' tests run promtool, from Debian's prometheus package.
+promtool:
+	$(call debian,promtool,prometheus,the alert rules' tests)
 
 venv: $(STAMP)
 
@@ -66,7 +66,7 @@ demo: $(STAMP)
 # Four, measured on a busy 2-core machine: most tests wait on I/O (4 workers 6:46, 3 workers 9:00).
 PYTEST_WORKERS ?= 4
 
-test: $(STAMP) java browser systemd
+test: $(STAMP) java browser systemd promtool
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The inner loop: the tests that need no service; a guard fails any that reaches one.

@@ -363,8 +363,10 @@ class Accounts(PartitionHandler):
         for name, ledger in self.ledgers.items():
             dest = self._dests[name]
             progress_ms = self._clock.at([*dest.source_topics, self._audit_topic])
+            final_before_ms = ledger.last_final_ms
             for settled in ledger.advance(progress_ms):
                 self._settled(ledger, settled, now_ms)
+            metrics.count_final(name, ledger.first_minute_ms, final_before_ms, ledger.last_final_ms)
             metrics.UNSETTLED.labels(name).set(ledger.unsettled())
             metrics.WAITING.labels(name).set(ledger.waiting_events())
             availability = ledger.availability(progress_ms)
@@ -375,7 +377,7 @@ class Accounts(PartitionHandler):
         bucket, name = settled.bucket, ledger.dest
         counts, lags = ledger.tally(bucket), ledger.lags(bucket)
         self._archive.minute(name, archive_row(ledger, bucket, written_ms=now_ms))
-        metrics.count_settled(name, counts, lags.p95_ms, settled.loss_ratio, settled.alarm)
+        metrics.count_settled(name, counts, lags.p95_ms, settled)
         if settled.alarm:
             log.error(
                 "loss_alarm",

@@ -77,7 +77,7 @@ class Auditor:
         self._roll_s = roll_s
         self.ops = OpsServer.on_port(metrics_port, host=metrics_host, component="auditor")
         for dest in dests:
-            metrics.create_series(dest.name)
+            metrics.create_series(dest.name, lag_sla_s=dest.accounting.lag_sla_s)
         options = WorkerOptions(
             group_id=group_id,
             max_in_flight=1,  # one roll at a time, in order

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from auditor.buckets import Change, Counts
+from auditor.buckets import MINUTE_MS, Change, Counts, Settled
 from hifi.vocabulary import Outcome
 
 # The `kind` label of `EVENTS`: what entered, the outcomes the auditor counts, what is missing.
@@ -29,6 +29,24 @@ LAG_P95 = Gauge(
 AVAILABILITY = Gauge(
     "hifi_auditor_availability_ratio",
     "Share of the final minutes of the last 24 h that were up (on time and lossless).",
+    ["dest"],
+)
+# The counters of final minutes an availability burn rate divides (the SLI: up minutes / final
+# minutes); a down minute is down for `loss` or `lag` (`auditor.buckets.judge`).
+DOWN_REASONS = ("loss", "lag")
+FINAL_MINUTES = Counter(
+    "hifi_auditor_final_minutes",
+    "Minutes that became final, with or without events (the availability's denominator).",
+    ["dest"],
+)
+DOWN_MINUTES = Counter(
+    "hifi_auditor_down_minutes",
+    "Final minutes that were down, by reason (loss, lag).",
+    ["dest", "reason"],
+)
+LAG_SLA = Gauge(
+    "hifi_auditor_lag_sla_seconds",
+    "The destination's lag_sla_s: a final minute whose p95 lag is above it is down for lag.",
     ["dest"],
 )
 LOSS_ALARMS = Counter(
@@ -84,10 +102,14 @@ ARCHIVE_WRITE = Histogram(
 )
 
 
-def create_series(dest: str) -> None:
+def create_series(dest: str, *, lag_sla_s: float) -> None:
     """Every per-destination series at 0, so dashboards and alerts see it from the start."""
     for kind in EVENT_KINDS:
         EVENTS.labels(dest, kind)
+    FINAL_MINUTES.labels(dest)
+    for reason in DOWN_REASONS:
+        DOWN_MINUTES.labels(dest, reason)
+    LAG_SLA.labels(dest).set(lag_sla_s)
     LOSS_ALARMS.labels(dest)
     LOSS_ALARM.labels(dest).set(0)
     UNSETTLED.labels(dest).set(0)
@@ -105,10 +127,24 @@ def count_late(dest: str, change: Change) -> None:
         EVENTS.labels(dest, Outcome.FILTERED).inc(change.filtered)
 
 
-def count_settled(
-    dest: str, counts: Counts, lag_p95_ms: int | None, loss_ratio: float, alarm: bool
+def count_final(
+    dest: str, first_minute_ms: int | None, final_before_ms: int | None, final_ms: int | None
 ) -> None:
+    """The last final minute of `dest` moved from `final_before_ms` to `final_ms`: the minutes
+    between became final, those without events (no bucket to settle) included."""
+    if final_before_ms is not None:
+        since_ms = final_before_ms
+    elif first_minute_ms is not None:
+        since_ms = first_minute_ms - MINUTE_MS
+    else:
+        return
+    if final_ms is not None and final_ms > since_ms:
+        FINAL_MINUTES.labels(dest).inc((final_ms - since_ms) // MINUTE_MS)
+
+
+def count_settled(dest: str, counts: Counts, lag_p95_ms: int | None, settled: Settled) -> None:
     """A minute of `dest` became final with `counts`."""
+    loss_ratio, alarm = settled.loss_ratio, settled.alarm
     EVENTS.labels(dest, ENTERED).inc(counts.entered)
     EVENTS.labels(dest, Outcome.DELIVERED).inc(counts.delivered)
     EVENTS.labels(dest, Outcome.DEAD_LETTERED).inc(counts.dead_lettered)
@@ -120,3 +156,5 @@ def count_settled(
     LOSS_ALARM.labels(dest).set(int(alarm))
     if alarm:
         LOSS_ALARMS.labels(dest).inc()
+    if settled.bucket.down_reason is not None:
+        DOWN_MINUTES.labels(dest, settled.bucket.down_reason).inc()

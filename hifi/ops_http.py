@@ -46,6 +46,11 @@ BUILD_INFO = prometheus_client.Gauge(
     "Always 1: the hifi version and the component running.",
     ["version", "component"],
 )
+READY = prometheus_client.Gauge(
+    "hifi_ready",
+    "1 while the daemon is ready (/readyz answers 200), else 0.",
+    ["component"],
+)
 
 
 class OpsServer:
@@ -74,6 +79,7 @@ class OpsServer:
             Route("/readyz", self._readyz),
         ]
         self._app = Starlette(routes=routes, exception_handlers={404: self._not_found})
+        READY.labels(component).set_function(lambda: float(self.is_ready()))
 
     @property
     def ready(self) -> bool:

@@ -90,7 +90,12 @@ class Retrier:
         self._access = Access(self._dashboard.token, loopback=is_loopback(metrics_host))
         self._auditor = AuditorFeed.at(self._dashboard.auditor_url)
         for dest in dests:
-            metrics.create_series(dest.name, len(dest.retry_tiers_s), audit=dest.accounting.audit)
+            metrics.create_series(
+                dest.name,
+                len(dest.retry_tiers_s),
+                audit=dest.accounting.audit,
+                max_retry_age_s=dest.max_retry_age_s,
+            )
             if (warning := tiers_warning(dest)) is not None:
                 log.warning("retry_tiers_never_run", dest=dest.name, detail=warning)
         options = WorkerOptions(

@@ -38,6 +38,12 @@ REOFFER_DELAY = Histogram(
     ["dest"],
     buckets=(0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0),
 )
+MAX_RETRY_AGE = Gauge(
+    "hifi_retrier_max_retry_age_seconds",
+    "The destination's max_retry_age_s: an event waiting longer since its first failure is"
+    " dead-lettered (expired).",
+    ["dest"],
+)
 IN_FLIGHT = Gauge(
     "hifi_retrier_in_flight_records", "Records being produced now, not yet acknowledged.", ["dest"]
 )
@@ -48,7 +54,7 @@ DLQ_RECORDS = Gauge(
 )
 
 
-def create_series(dest: str, tiers: int, *, audit: bool) -> None:
+def create_series(dest: str, tiers: int, *, audit: bool, max_retry_age_s: float) -> None:
     """Every series of `dest` at 0, so the first scrape shows them; the audit trail's
     (`hifi/audit.py`) when it writes one."""
     if audit:
@@ -60,3 +66,4 @@ def create_series(dest: str, tiers: int, *, audit: bool) -> None:
         WAITING.labels(dest, str(tier))
     for series in (REOFFERED, EXPIRED, REOFFER_DELAY, IN_FLIGHT, DLQ_RECORDS, OLDEST_WAITING_AGE):
         series.labels(dest)
+    MAX_RETRY_AGE.labels(dest).set(max_retry_age_s)

@@ -81,3 +81,10 @@ async def test_a_deliberate_gap_is_reported_as_exactly_its_missing_ids(
     alarms = [e for e in logs if e["event"] == "loss_alarm"]
     assert sum(e["missing"] for e in alarms) == 7
     assert (REGISTRY.get_sample_value("hifi_auditor_loss_alarms_total", {"dest": unique}) or 0) >= 1
+    # the availability burn-rate alerts divide these two counters (deploy/prometheus)
+    down = {"dest": unique, "reason": "loss"}
+    assert REGISTRY.get_sample_value("hifi_auditor_down_minutes_total", down) == len(
+        minutes_with_loss
+    )
+    final = REGISTRY.get_sample_value("hifi_auditor_final_minutes_total", {"dest": unique}) or 0
+    assert final >= sum(1 for _, b in rows if b.final)

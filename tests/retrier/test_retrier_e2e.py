@@ -164,6 +164,12 @@ async def test_backlogged_destination_does_not_delay_another(
     assert f'hifi_retrier_waiting_events{{dest="{slow.name}",tier="0"}} {backlog}.0' in metrics
     assert f'hifi_retrier_reoffer_delay_seconds_count{{dest="{fast.name}"}} 40.0' in metrics
     assert f'hifi_retrier_expired_total{{dest="{fast.name}"}} 1.0' in metrics
+    # what the alert rules compare with (deploy/prometheus/hifi.rules.yml)
+    assert (
+        f'hifi_retrier_max_retry_age_seconds{{dest="{fast.name}"}} {fast.max_retry_age_s}'
+        in metrics
+    )
+    assert 'hifi_ready{component="retrier"} 1.0' in metrics
 
 
 async def _ops_url(retrier: Retrier, timeout_s: float = 60.0) -> str:

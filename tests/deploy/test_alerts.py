@@ -1,0 +1,100 @@
+"""The Prometheus alert rules (deploy/prometheus): promtool accepts them and their unit tests
+pass, every alert has a case that fires and one that must not, a runbook section, and reads
+only series the daemons expose."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.metric_names import ROOT, RULES, recorded_names, rules, unknown_names
+
+PROMETHEUS_DIR = RULES.parent
+RULE_TESTS = sorted(PROMETHEUS_DIR.glob("tests*.yml"))
+EXAMPLE_CONFIG = PROMETHEUS_DIR / "prometheus.example.yml"
+ALERTS_DOC = ROOT / "docs" / "alerts.md"
+RUNBOOK = "docs/alerts.md#"
+SEVERITIES = {"page", "ticket"}
+
+
+def alerts() -> dict[str, dict[str, Any]]:
+    return {str(rule["alert"]): rule for rule in rules() if "alert" in rule}
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run Debian's promtool in deploy/prometheus (the rule files name each other from there)."""
+    found = shutil.which("promtool")
+    if found is None:
+        pytest.skip("no promtool: `make test` installs Debian's prometheus package (make promtool)")
+    return subprocess.run(
+        [found, *args], cwd=PROMETHEUS_DIR, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.integration
+def test_promtool_checks_the_rules() -> None:
+    """`promtool check rules` accepts the rule file."""
+    done = promtool("check", "rules", RULES.name)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"SUCCESS: {len(rules())} rules found" in done.stdout
+
+
+@pytest.mark.integration
+def test_promtool_unit_tests_pass() -> None:
+    """`promtool test rules` passes every case of every test file."""
+    done = promtool("test", "rules", *(path.name for path in RULE_TESTS))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("SUCCESS") == len(RULE_TESTS)
+
+
+@pytest.mark.integration
+def test_promtool_checks_the_example_scrape_config() -> None:
+    """The example Prometheus configuration (its jobs, and the rule file it loads) is valid."""
+    done = promtool("check", "config", EXAMPLE_CONFIG.name)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_alert_has_a_case_that_fires_and_one_that_does_not() -> None:
+    """Each alert is expected to fire in some unit test and to stay quiet in another."""
+    firing: set[str] = set()
+    quiet: set[str] = set()
+    for path in RULE_TESTS:
+        spec = yaml.safe_load(path.read_text())
+        assert spec["rule_files"] == [RULES.name], f"{path.name}: rule_files"
+        for test in spec["tests"]:
+            for case in test.get("alert_rule_test", []):
+                (firing if case.get("exp_alerts") else quiet).add(case["alertname"])
+    assert set(alerts()) - firing == set(), "alerts without a case where they fire"
+    assert set(alerts()) - quiet == set(), "alerts without a case where they must not fire"
+    assert (firing | quiet) - set(alerts()) == set(), "cases of alerts the rules do not have"
+
+
+def test_every_alert_has_a_severity_annotations_and_a_runbook_section() -> None:
+    """Severity page or ticket; a summary, a description, and a runbook_url whose anchor is a
+    section of docs/alerts.md named after the alert."""
+    sections = set(re.findall(r"^## (\w+)$", ALERTS_DOC.read_text(), re.MULTILINE))
+    for name, rule in alerts().items():
+        assert rule["labels"]["severity"] in SEVERITIES, name
+        annotations = rule["annotations"]
+        assert annotations.keys() == {"summary", "description", "runbook_url"}, name
+        assert annotations["runbook_url"] == RUNBOOK + name.lower(), name
+    assert sections == set(alerts()), "docs/alerts.md: one section per alert, no other"
+
+
+def test_rules_read_only_series_the_daemons_expose() -> None:
+    """Every name an expression selects is in the daemons' registry, is `up`, or is recorded
+    by a rule of the file; recorded names follow level:metric:operations."""
+    assert unknown_names([str(rule["expr"]) for rule in rules()]) == {}
+    assert all(re.fullmatch(r"dest:hifi_\w+:\w+", name) for name in recorded_names())
+
+
+def test_an_unknown_series_is_reported() -> None:
+    """The name check finds a series that does not exist, inside matchers and ranges too."""
+    expr = 'sum by (dest) (rate(hifi_connector_nonexistent_total{dest=~"a"}[5m])) > 0'
+    assert unknown_names([expr]) == {expr: {"hifi_connector_nonexistent_total"}}
+    assert unknown_names(["hifi_ready == 0", "up == 0"]) == {}
