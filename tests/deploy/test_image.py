@@ -1,0 +1,420 @@
+"""The container image: the wheel built from exactly what the Dockerfile copies runs every console
+script it declares, and the image's healthcheck probes the daemon it runs on the port it uses."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import importlib.util
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import tomllib
+import venv
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import httpx
+import prometheus_client
+import pytest
+
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
+from hifi.ops_http import OpsServer, Readiness
+from tests.helpers import write_destination
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "Dockerfile"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+SCRIPTS: dict[str, str] = PYPROJECT["project"]["scripts"]  # name -> "module:function"
+VERSION: str = PYPROJECT["project"]["version"]
+_IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc")  # as .dockerignore
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """One COPY instruction: its stage, its sources (in the build context unless `from_stage`)."""
+
+    stage: str
+    sources: tuple[str, ...]
+    target: str
+    from_stage: str | None
+
+
+def dockerfile_lines(text: str) -> Iterator[tuple[str, list[str]]]:
+    """Each instruction of a Dockerfile, continuation lines joined: (KEYWORD, its words)."""
+    logical = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if stripped.endswith("\\"):
+            logical += stripped[:-1] + " "
+            continue
+        keyword, _, rest = (logical + stripped).partition(" ")
+        logical = ""
+        yield keyword.upper(), shlex.split(rest)
+
+
+def copies(text: str) -> list[Copy]:
+    """The Dockerfile's COPY instructions, with the stage each belongs to."""
+    found: list[Copy] = []
+    stage = ""
+    for keyword, words in dockerfile_lines(text):
+        if keyword == "FROM":
+            stage = words[2] if len(words) == 3 and words[1].upper() == "AS" else f"#{words[0]}"
+        elif keyword == "COPY":
+            flags = dict(word[2:].partition("=")[::2] for word in words if word.startswith("--"))
+            paths = [word for word in words if not word.startswith("--")]
+            found.append(Copy(stage, tuple(paths[:-1]), paths[-1], flags.get("from")))
+    return found
+
+
+def wheel_inputs(text: str) -> list[Copy]:
+    """The COPYs from the build context into the stage named `build`, which builds the wheel."""
+    return [copy for copy in copies(text) if copy.stage == "build" and copy.from_stage is None]
+
+
+def stage_sources(text: str, tree: Path) -> Path:
+    """Copy what the build stage copies, as it copies it, into `tree`; the directory to build."""
+    for copy in wheel_inputs(text):
+        for source in copy.sources:
+            origin = ROOT / source
+            target = tree / copy.target
+            if copy.target.endswith("/") or len(copy.sources) > 1:
+                target = target / origin.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if origin.is_dir():
+                shutil.copytree(origin, target, ignore=_IGNORED)
+            else:
+                shutil.copy2(origin, target)
+    return tree
+
+
+def test_the_build_stage_copies_the_packages_and_the_build_files() -> None:
+    """The parser reads the wheel's inputs from the Dockerfile: the build files and every package."""
+    sources = {source for copy in wheel_inputs(DOCKERFILE.read_text()) for source in copy.sources}
+    assert {"pyproject.toml", "README.md", "hifi", "auditor"} <= sources
+    assert not sources & {"devstack", "tests", "bench", "chaos"}
+
+
+def test_dockerignore_admits_every_path_the_dockerfile_copies() -> None:
+    """The build context (.dockerignore: everything out, then each copied path back in) holds
+    every path a COPY reads from it, so a new COPY cannot miss its file in the context."""
+    lines = (ROOT / ".dockerignore").read_text().splitlines()
+    admitted = {line[1:] for line in lines if line.startswith("!")}
+    assert "*" in lines
+    for copy in copies(DOCKERFILE.read_text()):
+        if copy.from_stage is None:
+            for source in copy.sources:
+                parents = {str(parent) for parent in Path(source).parents} | {source}
+                assert parents & admitted, f"{source} is copied but .dockerignore leaves it out"
+
+
+def _setuptools_builds_hifi() -> bool:
+    try:
+        major = int(importlib.metadata.version("setuptools").split(".")[0])
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return major >= 77
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """hifi's wheel, built offline from exactly the paths the Dockerfile's build stage copies."""
+    work = tmp_path_factory.mktemp("image-wheel")
+    source = stage_sources(DOCKERFILE.read_text(), work / "src")
+    out = work / "dist"
+    # offline with this environment's setuptools when it can build hifi (an SPDX `license`
+    # needs 77), else in pip's isolated build environment, from the index or pip's cache
+    offline = ["--no-build-isolation", "--no-index"] if _setuptools_builds_hifi() else []
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", *offline]
+    subprocess.run([*pip_wheel, "--wheel-dir", str(out), str(source)], check=True, cwd=work)
+    (built,) = out.glob("*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv holding only the wheel's own files; the dependencies are read from this
+    test's environment through a .pth file (its site-packages only: that path file does not
+    run the checkout's editable install, so hifi's packages come from the wheel alone)."""
+    env_dir = tmp_path_factory.mktemp("image-venv") / "venv"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site_packages = env_dir / "lib" / version / "site-packages"
+    dependencies = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (site_packages / "zz-hifi-dependencies.pth").write_text("\n".join(sorted(dependencies)) + "\n")
+    pip_install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet"]
+    subprocess.run([*pip_install, "--no-deps", "--no-index", str(wheel)], check=True)
+    return env_dir
+
+
+def _clean_env() -> dict[str, str]:
+    """This environment without what would put the checkout on a child's import path."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+
+
+@pytest.mark.integration
+def test_every_console_script_of_the_wheel_answers_its_version(
+    wheel_venv: Path, tmp_path: Path
+) -> None:
+    """Each console script the wheel declares starts from the wheel's files and prints its
+    version (a package the Dockerfile forgets fails here with ModuleNotFoundError)."""
+    for name in SCRIPTS:
+        result = subprocess.run(
+            [str(wheel_venv / "bin" / name), "--version"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=_clean_env(),
+            check=False,
+        )
+        assert (result.returncode, result.stdout.strip()) == (0, f"{name} {VERSION}"), result.stderr
+    where = subprocess.run(
+        [str(wheel_venv / "bin" / "python"), "-c", "import auditor; print(auditor.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_clean_env(),
+        check=True,
+    )
+    assert where.stdout.startswith(str(wheel_venv)), "auditor was imported from outside the wheel"
+
+
+@pytest.mark.integration
+def test_every_console_script_in_pyproject_has_its_module_in_the_wheel(wheel: Path) -> None:
+    """The wheel declares exactly pyproject's console scripts and holds the module of each."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        (entry_points,) = (name for name in names if name.endswith(".dist-info/entry_points.txt"))
+        declared = archive.read(entry_points).decode()
+    for script, target in SCRIPTS.items():
+        assert f"{script} = {target}" in declared
+        module = target.partition(":")[0].replace(".", "/")
+        assert {f"{module}.py", f"{module}/__init__.py"} & names, f"{script}: {module} missing"
+    for package in ("devstack/", "tests/", "bench/", "chaos/"):
+        assert not any(name.startswith(package) for name in names), f"{package} in the wheel"
+
+
+def _load_healthcheck() -> ModuleType:
+    path = ROOT / "deploy" / "container" / "healthcheck.py"
+    spec = importlib.util.spec_from_file_location("hifi_container_healthcheck", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+healthcheck = _load_healthcheck()
+
+
+def _process(proc: Path, pid: int, argv: list[str], env: dict[str, str]) -> None:
+    """A process as /proc shows it: NUL-separated argv and environment."""
+    (proc / str(pid)).mkdir(parents=True)
+    (proc / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    environ = b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items())
+    (proc / str(pid) / "environ").write_bytes(environ)
+
+
+def test_healthcheck_finds_the_daemon_the_entrypoint_execs_or_an_init_runs(tmp_path: Path) -> None:
+    """The daemon is found as PID 1 (`PYTHON SCRIPT ARGS`) or under an init, never itself."""
+    exec_d = tmp_path / "exec"
+    _process(
+        exec_d, 1, ["/opt/hifi/bin/python3", "/opt/hifi/bin/retrier", "--log-level", "INFO"], {}
+    )
+    _process(exec_d, 40, ["/opt/hifi/bin/python3", "/opt/hifi/bin/hifi-healthcheck"], {})
+    found = healthcheck.find_command(exec_d, own_pid=40)
+    assert (found.name, found.args) == ("retrier", ("--log-level", "INFO"))
+
+    under_init = tmp_path / "init"
+    _process(under_init, 1, ["/run/podman-init", "--", "/opt/hifi/bin/hifi-entrypoint"], {})
+    _process(under_init, 7, ["/opt/hifi/bin/auditor", "--dest", "a"], {"HIFI_METRICS_PORT": "9500"})
+    found = healthcheck.find_command(under_init, own_pid=9)
+    assert (found.name, found.args, found.env["HIFI_METRICS_PORT"]) == (
+        "auditor",
+        ("--dest", "a"),
+        "9500",
+    )
+
+    alone = tmp_path / "alone"
+    _process(alone, 3, ["/opt/hifi/bin/python3", "/opt/hifi/bin/hifi-healthcheck"], {})
+    assert healthcheck.find_command(alone, own_pid=3) is None
+    with pytest.raises(healthcheck.Unhealthy, match="no hifi command"):
+        healthcheck.check(alone, own_pid=3)
+
+
+def test_healthcheck_probes_the_port_the_daemon_uses() -> None:
+    """The port is the daemon's `--metrics-port`, else its HIFI_METRICS_PORT, else its default;
+    an every-address host is probed on loopback."""
+    command = healthcheck.Command
+
+    def url(name: str, args: tuple[str, ...] = (), **env: str) -> str:
+        return str(healthcheck.readyz_url(command(name=name, args=args, env=env)))
+
+    assert url("connector") == "http://127.0.0.1:9400/readyz"
+    assert url("retrier") == "http://127.0.0.1:9401/readyz"
+    assert url("auditor", HIFI_METRICS_HOST="0.0.0.0") == "http://127.0.0.1:9402/readyz"
+    assert url("retrier", HIFI_METRICS_PORT="9511") == "http://127.0.0.1:9511/readyz"
+    flags = ("--dest", "a", "--metrics-port", "9600")
+    assert url("connector", flags, HIFI_METRICS_PORT="9511") == "http://127.0.0.1:9600/readyz"
+    assert url("connector", ("--metrics-port=9601",)) == "http://127.0.0.1:9601/readyz"
+    assert url("connector", ("--metrics-host", "10.1.2.3")) == "http://10.1.2.3:9400/readyz"
+    with pytest.raises(healthcheck.Unhealthy, match="HIFI_METRICS_PORT 'x'"):
+        url("connector", HIFI_METRICS_PORT="x")
+    with pytest.raises(healthcheck.Unhealthy, match="--metrics-port '0'"):
+        url("connector", ("--metrics-port", "0"))
+
+
+async def test_healthcheck_is_healthy_only_while_the_daemon_is_ready(tmp_path: Path) -> None:
+    """Against a daemon's real ops server: 503 `not ready` is unhealthy with its detail, 200 is
+    healthy, a port nothing listens on is unhealthy; a one-shot command is not probed."""
+    ops = OpsServer(port=0, component="test", registry=prometheus_client.CollectorRegistry())
+    ops.require(lambda: Readiness(ready=True, detail="tenant entries: 3 loaded"))
+    async with ops.running(), httpx.AsyncClient() as http:
+        assert (await http.get(f"http://127.0.0.1:{ops.port}/healthz")).status_code == 200
+        argv = ["/opt/hifi/bin/python3", "/opt/hifi/bin/connector", "--metrics-port", str(ops.port)]
+        _process(tmp_path / "proc", 1, argv, {})
+        with pytest.raises(healthcheck.Unhealthy, match="503 not ready; starting"):
+            await asyncio.to_thread(healthcheck.check, tmp_path / "proc", 99)
+        ops.ready = True
+        said = await asyncio.to_thread(healthcheck.check, tmp_path / "proc", 99)
+        assert (
+            said
+            == f"connector ready: http://127.0.0.1:{ops.port}/readyz ready; tenant entries: 3 loaded"
+        )
+    with pytest.raises(healthcheck.Unhealthy, match="cannot connect"):
+        await asyncio.to_thread(healthcheck.check, tmp_path / "proc", 99)
+    _process(tmp_path / "tool", 1, ["/opt/hifi/bin/hifi-tenants", "diff", "--dest", "a"], {})
+    assert "no ops port" in healthcheck.check(tmp_path / "tool", 99)
+
+
+# --- the image, built and run with podman ------------------------------------------------------
+
+PODMAN = shutil.which("podman")
+BASE_IMAGE = os.environ.get("HIFI_IMAGE_BASE", "localhost/hifi-base:bookworm")
+TEST_IMAGE = "localhost/hifi:test"
+DAEMONS = ("connector", "retrier", "auditor")
+CONTAINER = ROOT / "deploy" / "container"
+
+
+def podman_flags(verb: str) -> list[str]:
+    """The flags this machine's podman needs (deploy/container/podman-flags, as `make image`)."""
+    printed = subprocess.run(
+        [str(CONTAINER / "podman-flags"), verb], capture_output=True, text=True, check=True
+    )
+    return printed.stdout.split()
+
+
+def podman(
+    *args: str, check: bool = True, timeout_s: float = 120
+) -> subprocess.CompletedProcess[str]:
+    assert PODMAN is not None
+    return subprocess.run(
+        [PODMAN, *args], capture_output=True, text=True, check=check, timeout=timeout_s
+    )
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    """The image built from this checkout's Dockerfile on the Debian base `make image` makes;
+    podman's layer cache keeps a rebuild to the layers whose inputs changed."""
+    if PODMAN is None:
+        pytest.skip("podman is not installed: `make image` installs it (Debian's podman)")
+    if podman("image", "exists", BASE_IMAGE, check=False).returncode != 0:
+        pytest.skip(f"no base image {BASE_IMAGE}: `make image` makes it from Debian's packages")
+    built = podman(
+        "build", "--format", "docker", *podman_flags("build"), "--build-arg", f"BASE={BASE_IMAGE}",
+        "--tag", TEST_IMAGE, str(ROOT), check=False, timeout_s=600,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    return TEST_IMAGE
+
+
+def run_image(image: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return podman(
+        "run", "--rm", *podman_flags("run"), "--network", "none", image, *args, check=False
+    )
+
+
+@pytest.mark.integration
+def test_the_image_runs_each_command_by_its_first_argument_as_a_non_root_user(image: str) -> None:
+    """The entrypoint runs connector, retrier, auditor and hifi-tenants by name, as uid 10001,
+    points spark-batch to spark-submit, and the image holds no test or demo code."""
+    for name in (*DAEMONS, "hifi-tenants"):
+        result = run_image(image, name, "--version")
+        assert (result.returncode, result.stdout.strip()) == (0, f"{name} {VERSION}"), result.stderr
+    spark = run_image(image, "spark-batch", "reconcile")
+    assert spark.returncode == 2
+    assert "spark-submit" in spark.stderr
+    unknown = run_image(image, "bash")
+    assert (unknown.returncode, "unknown command 'bash'" in unknown.stderr) == (2, True)
+    probe = "import os, importlib.util as u; print(os.getuid(), [u.find_spec(p) for p in ('devstack', 'tests')])"
+    inside = podman(
+        "run", "--rm", *podman_flags("run"), "--network", "none", "--entrypoint", "python3",
+        image, "-c", probe, check=False,
+    )  # fmt: skip
+    assert inside.stdout.strip() == "10001 [None, None]", inside.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _healthy(container: str, timeout_s: float) -> bool:
+    """Run the image's HEALTHCHECK in `container` until it passes (podman's own run of it)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        checked = await asyncio.to_thread(podman, "healthcheck", "run", container, check=False)
+        if checked.returncode == 0:
+            return True
+        await asyncio.sleep(0.5)
+    return False
+
+
+@pytest.mark.integration
+async def test_each_daemon_in_the_image_is_healthy_on_its_own_port_and_drains_on_stop(
+    image: str, kafka_settings: KafkaSettings, catalog_dir: Path, unique: str
+) -> None:
+    """Each daemon run from the image against the test broker passes the image's HEALTHCHECK,
+    which probes that daemon's ops port (its --metrics-port here), and exits 0 on podman stop."""
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
+    write_destination(catalog_dir, unique, url="http://127.0.0.1:9/events", source_topics=[unique])
+    ports = {daemon: _free_port() for daemon in DAEMONS}
+    containers = {daemon: f"hifi-{unique}-{daemon}" for daemon in DAEMONS}
+    try:
+        for daemon in DAEMONS:
+            dests = [] if daemon == "retrier" else ["--dest", unique]
+            podman(
+                "run", "--detach", "--name", containers[daemon], *podman_flags("run"),
+                "--network", "host", "--health-interval", "disable",
+                "--env", f"HIFI_KAFKA_BOOTSTRAP={kafka_settings.bootstrap}",
+                "--volume", f"{catalog_dir}:/etc/hifi/destinations:ro",
+                image, daemon, *dests, "--metrics-port", str(ports[daemon]),
+            )  # fmt: skip
+        for daemon, container in containers.items():
+            healthy = await _healthy(container, timeout_s=90)
+            logs = podman("logs", "--tail", "20", container, check=False)
+            assert healthy, f"{daemon} never healthy: {logs.stdout[-2000:]}{logs.stderr[-2000:]}"
+            said = podman("exec", container, "hifi-healthcheck").stdout
+            assert said.startswith(f"{daemon} ready: http://127.0.0.1:{ports[daemon]}/readyz ready")
+        for container in containers.values():
+            podman("stop", "--time", "60", container, timeout_s=90)
+            code = podman("inspect", "--format", "{{.State.ExitCode}}", container).stdout.strip()
+            assert code == "0", f"{container} exited {code} on SIGTERM"
+    finally:
+        for container in containers.values():
+            podman("rm", "--force", "--time", "0", container, check=False)
