@@ -18,6 +18,7 @@ help:
 	@echo "make bench-dlq - the retrier's dashboard with 1 M dead letters: list, count, RSS, tiers during a replay"
 	@echo "make bench-reconcile - spark-batch reconcile of a synthetic day of 10 M events on local[2], checked against DuckDB"
 	@echo "make chaos  - fault-injection runs that count loss by event id"
+	@echo "make image  - the container image with podman, on a Debian base made here (docs/deploy-container.md)"
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "hifi needs Python 3.11 or newer")'
