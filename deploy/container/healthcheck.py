@@ -109,7 +109,7 @@ def _port(text: str, source: str) -> int:
 
 
 def probe(url: str, timeout_s: float = TIMEOUT_S) -> str:
-    """GET `url`; its first line when the answer is 200, else `Unhealthy` saying why."""
+    """GET `url`: its answer as one line when it is 200, else `Unhealthy` saying why."""
     try:
         # the URL is http://HOST:PORT/readyz, built above from the daemon's own settings
         with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310
@@ -117,8 +117,8 @@ def probe(url: str, timeout_s: float = TIMEOUT_S) -> str:
     except urllib.error.HTTPError as exc:
         raise Unhealthy(f"{url}: {exc.code} {_one_line(exc.read(_BODY_BYTES))}") from exc
     except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise Unhealthy(f"{url}: cannot connect ({reason})") from exc
+        reason = getattr(exc, "reason", exc)  # refused, or no answer within timeout_s
+        raise Unhealthy(f"{url}: no answer ({reason})") from exc
 
 
 def _one_line(body: bytes) -> str:

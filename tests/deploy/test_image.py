@@ -244,6 +244,35 @@ DAEMONS = ("connector", "retrier", "auditor")
 CONTAINER = ROOT / "deploy" / "container"
 
 
+@pytest.mark.integration
+def test_the_entrypoint_refuses_what_it_does_not_run_with_one_line_and_exit_2() -> None:
+    """Without the image too: no command, an unknown one and spark-batch exit 2 with one line;
+    `--help` lists the commands and exits 0."""
+
+    def entrypoint(*args: str) -> tuple[int, str, str]:
+        done = subprocess.run(
+            ["/bin/sh", str(CONTAINER / "entrypoint"), *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return done.returncode, done.stdout.strip(), done.stderr.strip()
+
+    code, out, _ = entrypoint("--help")
+    assert (code, out.startswith("usage: IMAGE connector|retrier|auditor|hifi-tenants")) == (
+        0,
+        True,
+    )
+    assert entrypoint()[0] == 2
+    code, _, err = entrypoint("spark-batch", "reconcile")
+    assert (code, "spark-submit" in err, err.count("\n")) == (2, True, 0)
+    code, _, err = entrypoint("sh", "-c", "id")
+    assert (code, err) == (
+        2,
+        "hifi image: unknown command 'sh'; one of connector, retrier, auditor, hifi-tenants",
+    )
+
+
 def podman_flags(verb: str) -> list[str]:
     """The flags this machine's podman needs (deploy/container/podman-flags, as `make image`)."""
     printed = subprocess.run(
