@@ -7,14 +7,15 @@ ARG BASE=python:3.11-slim
 FROM ${BASE} AS build
 WORKDIR /src
 SHELL ["/bin/sh", "-eu", "-c"]
-# The dependencies first, read from pyproject.toml alone: this layer is rebuilt only when they change.
-COPY pyproject.toml README.md ./
+# The dependencies first, read from pyproject.toml alone: this layer is rebuilt only when it changes.
+COPY pyproject.toml ./
 RUN python3 -m venv /opt/hifi \
     && python3 -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
         > /tmp/requirements.txt \
     && /opt/hifi/bin/pip install --no-cache-dir --requirement /tmp/requirements.txt
 # The wheel is built from exactly these packages (tests/deploy/test_image.py builds the same and
 # runs every console script it declares): no devstack, tests, bench or chaos.
+COPY README.md ./
 COPY hifi ./hifi
 COPY config ./config
 COPY tenants ./tenants
