@@ -1,33 +1,63 @@
-# hifi: one image for the connector (default) and the retrier (--entrypoint retrier).
-FROM python:3.11-slim AS build
+# hifi: one image for every daemon; the first argument picks it (deploy/container/entrypoint):
+#   IMAGE connector --dest NAME | IMAGE retrier | IMAGE auditor | IMAGE hifi-tenants diff ...
+# Build: make image (docs/deploy-container.md). BASE: any image with Python 3.11+ and its venv
+# module as `python3`: python:3.11-slim from a registry, or a Debian base made offline.
+ARG BASE=python:3.11-slim
+
+FROM ${BASE} AS build
 WORKDIR /src
-RUN python -m venv /opt/hifi
-COPY pyproject.toml README.md ./
+SHELL ["/bin/sh", "-eu", "-c"]
+# The dependencies first, read from pyproject.toml alone: this layer is rebuilt only when it changes.
+COPY pyproject.toml ./
+RUN python3 -m venv /opt/hifi \
+    && python3 -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /tmp/requirements.txt \
+    && /opt/hifi/bin/pip install --no-cache-dir --requirement /tmp/requirements.txt
+# The wheel is built from exactly these packages (tests/deploy/test_image.py builds the same and
+# runs every console script it declares): no devstack, tests, bench or chaos.
+COPY README.md ./
+COPY hifi ./hifi
 COPY config ./config
+COPY tenants ./tenants
 COPY connector ./connector
+COPY auditor ./auditor
 COPY retrier ./retrier
 COPY spark_batch ./spark_batch
-COPY hifi ./hifi
-COPY tenants ./tenants
-RUN /opt/hifi/bin/pip install --no-cache-dir .
+RUN /opt/hifi/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
 
-FROM python:3.11-slim
-RUN groupadd --system hifi && useradd --system --gid hifi --no-create-home hifi \
+FROM ${BASE}
+SHELL ["/bin/sh", "-eu", "-c"]
+# A fixed non-root uid and gid (10001): numeric, so Kubernetes' runAsNonRoot can verify it and a
+# host directory mounted on /var/lib/hifi can be given to it (chown 10001:10001).
+RUN groupadd --gid 10001 hifi \
+    && useradd --uid 10001 --gid hifi --no-create-home --home-dir /var/lib/hifi \
+        --shell /usr/sbin/nologin hifi \
     && install -d -o hifi -g hifi -m 0700 /var/lib/hifi
+# The dependencies' venv, then hifi's wheel installed into it (and nothing else of the source).
 COPY --from=build /opt/hifi /opt/hifi
+COPY --from=build /dist /tmp/dist
+RUN /opt/hifi/bin/pip install --no-cache-dir --no-index --no-deps /tmp/dist/*.whl \
+    && /opt/hifi/bin/pip check \
+    && rm -rf /tmp/dist
+COPY --chmod=0755 deploy/container/entrypoint /opt/hifi/bin/hifi-entrypoint
+COPY --chmod=0755 deploy/container/healthcheck.py /opt/hifi/bin/hifi-healthcheck
 # HIFI_STATE_DIR: where a destination with [lookups] keeps the snapshot of its tenant entries
-# (mount a volume there so a restart while Redis is down is ready from it; docs/tenants.md).
+# (docs/tenants.md); HIFI_ARCHIVE_DIR: the auditor's archive. Mount a volume on /var/lib/hifi.
+# HIFI_METRICS_PORT is left unset: each daemon then listens on its own default port.
 ENV PATH=/opt/hifi/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     HIFI_CATALOG_DIR=/etc/hifi/destinations \
     HIFI_METRICS_HOST=0.0.0.0 \
-    HIFI_STATE_DIR=/var/lib/hifi
-USER hifi
-EXPOSE 9400
-# The ops port listens on every interface of the container (probes and scrapers come from
-# outside it); readiness: config loaded, partitions assigned, and tenant entries loaded.
-HEALTHCHECK --interval=15s --timeout=3s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:9400/readyz', timeout=2).status == 200 else 1)"]
+    HIFI_STATE_DIR=/var/lib/hifi \
+    HIFI_ARCHIVE_DIR=/var/lib/hifi/archive
+USER 10001:10001
+WORKDIR /var/lib/hifi
+# The ops ports: connector 9400, retrier 9401, auditor 9402 (/metrics, /healthz, /readyz).
+EXPOSE 9400 9401 9402
+# Readiness of whichever daemon runs, on the port it uses (--metrics-port, else
+# HIFI_METRICS_PORT, else its default); kept by `podman build --format docker` and Docker.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["/opt/hifi/bin/hifi-healthcheck"]
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["connector"]
+ENTRYPOINT ["/opt/hifi/bin/hifi-entrypoint"]
 CMD ["--help"]

@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv java browser systemd promtool demo test test-quick check lint typecheck bench bench-auditor bench-dlq bench-reconcile chaos clean
+.PHONY: help venv java browser systemd promtool demo test test-quick check lint typecheck image bench bench-auditor bench-dlq bench-reconcile chaos clean
 
 help:
 	@echo "make demo   - run the connector and retrier against a local broker and a flaky destination"
@@ -18,6 +18,7 @@ help:
 	@echo "make bench-dlq - the retrier's dashboard with 1 M dead letters: list, count, RSS, tiers during a replay"
 	@echo "make bench-reconcile - spark-batch reconcile of a synthetic day of 10 M events on local[2], checked against DuckDB"
 	@echo "make chaos  - fault-injection runs that count loss by event id"
+	@echo "make image  - the container image with podman, on a Debian base made here (docs/deploy-container.md)"
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "hifi needs Python 3.11 or newer")'
@@ -79,6 +80,27 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/hadolint Dockerfile
+
+# The container image (docs/deploy-container.md), built with Debian's podman. IMAGE_BASE: any
+# image with Python 3.11+ (python:3.11-slim from a registry); by default a Debian bookworm base
+# made here from Debian's packages (deploy/container/debian-base, kept in ~/.cache/hifi).
+# `--format docker` keeps the HEALTHCHECK (the OCI format has none).
+IMAGE ?= localhost/hifi:dev
+IMAGE_BASE ?= localhost/hifi-base:bookworm
+
+image:
+	@command -v podman >/dev/null 2>&1 && command -v mmdebstrap >/dev/null 2>&1 || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    (apt-get install -y -q podman mmdebstrap >/dev/null 2>&1 || \
+	     (apt-get update -q >/dev/null && apt-get install -y -q podman mmdebstrap >/dev/null)); } || \
+	  { echo "make: podman and mmdebstrap are needed (apt-get install podman mmdebstrap)"; exit 1; }
+	@[ ! -e /sys/fs/cgroup/unified/cgroup.controllers ] || command -v runc >/dev/null 2>&1 || \
+	  { [ "$$(id -u)" = 0 ] && apt-get install -y -q runc >/dev/null; } || \
+	  echo "make: cgroups in hybrid mode: podman needs runc here (apt-get install runc)"
+	[ "$(IMAGE_BASE)" != localhost/hifi-base:bookworm ] || deploy/container/debian-base $(IMAGE_BASE)
+	podman build --format docker $$(deploy/container/podman-flags build) \
+	  --build-arg BASE=$(IMAGE_BASE) --tag $(IMAGE) .
 
 typecheck: $(STAMP)
 	$(BIN)/mypy .
