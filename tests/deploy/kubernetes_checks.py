@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml  # type: ignore[import-untyped]
+import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
 from auditor.cli import cli as auditor_cli

@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped]
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
-import yaml  # type: ignore[import-untyped]
+import yaml
 
 from tests.deploy.kubernetes_checks import (
     BASE,
