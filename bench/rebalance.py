@@ -10,9 +10,9 @@ assignment callback to its revocation, or to the moment its member stops polling
 2. scale-in 3 -> 2, dynamic and static members: the stall, i.e. seconds from the stop until the
    stopped member's partitions are owned again (a static member sends no LeaveGroup, so its
    partitions wait for the session timeout);
-3. a restart within the session timeout (the member is back `--restart-after` seconds after its
-   stop), dynamic and static: whether it got the same partitions back, how many rebalances the
-   other members went through, and how long its partitions were idle.
+3. a restart within the session timeout (the group's oldest member is back `--restart-after`
+   seconds after its stop), dynamic and static: whether it got the same partitions back, how
+   often the other members' partitions were revoked meanwhile, and how long its own were idle.
 
 Results: a table, and a JSON file in bench/results/ with the machine's load before and after.
 """
@@ -225,22 +225,27 @@ async def scale_in(scenario: Scenario) -> dict[str, object]:
 
 
 async def restart(scenario: Scenario, restart_after_s: float) -> dict[str, object]:
-    """Stop a member and start it again `restart_after_s` later, under the same name."""
+    """Stop the first member (the group's oldest, so no join order keeps its place by chance)
+    and start it again `restart_after_s` later, under the same name (and instance id)."""
     for name in ("a", "b", "c"):
         scenario.start(name)
+        await scenario.settled()
     before = await scenario.settled()
-    mine = {p for p, owner in before.items() if owner == "c"}
+    mine = {p for p, owner in before.items() if owner == "a"}
     revocations = dict(scenario.ownership.revocations)
     began = scenario.ownership.now()
-    await scenario.stop("c")
+    await scenario.stop("a")
     await asyncio.sleep(restart_after_s)
-    scenario.start("c")
+    scenario.start("a")
     after = await scenario.settled()
+    again = {p for p, owner in after.items() if owner == "a"}
     seen = scenario.ownership.revocations
     return {
         "membership": "static" if scenario.static else "dynamic",
-        "kept": {p for p, owner in after.items() if owner == "c"} == mine,
-        "rebalances_seen_by_others": max(seen.get(n, 0) - revocations.get(n, 0) for n in "ab"),
+        "kept": again == mine,
+        "partitions_before": sorted(mine),
+        "partitions_after": sorted(again),
+        "revocations_of_others": max(seen.get(n, 0) - revocations.get(n, 0) for n in "bc"),
         "idle_s": round(scenario.ownership.idle_after(began, mine), 2),
         "others_unowned_s": round(scenario.ownership.idle_after(began, set(before) - mine), 2),
     }
