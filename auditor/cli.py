@@ -13,6 +13,7 @@ import click
 from hifi.cli import STOP_SIGNALS, Group, parse_time, run_command, run_daemon
 from hifi.cli_options import (
     FINITE_POSITIVE_SECONDS,
+    INSTANCE_ID_FROM,
     DaemonFlags,
     daemon_options,
     instance_id_option,
@@ -122,7 +123,7 @@ def _serve(
 
     catalog = Catalog(flags.catalog or default_catalog_dir(), for_delivery=False)
     destinations = catalog.load_named(dests)
-    settings = KafkaSettings.from_env().as_static_member(instance_id, where="--instance-id")
+    settings = KafkaSettings.from_env().as_static_member(instance_id, where=INSTANCE_ID_FROM)
     if flags.check:
         report = _check(destinations, settings, archive_dir=archive, probe=flags.probe)
         asyncio.run(report).finish()

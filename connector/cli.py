@@ -10,6 +10,7 @@ import click
 
 from hifi.cli import STOP_SIGNALS, Group, parse_time, run_command, run_daemon
 from hifi.cli_options import (
+    INSTANCE_ID_FROM,
     DaemonFlags,
     catalog_option,
     daemon_options,
@@ -97,7 +98,7 @@ def _serve(
     from hifi.lookup_cache.redis_hash import RedisSettings
 
     destination = Catalog(flags.catalog or default_catalog_dir()).load(name)
-    settings = KafkaSettings.from_env().as_static_member(instance_id, where="--instance-id")
+    settings = KafkaSettings.from_env().as_static_member(instance_id, where=INSTANCE_ID_FROM)
     redis = RedisSettings.from_env() if destination.lookups is not None else None
     probe = Probe(flags.probe, post=probe_post, tenant=tenant)
     if flags.check:

@@ -212,6 +212,7 @@ def _log_and_check_options(probe_help: str) -> list[Callable[[F], F]]:
 
 
 INSTANCE_ID_ENV = "HIFI_INSTANCE_ID"  # as hifi.kafka.settings.INSTANCE_ID_ENV
+INSTANCE_ID_FROM = f"--instance-id (or ${INSTANCE_ID_ENV})"  # where a bad id came from
 
 
 def instance_id_option(function: F) -> F:

@@ -11,6 +11,7 @@ import click
 
 from hifi.cli import STOP_SIGNALS, Group, parse_time, run_command, run_daemon
 from hifi.cli_options import (
+    INSTANCE_ID_FROM,
     DaemonFlags,
     catalog_option,
     daemon_options,
@@ -121,7 +122,7 @@ def _serve(
 
     catalog = Catalog(flags.catalog or default_catalog_dir(), for_delivery=False)
     destinations = catalog.load_named(dests)
-    settings = KafkaSettings.from_env().as_static_member(instance_id, where="--instance-id")
+    settings = KafkaSettings.from_env().as_static_member(instance_id, where=INSTANCE_ID_FROM)
     if flags.check:
         asyncio.run(_check(destinations, settings, probe=flags.probe)).finish()
     retrier = Retrier(

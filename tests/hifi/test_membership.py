@@ -156,7 +156,7 @@ def test_each_daemon_checks_its_instance_id_from_flag_and_environment(
     by_flag = runner.invoke(command, [*base, *archive, "--instance-id", "pod 0"])
     assert by_flag.exit_code == 2
     assert by_flag.output.count("\n") == 1
-    assert ": --instance-id: instance id 'pod 0' is not valid" in by_flag.output
+    assert ": --instance-id (or $HIFI_INSTANCE_ID): instance id 'pod 0' is not" in by_flag.output
     by_env = runner.invoke(command, [*base, *archive], env={INSTANCE_ID_ENV: "a/b"})
     assert by_env.exit_code == 2
     assert "instance id 'a/b'" in by_env.output
