@@ -171,6 +171,8 @@ async def consumer(
     if group_id is not None:
         options.update(membership_options(settings))
     options.update(overrides)
+    if group_id is not None and settings.session_timeout_s is not None:
+        options.update(session_options(settings.session_timeout_s, options))
     client = AIOKafkaConsumer(**client_options(settings), **options)
     member_id: str | None = None
     try:
@@ -200,6 +202,14 @@ def membership_options(settings: KafkaSettings) -> dict[str, Any]:
     if settings.instance_id is not None:
         options["group_instance_id"] = settings.instance_id
     return options
+
+
+def session_options(session_timeout_s: float, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The operator's `HIFI_KAFKA_SESSION_TIMEOUT_S`, over the daemon's own session timeout,
+    with heartbeats at least three per session (Kafka's advice; aiokafka's default is 3 s)."""
+    session_ms = int(session_timeout_s * 1000)
+    heartbeat_ms = min(int(options.get("heartbeat_interval_ms", 3000)), session_ms // 3)
+    return {"session_timeout_ms": session_ms, "heartbeat_interval_ms": heartbeat_ms}
 
 
 def _assignor(name: Assignor) -> type[Any]:

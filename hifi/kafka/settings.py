@@ -25,6 +25,7 @@ _ENV_KEYS = {
     "enable_idempotence": "HIFI_KAFKA_ENABLE_IDEMPOTENCE",
     "replication_factor": "HIFI_KAFKA_REPLICATION_FACTOR",
     "assignor": "HIFI_KAFKA_ASSIGNOR",
+    "session_timeout_s": "HIFI_KAFKA_SESSION_TIMEOUT_S",
 }
 INSTANCE_ID_ENV = "HIFI_INSTANCE_ID"  # read by the daemons' --instance-id, never by from_env
 
@@ -50,6 +51,9 @@ class KafkaSettings(BaseModel):
     enable_idempotence: bool = False
     replication_factor: int = Field(default=1, ge=1, le=10)
     assignor: Assignor = "roundrobin"
+    # When set, every group member of the process uses it, over its daemon's own choice; Kafka
+    # brokers accept 6 s to 30 min by default (group.min/max.session.timeout.ms).
+    session_timeout_s: float | None = Field(default=None, ge=6, le=1800)
     # A group member's static identity (KIP-345); only a daemon's --instance-id sets it.
     instance_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,249}$")
 
@@ -61,6 +65,8 @@ class KafkaSettings(BaseModel):
             described["sasl_mechanism"] = self.sasl_mechanism
             described["username"] = self.username or ""
         described["assignor"] = self.assignor
+        if self.session_timeout_s is not None:
+            described["session_timeout_s"] = f"{self.session_timeout_s:g}"
         described["membership"] = "dynamic" if self.instance_id is None else "static"
         if self.instance_id is not None:
             described["instance_id"] = self.instance_id

@@ -83,6 +83,27 @@ def test_defaults_keep_roundrobin_and_dynamic_membership(monkeypatch: pytest.Mon
     assert "partition_assignment_strategy" not in reader
 
 
+def test_the_operators_session_timeout_wins_over_the_daemons(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """HIFI_KAFKA_SESSION_TIMEOUT_S replaces a daemon's own session timeout (the retrier's 6 s),
+    with at least three heartbeats per session; without it the daemon's stays."""
+    settings = KafkaSettings.from_env({"HIFI_KAFKA_SESSION_TIMEOUT_S": "60"})
+    retrier_like = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+    kwargs = _consumer_kwargs(monkeypatch, settings, group_id="g", **retrier_like)
+    assert (kwargs["session_timeout_ms"], kwargs["heartbeat_interval_ms"]) == (60_000, 1000)
+    short = KafkaSettings(session_timeout_s=6)
+    kwargs = _consumer_kwargs(monkeypatch, short, group_id="g")
+    assert (kwargs["session_timeout_ms"], kwargs["heartbeat_interval_ms"]) == (6000, 2000)
+    kept = _consumer_kwargs(monkeypatch, KafkaSettings(), group_id="g", **retrier_like)
+    assert kept["session_timeout_ms"] == 6000
+    reader = _consumer_kwargs(monkeypatch, settings, group_id=None)
+    assert "session_timeout_ms" not in reader
+    assert settings.describe()["session_timeout_s"] == "60"
+    with pytest.raises(ConfigError, match="HIFI_KAFKA_SESSION_TIMEOUT_S"):
+        KafkaSettings.from_env({"HIFI_KAFKA_SESSION_TIMEOUT_S": "5"})
+
+
 def test_each_sticky_member_keeps_its_own_previous_assignment() -> None:
     """aiokafka's sticky assignor remembers the last assignment on its class: every consumer
     gets a class of its own, so members in one process do not report each other's."""
