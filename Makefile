@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv java browser systemd promtool podman demo test test-quick check lint typecheck image bench bench-auditor bench-dlq bench-reconcile chaos clean
+.PHONY: help venv java browser systemd promtool podman demo test test-quick check lint typecheck image bench bench-auditor bench-dlq bench-rebalance bench-reconcile chaos clean
 
 help:
 	@echo "make demo   - run the connector and retrier against a local broker and a flaky destination"
@@ -16,6 +16,7 @@ help:
 	@echo "make bench  - throughput, lag and scale benchmark (results in bench/results/)"
 	@echo "make bench-auditor - the auditor's RSS with 1 M events waiting, and its throughput and RSS at 50k/s"
 	@echo "make bench-dlq - the retrier's dashboard with 1 M dead letters: list, count, RSS, tiers during a replay"
+	@echo "make bench-rebalance - partitions moved and stalls of a 3-member group scaling out, in and restarting (docs/rebalancing.md)"
 	@echo "make bench-reconcile - spark-batch reconcile of a synthetic day of 10 M events on local[2], checked against DuckDB"
 	@echo "make chaos  - fault-injection runs that count loss by event id"
 	@echo "make image  - the container image with podman, on a Debian base made here (docs/deploy-container.md)"
@@ -115,6 +116,9 @@ bench-auditor: $(STAMP)
 LETTERS ?= 1000000
 bench-dlq: $(STAMP)
 	$(BIN)/python -m bench.dlq --letters $(LETTERS)
+
+bench-rebalance: $(STAMP)
+	$(BIN)/python -m bench.rebalance
 
 # EVENTS=N: another size than the 10 million of the target
 EVENTS ?= 10000000

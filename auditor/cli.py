@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from hifi.cli import STOP_SIGNALS, Group, parse_time, run_command, run_daemon
-from hifi.cli_options import FINITE_POSITIVE_SECONDS, DaemonFlags, daemon_options, version_option
+from hifi.cli_options import (
+    FINITE_POSITIVE_SECONDS,
+    INSTANCE_ID_FROM,
+    DaemonFlags,
+    daemon_options,
+    instance_id_option,
+    version_option,
+)
 from hifi.errors import ConfigError, HifiError
 
 if TYPE_CHECKING:
@@ -72,6 +79,7 @@ def _archive_default() -> Path:
     idle_help="Exit cleanly once nothing arrived or waits to be written for this long.",
     probe_help="With --check: also reach Kafka: the source topics and the audit topic's retention.",
 )
+@instance_id_option
 @click.pass_context
 def cli(
     ctx: click.Context,
@@ -79,6 +87,7 @@ def cli(
     archive_dir: Path | None,
     group_id: str,
     roll_s: float,
+    instance_id: str | None,
     flags: DaemonFlags,
 ) -> None:
     """Account for every event of some destinations: per-minute loss tables, lag, availability.
@@ -94,11 +103,16 @@ def cli(
     ctx.obj = flags.catalog
     if ctx.invoked_subcommand is not None:
         return
-    _serve(dests, archive_dir or _archive_default(), group_id, roll_s, flags)
+    _serve(dests, archive_dir or _archive_default(), group_id, roll_s, flags, instance_id)
 
 
 def _serve(
-    dests: tuple[str, ...], archive: Path, group_id: str, roll_s: float, flags: DaemonFlags
+    dests: tuple[str, ...],
+    archive: Path,
+    group_id: str,
+    roll_s: float,
+    flags: DaemonFlags,
+    instance_id: str | None,
 ) -> None:
     """Load the destinations and run the auditor (or `--check` it) until a signal stops it."""
     import asyncio
@@ -109,7 +123,7 @@ def _serve(
 
     catalog = Catalog(flags.catalog or default_catalog_dir(), for_delivery=False)
     destinations = catalog.load_named(dests)
-    settings = KafkaSettings.from_env()
+    settings = KafkaSettings.from_env().as_static_member(instance_id, where=INSTANCE_ID_FROM)
     if flags.check:
         report = _check(destinations, settings, archive_dir=archive, probe=flags.probe)
         asyncio.run(report).finish()

@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING
 import click
 
 from hifi.cli import STOP_SIGNALS, Group, parse_time, run_command, run_daemon
-from hifi.cli_options import DaemonFlags, catalog_option, daemon_options, version_option
+from hifi.cli_options import (
+    INSTANCE_ID_FROM,
+    DaemonFlags,
+    catalog_option,
+    daemon_options,
+    instance_id_option,
+    version_option,
+)
 from hifi.errors import CommandFailed, ConfigError, HifiError
 
 if TYPE_CHECKING:
@@ -36,6 +43,7 @@ _TIME_HELP = "ISO 8601 (2026-01-31T08:00:00Z; UTC unless it says) or a duration 
     " destination (TCP, TLS and a HEAD request; never a POST unless --probe-post).",
     probe_implied_by=("probe_post",),
 )
+@instance_id_option
 @click.option(
     "--probe-post",
     is_flag=True,
@@ -55,6 +63,7 @@ def cli(
     dest: str | None,
     probe_post: bool,
     tenant: str | None,
+    instance_id: str | None,
     flags: DaemonFlags,
 ) -> None:
     """Deliver the events of destination NAME from Kafka to its HTTP endpoint.
@@ -73,10 +82,12 @@ def cli(
         raise click.MissingParameter(ctx=ctx, param=_param(ctx, "dest"))
     if tenant is not None and not flags.probe:
         raise ConfigError(f"--tenant {tenant!r}: only with --probe or --probe-post")
-    _serve(dest, flags, probe_post=probe_post, tenant=tenant)
+    _serve(dest, flags, probe_post=probe_post, tenant=tenant, instance_id=instance_id)
 
 
-def _serve(name: str, flags: DaemonFlags, *, probe_post: bool, tenant: str | None) -> None:
+def _serve(
+    name: str, flags: DaemonFlags, *, probe_post: bool, tenant: str | None, instance_id: str | None
+) -> None:
     """Load destination `name` and run its connector (or `--check` it) until a signal stops it."""
     import asyncio
 
@@ -87,7 +98,7 @@ def _serve(name: str, flags: DaemonFlags, *, probe_post: bool, tenant: str | Non
     from hifi.lookup_cache.redis_hash import RedisSettings
 
     destination = Catalog(flags.catalog or default_catalog_dir()).load(name)
-    settings = KafkaSettings.from_env()
+    settings = KafkaSettings.from_env().as_static_member(instance_id, where=INSTANCE_ID_FROM)
     redis = RedisSettings.from_env() if destination.lookups is not None else None
     probe = Probe(flags.probe, post=probe_post, tenant=tenant)
     if flags.check:

@@ -233,3 +233,22 @@ def _log_and_check_options(probe_help: str) -> list[Callable[[F], F]]:
         ),
         click.option("--probe", is_flag=True, help=probe_help),
     ]
+
+
+INSTANCE_ID_ENV = "HIFI_INSTANCE_ID"  # as hifi.kafka.settings.INSTANCE_ID_ENV
+INSTANCE_ID_FROM = f"--instance-id (or ${INSTANCE_ID_ENV})"  # where a bad id came from
+
+
+def instance_id_option(function: F) -> F:
+    """`--instance-id ID` ($HIFI_INSTANCE_ID): the daemon joins its consumer group as a static
+    member (KIP-345); checked, and logged at start, with the Kafka settings."""
+    return click.option(
+        "--instance-id",
+        envvar=INSTANCE_ID_ENV,
+        default=None,
+        metavar="ID",
+        help="Join the consumer group as static member ID ($HIFI_INSTANCE_ID; in Kubernetes a"
+        " StatefulSet's pod name). On Kafka a restart within the session timeout keeps its"
+        " partitions without a rebalance; a stop leaves them idle until the timeout"
+        " (docs/rebalancing.md).",
+    )(function)

@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from hifi.cli import STOP_SIGNALS, Group, parse_time, run_command, run_daemon
-from hifi.cli_options import DaemonFlags, catalog_option, daemon_options, version_option
+from hifi.cli_options import (
+    INSTANCE_ID_FROM,
+    DaemonFlags,
+    catalog_option,
+    daemon_options,
+    instance_id_option,
+    version_option,
+)
 from hifi.vocabulary import Reason
 
 if TYPE_CHECKING:
@@ -42,6 +49,7 @@ F = TypeVar("F", bound=Callable[..., Any])
     probe_help="With --check: also reach Kafka and read the retention of the retry, DLQ and"
     " audit topics.",
 )
+@instance_id_option
 @click.option(
     "--auditor-url",
     envvar=AUDITOR_URL_ENV,
@@ -70,6 +78,7 @@ def cli(
     ctx: click.Context,
     dests: tuple[str, ...],
     flags: DaemonFlags,
+    instance_id: str | None,
     auditor_url: str | None,
     dashboard_token_file: Path | None,
     dlq_index_dir: Path | None,
@@ -92,12 +101,13 @@ def cli(
     ctx.obj = flags.catalog
     if ctx.invoked_subcommand is not None:
         return
-    _serve(dests, flags, auditor_url, dashboard_token_file, dlq_index_dir)
+    _serve(dests, flags, instance_id, auditor_url, dashboard_token_file, dlq_index_dir)
 
 
 def _serve(
     dests: tuple[str, ...],
     flags: DaemonFlags,
+    instance_id: str | None,
     auditor_url: str | None,
     dashboard_token_file: Path | None,
     dlq_index_dir: Path | None,
@@ -112,7 +122,7 @@ def _serve(
 
     catalog = Catalog(flags.catalog or default_catalog_dir(), for_delivery=False)
     destinations = catalog.load_named(dests)
-    settings = KafkaSettings.from_env()
+    settings = KafkaSettings.from_env().as_static_member(instance_id, where=INSTANCE_ID_FROM)
     if flags.check:
         asyncio.run(_check(destinations, settings, probe=flags.probe)).finish()
     retrier = Retrier(

@@ -8,12 +8,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 
 from hifi.errors import HifiError
 from hifi.kafka.clients import client_options, kafka_errors, running_client
-from hifi.kafka.settings import KafkaSettings
+from hifi.kafka.settings import Assignor, KafkaSettings
 
 _LEAVE_TIMEOUT_S = 5.0
+_STATELESS_ASSIGNORS: dict[str, type[Any]] = {
+    "range": RangePartitionAssignor,
+    "roundrobin": RoundRobinPartitionAssignor,
+}
 
 
 class Consumer:
@@ -152,7 +159,8 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 async def consumer(
     settings: KafkaSettings, *, group_id: str | None, **overrides: Any
 ) -> AsyncIterator[Consumer]:
-    """A started consumer with manual commits only, stopped when the block exits."""
+    """A started consumer with manual commits only, stopped when the block exits; in a group,
+    it joins with the settings' assignor and, if it has one, their static instance id."""
     options: dict[str, Any] = {
         "group_id": group_id,
         "enable_auto_commit": False,
@@ -160,7 +168,11 @@ async def consumer(
         "isolation_level": "read_committed",
         "max_partition_fetch_bytes": 4 * 1024 * 1024,
     }
+    if group_id is not None:
+        options.update(membership_options(settings))
     options.update(overrides)
+    if group_id is not None and settings.session_timeout_s is not None:
+        options.update(session_options(settings.session_timeout_s, options))
     client = AIOKafkaConsumer(**client_options(settings), **options)
     member_id: str | None = None
     try:
@@ -168,10 +180,45 @@ async def consumer(
             try:
                 yield Consumer(client, settings)
             finally:
-                member_id = _first_generation_member(client)
+                if settings.instance_id is None:  # a static member keeps its place: no leave
+                    member_id = _first_generation_member(client)
     finally:
         if member_id is not None and group_id is not None:
             await _leave(settings, group_id, member_id)
+
+
+def membership_options(settings: KafkaSettings) -> dict[str, Any]:
+    """How a group member joins: its assignors, and its group instance id if it is static.
+
+    A member offers the chosen assignor first and roundrobin (aiokafka's default, what hifi used
+    before the setting) after it, so a rolling change of `HIFI_KAFKA_ASSIGNOR` keeps one protocol
+    every member supports: the group moves to the new one once every member offers it.
+    Static members (KIP-345) send no LeaveGroup when they stop: their partitions wait for them
+    until the session timeout (docs/rebalancing.md)."""
+    assignors = [_assignor(settings.assignor)]
+    if settings.assignor != "roundrobin":
+        assignors.append(RoundRobinPartitionAssignor)
+    options: dict[str, Any] = {"partition_assignment_strategy": tuple(assignors)}
+    if settings.instance_id is not None:
+        options["group_instance_id"] = settings.instance_id
+    return options
+
+
+def session_options(session_timeout_s: float, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The operator's `HIFI_KAFKA_SESSION_TIMEOUT_S`, over the daemon's own session timeout,
+    with heartbeats at least three per session (Kafka's advice; aiokafka's default is 3 s)."""
+    session_ms = int(session_timeout_s * 1000)
+    heartbeat_ms = min(int(options.get("heartbeat_interval_ms", 3000)), session_ms // 3)
+    return {"session_timeout_ms": session_ms, "heartbeat_interval_ms": heartbeat_ms}
+
+
+def _assignor(name: Assignor) -> type[Any]:
+    if name != "sticky":
+        return _STATELESS_ASSIGNORS[name]
+    # aiokafka's sticky assignor keeps the member's last assignment, which it tells the leader
+    # at the next join, on the class: a class per consumer keeps two members of one process
+    # (tests, the bench) from telling each other's.
+    return type("StickyPartitionAssignor", (StickyPartitionAssignor,), {})
 
 
 def _first_generation_member(client: AIOKafkaConsumer) -> str | None:
