@@ -15,7 +15,7 @@ from connector import Connector
 from devstack.kafka_tools import produce_events, read_topic
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
-from tests.connector.test_oauth2 import write_auth_destination
+from tests.connector.test_oauth2_bearer import write_auth_destination
 from tests.helpers import events
 from tests.hifi.oauth2_server import OAuth2Server
 
