@@ -72,6 +72,7 @@ class OAuth2Server:
         app = web.Application()
         app.router.add_post("/token", self._token)
         app.router.add_post("/events", self._events)
+        app.router.add_route("HEAD", "/events", self._head)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -118,6 +119,10 @@ class OAuth2Server:
         if self.declared_expires_in is not None:
             answer["expires_in"] = self.declared_expires_in
         return web.json_response(answer)
+
+    async def _head(self, request: web.Request) -> web.Response:
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        return web.Response(status=200 if self.valid(token) else 401)
 
     async def _events(self, request: web.Request) -> web.Response:
         authorization = request.headers.get("Authorization", "")
