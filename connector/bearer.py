@@ -61,7 +61,7 @@ def token_source(
     return TokenSource(
         dest.auth.credentials(),
         transport=transport,
-        verify=dest.ssl_context() or True,
+        ssl_context=dest.ssl_context(),
         on_fetch=counted,
     )
 

@@ -19,6 +19,7 @@ fetched and the client secret are registered with `hifi.redaction`.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -98,16 +99,17 @@ class TokenSource:
         credentials: ClientCredentials,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
-        verify: bool | object = True,
+        ssl_context: ssl.SSLContext | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_fetch: Callable[[str], None] | None = None,
     ) -> None:
-        """`on_fetch(reason)` is told of every fetch that got a token: "start" (the first),
+        """`ssl_context` for an https token_url (None: the default trust store);
+        `on_fetch(reason)` is told of every fetch that got a token: "start" (the first),
         "expiring" (ahead of expiry) or "unauthorized" (`refresh` of a refused token)."""
         self.credentials = credentials
         self._transport = transport
-        self._verify = verify
+        self._verify: ssl.SSLContext | bool = ssl_context or True  # True: the default trust
         self._clock = clock
         self._sleep = sleep
         self._on_fetch = on_fetch
@@ -125,7 +127,7 @@ class TokenSource:
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(self.credentials.timeout_s),
             transport=self._transport,
-            verify=self._verify,  # type: ignore[arg-type]  # True or an ssl.SSLContext
+            verify=self._verify,
             headers={"User-Agent": "hifi-connector", "Accept": "application/json"},
         )
         return self
