@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from config.auth import resolve_auth_env
 from config.destination import NAME_RE, Destination
 from config.env_refs import resolve_env
 from config.problems import describe
@@ -100,11 +101,14 @@ def load_destination_file(
     headers = raw.get("headers")
     if not for_delivery:
         _without_delivery_secrets(raw, path, environ)
-    elif isinstance(headers, dict):
-        raw["headers"] = {
-            key: resolve_env(value, path, key, environ) if isinstance(value, str) else value
-            for key, value in headers.items()
-        }
+    else:
+        if isinstance(headers, dict):
+            raw["headers"] = {
+                key: resolve_env(value, path, key, environ) if isinstance(value, str) else value
+                for key, value in headers.items()
+            }
+        if "auth" in raw:
+            raw["auth"] = resolve_auth_env(raw["auth"], path, environ)
     try:
         destination = Destination.model_validate(raw, context={"base_dir": path.parent})
     except ValidationError as exc:
@@ -115,10 +119,14 @@ def load_destination_file(
 
 
 def _without_delivery_secrets(raw: dict[str, Any], path: Path, environ: Mapping[str, str]) -> None:
-    """Drop `[headers]` and the TLS keys; still mask the header values that resolve here."""
+    """Drop `[headers]`, `[auth]` and the TLS keys; still mask the secrets that resolve here."""
     headers = raw.pop("headers", None)
     for key in ("tls_ca_file", "tls_client_cert", "tls_client_key"):
         raw.pop(key, None)
+    with contextlib.suppress(ConfigError):
+        auth = resolve_auth_env(raw.pop("auth", None), path, environ)
+        if isinstance(auth, dict) and isinstance(auth.get("client_secret"), str):
+            redaction.register([auth["client_secret"]])
     if not isinstance(headers, dict):
         return
     for key, value in headers.items():

@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from config.auth import Auth
 from config.env_refs import HEADER_VALUE_RULE, header_value_problem
 from config.templates import Template, parse_template
 from config.tls_files import EncryptedKeyError, client_cert_problem, ssl_cause, tls_context
@@ -145,6 +146,7 @@ class Destination(BaseModel):
     shutdown_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     internal_topic_partitions: int = Field(default=4, ge=1, le=1000)
     headers: dict[str, SecretStr] = Field(default_factory=dict)
+    auth: Auth | None = None  # where the Authorization header's credential comes from ([auth])
     accounting: Accounting = Field(default_factory=Accounting)
     lookups: Lookups | None = None  # per-tenant routing; None: every event goes to `url` as is
     # PEM files; a relative path is read from the catalog file's directory
@@ -256,6 +258,16 @@ class Destination(BaseModel):
             raise ValueError(
                 f"key 'url': is not https:// but {', '.join(tls_keys)} is set; use an https:// URL"
                 " or remove the TLS keys"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_auth(self) -> Self:
+        """`[auth]` writes the Authorization header: a second one in `[headers]` is refused."""
+        if self.auth is not None and any(k.lower() == "authorization" for k in self.headers):
+            raise ValueError(
+                "key 'auth': set together with an Authorization header in [headers]; [auth]"
+                " sends the Authorization header itself: remove the header"
             )
         return self
 

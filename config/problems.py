@@ -9,7 +9,8 @@ import annotated_types
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-SECRET_KEYS = ("headers",)  # keys whose values are never echoed: they may hold secrets
+# keys whose values are never echoed: they may hold secrets
+SECRET_KEYS = ("headers", "client_secret")
 
 
 def describe(

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import gzip
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 import httpx
 
 from config.destination import Destination
 from config.topics import audit_line, audit_retention_wanted, retention_wanted
+from connector.bearer import token_source
 from connector.delivery import http_client
 from connector.rebatch import encode_values
 from hifi.check import CheckReport, probe_kafka
-from hifi.errors import ConfigError, EntryRefused, HifiError
+from hifi.errors import ConfigError, EntryRefused, HifiError, TokenRefused, TokenUnavailable
 from hifi.kafka.settings import KafkaSettings
 from hifi.lookup_cache import redis_hash
 from hifi.lookup_cache.redis_hash import RedisSettings
@@ -55,7 +56,10 @@ async def check(
     """What the connector for `dest` would meet at start; the caller prints and exits."""
     needs_tenant(dest, probe)
     report = CheckReport("connector")
-    report.ok(f"destination {dest.name}: catalog entry valid, {len(dest.headers)} headers set")
+    auth = "" if dest.auth is None else f", OAuth2 client credentials from {dest.auth.token_url}"
+    report.ok(
+        f"destination {dest.name}: catalog entry valid, {len(dest.headers)} headers set{auth}"
+    )
     report.ok(audit_line(dest))
     report.ok(f"kafka settings: bootstrap {settings.bootstrap}, {settings.security_protocol}")
     if dest.lookups is not None and redis is not None:
@@ -74,9 +78,32 @@ async def check(
     if redis is not None:
         await probe_tenants(dest, redis, report)
     target = await _target(dest, probe.tenant, redis, report)
+    if dest.auth is not None:
+        token = await probe_token(dest, report)
+        if token is None:
+            return report  # the destination would only refuse a request without it
+        if target is not None:
+            target = replace(target, headers={**target.headers, "Authorization": f"Bearer {token}"})
     if target is not None:
         await probe_destination(dest, target, report, post=probe.post)
     return report
+
+
+async def probe_token(dest: Destination, report: CheckReport) -> str | None:
+    """Fetch one token as the connector does at start: the token (never printed), or None and a
+    line saying why (a refusal: exit 2)."""
+    source = token_source(dest)
+    try:
+        async with source:
+            token = await source.token()
+    except TokenRefused as exc:
+        report.fail(str(exc), refused=True)
+        return None
+    except TokenUnavailable as exc:
+        report.fail(str(exc))
+        return None
+    report.ok(f"{source.credentials.describe()}: token received")
+    return token
 
 
 def per_tenant(dest: Destination) -> bool:

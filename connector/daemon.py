@@ -18,7 +18,7 @@ from aiokafka import TopicPartition
 from config.destination import Destination
 from config.parsing import parse
 from config.topics import ensure_destination_topics
-from connector import metrics, status
+from connector import bearer, metrics, status
 from connector.delivery import Deliverer, http_client
 from connector.divert import Diversion, Diverter, Unreadable
 from connector.intake import BUFFER_WINDOWS, consumer_options, intake_limit
@@ -145,8 +145,9 @@ class Connector:
             producer = await stack.enter_async_context(_producer(self._settings))
             trail = await self._audit_trail(producer)
             client = await stack.enter_async_context(http_client(dest, self._transport))
+            auth = await stack.enter_async_context(bearer.started(dest))
             diverter = Diverter(producer, dest, trail=trail)
-            deliverer = Deliverer(client, dest, diverter, trail=trail)
+            deliverer = Deliverer(client, dest, diverter, trail=trail, auth=auth)
             delivery = _Delivery(
                 dest, deliverer, diverter, route_of=None if routes is None else routes.get
             )

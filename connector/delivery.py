@@ -31,6 +31,7 @@ from tenacity import (
 
 from config.destination import Destination
 from connector import metrics
+from connector.bearer import Bearer
 from connector.divert import Diverter
 from connector.rebatch import Batch, encode_values
 from hifi.audit import AuditTrail, SentBatch
@@ -133,8 +134,10 @@ class Deliverer:
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         trail: AuditTrail | None = None,
+        auth: Bearer | None = None,
     ) -> None:
         self._client = client
+        self._auth = auth  # the Authorization of a destination with [auth]
         self._dest = dest
         self._diverter = diverter
         self._sleep = sleep
@@ -214,6 +217,22 @@ class Deliverer:
         return status
 
     async def _send_once(self, url: str, body: bytes, headers: dict[str, str], events: int) -> int:
+        """One attempt; with `[auth]` a 401 refreshes the token and sends this request once more
+        (the only 4xx resent: the credential, not the request, was stale)."""
+        if self._auth is None:
+            return await self._post(url, body, headers, events)
+        token = await self._auth.token()
+        try:
+            return await self._post(
+                url, body, {**headers, "Authorization": f"Bearer {token}"}, events
+            )
+        except DestinationRejected as exc:
+            if exc.status != 401:
+                raise
+        token = await self._auth.refresh(token)
+        return await self._post(url, body, {**headers, "Authorization": f"Bearer {token}"}, events)
+
+    async def _post(self, url: str, body: bytes, headers: dict[str, str], events: int) -> int:
         metrics.EVENTS_PER_REQUEST.labels(self._dest_name).observe(events)
         started = time.perf_counter()
         try:

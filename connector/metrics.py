@@ -162,6 +162,13 @@ BISECTION_REQUESTS = Counter(
     "Requests that bisected a rejected batch: one per half sent, whatever its local retries.",
     ["dest"],
 )
+AUTH_REFRESHES = Counter(
+    "hifi_connector_auth_refreshes",
+    "OAuth2 tokens fetched after the first, by reason: expiring (ahead of expiry) or"
+    " unauthorized (the destination answered 401; the request is sent once more).",
+    ["dest", "reason"],
+)
+AUTH_REFRESH_REASONS = ("expiring", "unauthorized")  # the `reason` of `AUTH_REFRESHES`
 LOCAL_RETRIES = Counter("hifi_connector_local_retries", "Requests retried locally.", ["dest"])
 HANDOFFS = Counter(
     "hifi_connector_handoffs", "Events handed to the global retrier (NAME.retry_in).", ["dest"]
@@ -227,6 +234,8 @@ def create_series(dest: str, *, audit: bool, lookups: bool = False) -> None:
     for result in BATCH_RESULTS:
         BATCHES.labels(dest, result)
     BISECTION_REQUESTS.labels(dest)
+    for reason in AUTH_REFRESH_REASONS:
+        AUTH_REFRESHES.labels(dest, reason)
     for reason in Reason:
         DEAD_LETTERS.labels(dest, reason)
     for status_class in ("2xx", "3xx", "4xx", "5xx", "timeout", "connection"):

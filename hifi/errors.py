@@ -2,13 +2,15 @@
 
     HifiError                     exit code 1 (the subclasses keep it unless they say otherwise)
     ├── ConfigError               bad catalog file, flag or environment; exit code 2
-    │   └── BrokerAuthFailed          Kafka refused the credentials, the TLS handshake or a permission
+    │   ├── BrokerAuthFailed          Kafka refused the credentials, the TLS handshake or a permission
+    │   └── TokenRefused              an OAuth2 token endpoint refused the client credentials
     ├── CommandFailed             a command stopped before it finished what it was asked to do
     ├── GroupActive               a consumer group has members; its offsets move only once they stop
     ├── TransientError            may succeed if tried again later
     │   ├── DestinationUnavailable    timeout, connection error, 5xx, 429 (carries Retry-After)
     │   ├── BrokerUnavailable         Kafka unreachable, timed out, or a write or commit failed
-    │   └── StoreUnavailable          Redis unreachable, timed out, failing over, or refusing
+    │   ├── StoreUnavailable          Redis unreachable, timed out, failing over, or refusing
+    │   └── TokenUnavailable          an OAuth2 token endpoint unreachable, timed out, 5xx or 429
     └── PermanentError            will fail the same way however often it is tried
         ├── DestinationRejected       4xx other than 429, or a redirect that is not followed
         ├── MalformedRecord           a Kafka record that cannot be delivered (not JSON, too large)
@@ -22,9 +24,10 @@ as click's `ClickException.exit_code`): 2 for `ConfigError` and its subclasses (
 wrong: a service manager should not restart), 1 for everything else (unreachable, refused,
 failed: worth another try). `hifi.cli.run_command` turns one into a line on stderr and that code.
 
-The boundaries: `connector.delivery` for httpx, `hifi.kafka` for aiokafka, `hifi.lookup_cache.redis_hash` for
-redis. Code above them only ever catches these types. A `status` is a real HTTP status or None (no reply); the reason a
-record was dead-lettered is a `hifi.vocabulary.Reason`, never a status.
+The boundaries: `connector.delivery` and `hifi.oauth2` for httpx, `hifi.kafka` for aiokafka,
+`hifi.lookup_cache.redis_hash` for redis. Code above them only ever catches these types. A
+`status` is a real HTTP status or None (no reply); the reason a record was dead-lettered is a
+`hifi.vocabulary.Reason`, never a status.
 """
 
 from __future__ import annotations
@@ -123,3 +126,13 @@ class StoreUnavailable(TransientError):
 class EntryRefused(PermanentError):
     """A lookup entry that cannot be used as it is (not JSON, wrong types, a value missing); the
     message says why without quoting the entry (it may hold secrets)."""
+
+
+class TokenRefused(ConfigError):
+    """An OAuth2 token endpoint answered 4xx, or 2xx without a bearer token: the client_id,
+    client_secret, scopes, audience or token_url are wrong (`hifi.oauth2`)."""
+
+
+class TokenUnavailable(TransientError):
+    """An OAuth2 token endpoint gave no token for a reason worth retrying: no answer, a timeout,
+    5xx or 429 (`hifi.oauth2`)."""

@@ -81,7 +81,6 @@ def register(values: Iterable[str]) -> None:
     A value is masked without the white space at its ends, and also in its one-space form (runs
     of white space made one space), the form `short_error` leaves it in.
     """
-    global _registry
     added: set[str] = set()
     for value in values:
         for form in (value.strip(), " ".join(value.split())):
@@ -90,6 +89,25 @@ def register(values: Iterable[str]) -> None:
     if not added:
         return
     _secrets.update(added)
+    _rebuild()
+
+
+def forget(values: Iterable[str]) -> None:
+    """Stop masking these values (registered earlier): an access token once it was replaced, so
+    a daemon that rotates tokens for months does not keep every one of them."""
+    gone = {form for value in values for form in (value.strip(), " ".join(value.split()))}
+    if not gone & _secrets:
+        return
+    _secrets.difference_update(gone)
+    _rebuild()
+
+
+def _rebuild() -> None:
+    """Replace the registry with one for `_secrets` as they are now."""
+    global _registry
+    if not _secrets:
+        _registry = None
+        return
     ordered = sorted(_secrets, key=len, reverse=True)  # a secret inside a longer one: longest first
     n = MIN_FRAGMENT_CHARS
     words = {word for secret in _secrets for word in secret.split() if len(word) >= n}
