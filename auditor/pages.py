@@ -18,9 +18,16 @@ if TYPE_CHECKING:
 class Pages:
     """The JSON pages of one `Accounts`, read from the event loop that feeds it."""
 
-    def __init__(self, accounts: Accounts, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        accounts: Accounts,
+        now_ms: Callable[[], int],
+        started_over: Callable[[], list[dict[str, Any]]] = list,
+    ) -> None:
+        """`started_over`: the worker's partitions that started over (`PartitionWorker`)."""
         self._accounts = accounts
         self._now_ms = now_ms
+        self._started_over = started_over
 
     async def tables(self, request: Request) -> Any:
         """`/tables?dest=NAME&from=MS&to=MS`: the per-minute rows (all destinations without dest)."""
@@ -52,6 +59,7 @@ class Pages:
             },
             "refused_facts": dict(accounts.refused),
             "recreated_partitions": accounts.incarnations.view(),
+            "partitions_started_over": self._started_over(),
             "buffered_rows": accounts.buffered_rows,
         }
 
