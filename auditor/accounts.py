@@ -172,6 +172,7 @@ class Accounts(PartitionHandler):
     def _take_all_facts(self) -> None:
         """The facts of the polls taken in, once their entries are (a re-created partition's
         new epoch is known before a fact about its events counts)."""
+        self._again(self._epochs.due())
         facts, self._facts = self._facts, []
         for _, records in facts:
             self._take_facts(records)

@@ -7,10 +7,13 @@ where it had read, with newer records or a high watermark below that offset (acr
 first records read after either begin a new incarnation at their Kafka time.
 
 An audit fact names no epoch: its slices belong to the incarnation that began at or before the
-time its events were taken in. So while a partition the worker saw start over has not given
-its first record yet, the facts about its events are held, then applied with that epoch known:
-none of the new topic's events counts against the old topic's offsets. Held facts are in the
-snapshot, as their records are committed.
+time its events were taken in. So while a partition has not given the first record of its new
+topic yet, the facts about its events are held, then applied with that epoch known: none of
+the new topic's events counts against the old topic's offsets, even when the connector saw
+the new topic first. A partition waits so from the moment the worker saw it start over, or
+the auditor's own high watermark of it fell below what it had read (the earliest sign on a
+broker that reports the end of a deleted topic). Held facts are in the snapshot, as their
+records are committed.
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ class Epochs:
         self._clock = clock
         self._now_ms = now_ms
         self.starting_over: set[TopicPartition] = set()  # the worker saw them start over
-        self._held: list[Any] = []  # audit records about their events
+        self._held: list[Any] = []  # audit records about the events of partitions that wait
+        self._waiting: set[TopicPartition] = set()  # the partitions facts were held for
 
     def started_over(self, tp: TopicPartition) -> None:
         self.starting_over.add(tp)
@@ -65,9 +69,8 @@ class Epochs:
         read = self._clock.position(tp)
         if tp in self.starting_over:
             self.starting_over.discard(tp)
-            released, self._held = self._held, []
-            if read is None:
-                return epoch, released  # nothing of the old topic read: no offset to tell apart
+            if read is None:  # nothing of the old topic read: no offset to tell apart
+                return epoch, self._due()
             found = self.incarnations.begin(
                 tp.topic,
                 tp.partition,
@@ -76,7 +79,6 @@ class Epochs:
                 read_to=read[0],
             )
         else:
-            released = []
             found = self.incarnations.check(
                 tp.topic,
                 tp.partition,
@@ -88,24 +90,47 @@ class Epochs:
             )
         if found != epoch:
             self._clock.restart(tp)
-        return found, released
+        return found, self._due()
 
     def holds(self, fact: Fact, record: Any) -> bool:
         """Whether `fact` waits for a partition of its events to give its first record."""
-        starting = self.starting_over
-        if starting and any(
-            TopicPartition(part.topic, part.partition) in starting for part in fact.slices
-        ):
-            self._held.append(record)
+        waiting = [
+            tp
+            for part in fact.slices
+            if self._waits(tp := TopicPartition(part.topic, part.partition))
+        ]
+        if not waiting:
+            return False
+        self._held.append(record)
+        self._waiting.update(waiting)
+        return True
+
+    def _waits(self, tp: TopicPartition) -> bool:
+        if tp in self.starting_over:
             return True
-        return False
+        read, highwater = self._clock.position(tp), self._clock.highwater(tp)
+        return read is not None and highwater is not None and highwater < read[0]
+
+    def due(self) -> list[Any]:
+        """The held facts to apply now: none of the partitions they waited for waits still
+        (a lagging high watermark caught up), or ones are held again."""
+        return self._due()
+
+    def _due(self) -> list[Any]:
+        if not self._held or any(map(self._waits, self._waiting)):
+            return []
+        released, self._held = self._held, []
+        self._waiting = set()
+        return released
 
     def drop(self, partitions: set[TopicPartition]) -> list[Any]:
         """Revoked, or the auditor stops: the held facts to apply now (held again if another
         partition of theirs still starts over)."""
-        if not self.starting_over & partitions:
+        if not self._waiting & partitions:
+            self.starting_over -= partitions
             return []
         self.starting_over -= partitions
+        self._waiting = set()
         released, self._held = self._held, []
         return released
 

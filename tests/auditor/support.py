@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from aiokafka.admin import AIOKafkaAdminClient
@@ -78,13 +78,20 @@ def audited_destination(
     return Catalog(catalog_dir).load(name)
 
 
+class Daemon(Protocol):
+    async def run(self) -> None: ...
+
+    def request_stop(self) -> None: ...
+
+
 @contextlib.asynccontextmanager
-async def running(auditor: Auditor) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(auditor.run())
+async def running(daemon: Daemon) -> AsyncIterator[asyncio.Task[None]]:
+    """Run an auditor (or a connector) as a task; stop it and wait for it on the way out."""
+    task = asyncio.create_task(daemon.run())
     try:
         yield task
     finally:
-        auditor.request_stop()
+        daemon.request_stop()
         await asyncio.wait_for(task, 60)
 
 

@@ -72,3 +72,18 @@ def test_held_facts_survive_a_snapshot() -> None:
     (again,) = Epochs.restore(epochs.state())
     assert (again.topic, again.partition, again.offset, again.value) == ("audit", 0, 4, b"\x01\x02")
     assert again.headers == [("hifi-format", b"1.1")]
+
+
+def test_facts_wait_while_the_high_watermark_is_below_what_was_read() -> None:
+    """Before the worker says anything, an end below what was read holds the partition's facts
+    (the connector may see the new topic first); an end that catches up releases them."""
+    highwater = {TP: 0}  # the topic deleted: its end as the broker reports it
+    clock = ProgressClock(highwater.get, lambda: 10_000)
+    clock.read(TP, 30, 5_000)
+    epochs = Epochs(Incarnations(), clock, lambda: 10_000)
+    held = Record(1, 0)
+    assert epochs.holds(_fact(0, 8_000), held)
+    assert epochs.due() == []
+    highwater[TP] = 30  # a lagging leader's end, caught up: the same topic after all
+    assert epochs.due() == [held]
+    assert not epochs.holds(_fact(0, 8_000), Record(2, 0))

@@ -114,16 +114,16 @@ async def test_a_topic_recreated_while_the_auditor_runs_counts_new_events_as_new
     tmp_path: Path,
     unique: str,
 ) -> None:
-    """30 events delivered and audited; while the same auditor runs, the topic is deleted and
-    created again and 20 more are delivered from offset 0: it counts 50 entered and 50
-    delivered, no duplicate, says so in one log line of its worker and one of its accounts, and
-    shows it in `/status`."""
+    """30 events delivered and audited; while the same auditor and connector run, the topic is
+    deleted and created again and 20 more are delivered from offset 0: the auditor counts 50
+    entered and 50 delivered, no duplicate, says so in one log line of its worker and one of
+    its accounts, and shows it in `/status`."""
     audit_topic = f"{unique}.audit"
     await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
     dest = audited_destination(catalog_dir, unique, destination.url, unique)
     old_minute = minute_start(now_ms()) - 180_000
     await produce_events(kafka_settings, unique, _past(events(30, prefix="a"), old_minute))
-    await _deliver(dest, kafka_settings, audit_topic)
+    connector = Connector(dest, kafka_settings, audit_topic=audit_topic)
     auditor = Auditor(
         [dest],
         kafka_settings,
@@ -134,26 +134,26 @@ async def test_a_topic_recreated_while_the_auditor_runs_counts_new_events_as_new
         metrics_port=0,
     )
     with structlog.testing.capture_logs() as logs:
-        async with running(auditor):
+        async with running(auditor), running(connector):
             assert await until(lambda: auditor.accounts is not None, timeout_s=30)
             assert auditor.accounts is not None
             ledger = auditor.accounts.ledgers[unique]
             assert await until(lambda: _totals(ledger)["delivered"] == 30, timeout_s=60)
             await recreate_topic(kafka_settings, unique)
             await produce_events(kafka_settings, unique, _past(events(20, prefix="b"), old_minute))
-            await move_committed(kafka_settings, dest.connector_group, unique, 0, 0)
-            await _deliver(dest, kafka_settings, audit_topic)
-            assert len(destination.delivered_ids()) == 50
+            assert await until(lambda: len(destination.delivered_ids()) == 50, timeout_s=60)
             assert await until(lambda: _totals(ledger)["entered"] >= 50, timeout_s=60)
             assert await until(lambda: _totals(ledger)["delivered"] >= 50, timeout_s=60)
             assert auditor.ops is not None
             async with httpx.AsyncClient(timeout=10) as client:
                 status = (await client.get(f"http://127.0.0.1:{auditor.ops.port}/status")).json()
     assert _totals(ledger) == {"entered": 50, "delivered": 50, "duplicates": 0}
-    started_over = [e for e in logs if e["event"] == "partition_started_over"]
-    assert [(e["topic"], e["partition"], e["read_up_to"]) for e in started_over] == [
-        (unique, 0, 30)
+    started_over = [
+        (e.get("component", "connector"), e["topic"], e["partition"], e["read_up_to"])
+        for e in logs
+        if e["event"] == "partition_started_over"
     ]
+    assert sorted(started_over) == [("auditor", unique, 0, 30), ("connector", unique, 0, 30)]
     noticed = [e for e in logs if e["event"] == "source_partition_recreated"]
     assert [(e["topic"], e["partition"], e["epoch"]) for e in noticed] == [(unique, 0, 1)]
     recreated = status["recreated_partitions"]
