@@ -122,7 +122,9 @@ class PartitionWorker:
     def highwater(self, tp: TopicPartition) -> int | None:
         """The broker's high watermark of an owned partition, as of its last fetch; None if unknown."""
         member = self._member
-        return None if member is None else member.consumer.highwater(tp)
+        if member is None or tp not in member.consumer.assignment():
+            return None  # aiokafka asserts on a partition it does not own (revoked meanwhile)
+        return member.consumer.highwater(tp)
 
     def started_over(self) -> list[dict[str, Any]]:
         """For `/status`: each partition that started over, how often, and the last time's why."""
@@ -144,7 +146,7 @@ class PartitionWorker:
                 stop=self._stop,
                 progress=self._progress,
                 ops=self._ops,
-                started_over=self._started_over,
+                seen=self._started_over,
             )
             consumer.subscribe(topics, on_assigned=member.assigned, on_revoked=member.revoke)
             self._member = member
@@ -173,7 +175,7 @@ class _Membership:
         stop: asyncio.Event,
         progress: asyncio.Event,
         ops: OpsServer | None,
-        started_over: StartOvers,
+        seen: StartOvers,
     ) -> None:
         self.options = options
         self.stop = stop  # set: stop polling and drain
@@ -191,9 +193,7 @@ class _Membership:
         self.poll_open = False
         self.log = log.bind(**self.options.log_context)
         confirm_s = options.started_over_confirm_s
-        self.restarts = RestartWatch(
-            consumer, handler, self.tracker, started_over, confirm_s, self.log
-        )
+        self.restarts = RestartWatch(consumer, handler, self.tracker, seen, confirm_s, self.log)
 
     # --- the loop ---------------------------------------------------------------------
 

@@ -120,7 +120,10 @@ class RestartWatch:
     async def check(self, now_s: float) -> None:
         """Notice partitions whose end stayed below what was read; start over those whose old
         records all have their outcome."""
+        owned = self._consumer.assignment()  # aiokafka asserts on a partition it does not own
         for tp, read_to in list(self._read_to.items()):
+            if self._read_to.get(tp) != read_to or tp not in owned:
+                continue  # revoked while the leader was asked about another partition
             highwater = self._consumer.highwater(tp)
             if tp in self.waiting or highwater is None or highwater >= read_to:
                 self._suspected.pop(tp, None)
