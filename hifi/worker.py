@@ -23,8 +23,7 @@ commit. The `PartitionWorker` does the rest, the same way for every daemon:
   cancel what is left, commit, return. A stop during a group join or rebalance returns once
   that rebalance ends (aiokafka leaves the group only then); the other members' drains bound
   it by their `shutdown_timeout_s`;
-- a partition whose topic was deleted and created again starts over (`worker_restarts`): its
-  old records finish, then it is read and committed from its new beginning.
+- a partition whose topic was created again starts over (`worker_restarts`), old records first.
 
 How a new daemon uses it (the auditor next):
 
@@ -112,7 +111,7 @@ class PartitionWorker:
         self._stop = asyncio.Event()
         self._progress = asyncio.Event()
         self._member: _Membership | None = None
-        self._started_over = StartOvers({})
+        self._started_over = StartOvers()
 
     def request_stop(self) -> None:
         """Stop polling and begin draining; safe to call from a signal handler."""
@@ -121,15 +120,12 @@ class PartitionWorker:
 
     def highwater(self, tp: TopicPartition) -> int | None:
         """The broker's high watermark of an owned partition, as of its last fetch; None if unknown."""
-        member = self._member
-        if member is None or tp not in member.consumer.assignment():
-            return None  # aiokafka asserts on a partition it does not own (revoked meanwhile)
-        return member.consumer.highwater(tp)
+        member = self._member  # aiokafka asserts on a partition it does not own: ask of owned ones
+        return member.consumer.highwater(tp) if member and tp in member.owned else None
 
     def started_over(self) -> list[dict[str, Any]]:
         """For `/status`: each partition that started over, how often, and the last time's why."""
-        member = self._member
-        return self._started_over.view(set() if member is None else set(member.restarts.waiting))
+        return self._started_over.view()
 
     def wake(self) -> None:
         """Re-read the handler's limits and holds soon (e.g. a held record became due)."""
@@ -188,6 +184,7 @@ class _Membership:
         self.running: set[asyncio.Task[None]] = set()  # the units holding a slot
         self.failure: BaseException | None = None
         self.epoch = 0  # advanced by every rebalance callback
+        self.owned: set[TopicPartition] = set()  # as the rebalance callbacks last said
         self.assigned_once = False
         self.last_busy_s = 0.0  # loop time of the last work, or of the last assignment
         self.poll_open = False
@@ -363,6 +360,7 @@ class _Membership:
     def assigned(self, partitions: set[TopicPartition]) -> None:
         """Rebalance: `partitions` (possibly none) are ours; the daemon is ready from here on."""
         self.epoch += 1
+        self.owned = set(partitions)
         self.restarts.forget(partitions)
         self.assigned_once = True
         self.last_busy_s = asyncio.get_running_loop().time()  # the join was not idle time
@@ -376,6 +374,7 @@ class _Membership:
     async def revoke(self, partitions: set[TopicPartition]) -> None:
         """Rebalance: stop starting work for `partitions`, wait for theirs, commit, forget them."""
         self.epoch += 1
+        self.owned -= partitions
         self.handler.drop(partitions)
         drained = await self.wait_idle(partitions, self.options.shutdown_timeout_s)
         await self.commit(partitions)

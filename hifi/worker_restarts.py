@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -56,9 +57,11 @@ class StartOvers:
     """Per partition, how many times it started over and the last one: kept by the worker
     across its runs, shown in the daemons' `/status`."""
 
-    seen: dict[TopicPartition, tuple[int, StartOver]]
+    seen: dict[TopicPartition, tuple[int, StartOver]] = field(default_factory=dict)
+    waiting: Mapping[TopicPartition, StartOver] = field(default_factory=dict)  # the run's
 
-    def view(self, waiting: set[TopicPartition]) -> list[dict[str, Any]]:
+    def view(self) -> list[dict[str, Any]]:
+        waiting = self.waiting
         return [
             {
                 "partition": f"{tp.topic}/{tp.partition}",
@@ -94,6 +97,7 @@ class RestartWatch:
         self._read_to: dict[TopicPartition, int] = {}  # the next offset, as this member read it
         self._suspected: dict[TopicPartition, float] = {}  # loop time the end was seen below it
         self.waiting: dict[TopicPartition, StartOver] = {}  # the old topic's records finishing
+        history.waiting = self.waiting
 
     def forget(self, partitions: set[TopicPartition]) -> None:
         """Assigned or revoked: the next fetch starts from the committed offset."""
