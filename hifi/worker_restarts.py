@@ -96,6 +96,7 @@ class RestartWatch:
         self._log = log
         self._read_to: dict[TopicPartition, int] = {}  # the next offset, as this member read it
         self._suspected: dict[TopicPartition, float] = {}  # loop time the end was seen below it
+        self._unanswered: set[TopicPartition] = set()  # the leader did not say its end
         self.waiting: dict[TopicPartition, StartOver] = {}  # the old topic's records finishing
         history.waiting = self.waiting
 
@@ -150,10 +151,12 @@ class RestartWatch:
             async with asyncio.timeout(END_QUERY_TIMEOUT_S):
                 found = await self._consumer.end_offsets([tp])
         except (HifiError, TimeoutError) as exc:
-            self._log.info(
-                "end_offset_unknown", partition=f"{tp.topic}/{tp.partition}", error=str(exc)
-            )
+            if tp not in self._unanswered:  # once until it answers: a deleted topic may not
+                self._unanswered.add(tp)
+                name = f"{tp.topic}/{tp.partition}"
+                self._log.info("end_offset_unknown", partition=name, error=str(exc) or "timeout")
             return None
+        self._unanswered.discard(tp)
         return found.get(tp)
 
     def _notice(
