@@ -39,6 +39,7 @@ from hifi.vocabulary import StartedOver
 from hifi.worker_seams import GroupConsumer, PartitionHandler
 
 END_QUERY_TIMEOUT_S = 5.0  # asking a leader for a partition's end: longer, and ask again later
+CHECK_EVERY_S = 0.1  # the high watermarks are looked at this often at most (not every poll)
 DEFAULT_CONFIRM_S = 3.0  # a high watermark below the position this long before the leader is asked
 
 
@@ -97,6 +98,7 @@ class RestartWatch:
         self._read_to: dict[TopicPartition, int] = {}  # the next offset, as this member read it
         self._suspected: dict[TopicPartition, float] = {}  # loop time the end was seen below it
         self._unanswered: set[TopicPartition] = set()  # the leader did not say its end
+        self._next_check_s = 0.0  # loop time of the next look at the high watermarks
         self.waiting: dict[TopicPartition, StartOver] = {}  # the old topic's records finishing
         history.waiting = self.waiting
 
@@ -123,8 +125,14 @@ class RestartWatch:
         self._read_to[tp] = next_offset
 
     async def check(self, now_s: float) -> None:
-        """Notice partitions whose end stayed below what was read; start over those whose old
-        records all have their outcome."""
+        """Notice partitions whose end stayed below what was read (every `CHECK_EVERY_S`); start
+        over those whose old records all have their outcome."""
+        if self.waiting:
+            for tp in [tp for tp in self.waiting if not self._tracker.outstanding(tp)]:
+                self._start(tp)
+        if now_s < self._next_check_s:
+            return
+        self._next_check_s = now_s + CHECK_EVERY_S
         owned = self._consumer.assignment()  # aiokafka asserts on a partition it does not own
         for tp, read_to in list(self._read_to.items()):
             if self._read_to.get(tp) != read_to or tp not in owned:
@@ -143,8 +151,6 @@ class RestartWatch:
                 self._notice(tp, StartedOver.END_BELOW_POSITION, read_to, starts_at=0)
             else:
                 self._suspected[tp] = now_s  # the leader says otherwise: wait, then ask again
-        for tp in [tp for tp in self.waiting if not self._tracker.outstanding(tp)]:
-            self._start(tp)
 
     async def _end_offset(self, tp: TopicPartition) -> int | None:
         try:
