@@ -18,6 +18,7 @@ from auditor.archive import Archive, PendingFiles, write_snapshot
 from auditor.archive.read import find_ids
 from auditor.buckets import MINUTE_MS, Problem, Settled
 from auditor.entered import entered_columns
+from auditor.epochs import Epochs
 from auditor.health import Health
 from auditor.incarnations import Incarnations, key
 from auditor.ledger import MAX_MISSING_IDS, Ledger
@@ -66,6 +67,7 @@ class Accounts(PartitionHandler):
         self.ledgers = {name: Ledger(name, dest.accounting) for name, dest in dests.items()}
         self.health = {name: Health() for name in dests}
         self.incarnations = Incarnations()
+        self._epochs = Epochs(self.incarnations, clock, now_ms)
         self._readers: dict[str, list[Destination]] = defaultdict(list)
         for dest in dests.values():
             for topic in dest.source_topics:
@@ -100,6 +102,7 @@ class Accounts(PartitionHandler):
                     self.health[name].restore(health_state)
             self._clock.restore(state["progress"])
             self.incarnations.restore(state.get("incarnations", ()))  # older snapshots: none
+            self._again(self._epochs.restore(state.get("held_facts", ())))
         except (msgspec.DecodeError, ValueError, KeyError, TypeError) as exc:
             raise HifiError(
                 f"archive {self._archive.root}: snapshot {self._snapshot_name} cannot be read:"
@@ -118,28 +121,23 @@ class Accounts(PartitionHandler):
         self._offsets[tp].extend(map(_offset_of, records))
         metrics.RECORDS.labels(tp.topic).inc(len(records))
         last, readers = records[-1], self._readers.get(tp.topic, ())
-        epoch = self._epoch(tp, records[0]) if readers else 0
+        epoch, held = self._epochs.of_poll(tp, records[0]) if readers else (0, [])
+        self._again(held)  # facts that waited for this epoch
         self._clock.read(tp, last.offset + 1, max(map(_kafka_ms_of_record, records)))
         if tp.topic == self._audit_topic:
             self._facts.append((tp, records))  # after the poll's entries: their epochs first
         for dest in readers:
             self._take_entries(dest, tp, records, epoch)
 
-    def _epoch(self, tp: TopicPartition, first: Any) -> int:
-        """The incarnation of a source partition's poll; a new one when it was re-created."""
-        epoch = self.incarnations.epoch(tp.topic, tp.partition)
-        found = self.incarnations.check(
-            tp.topic,
-            tp.partition,
-            first_offset=first.offset,
-            first_ms=first.timestamp,
-            read=self._clock.position(tp),
-            highwater=self._clock.highwater(tp),
-            now_ms=self._now_ms(),
-        )
-        if found != epoch:
-            self._clock.restart(tp)
-        return found
+    def started_over(self, tp: TopicPartition) -> None:
+        """A source partition's topic was created again while the auditor runs (`auditor.epochs`)."""
+        if tp.topic in self._readers:
+            self._epochs.started_over(tp)
+
+    def _again(self, records: list[Any]) -> None:
+        """Facts held while a partition started over: applied after the poll's entries."""
+        if records:
+            self._facts.append((TopicPartition(self._audit_topic, -1), records))
 
     def _take_entries(
         self, dest: Destination, tp: TopicPartition, records: list[Any], epoch: int
@@ -174,6 +172,7 @@ class Accounts(PartitionHandler):
     def _take_all_facts(self) -> None:
         """The facts of the polls taken in, once their entries are (a re-created partition's
         new epoch is known before a fact about its events counts)."""
+        self._again(self._epochs.due())
         facts, self._facts = self._facts, []
         for _, records in facts:
             self._take_facts(records)
@@ -187,8 +186,8 @@ class Accounts(PartitionHandler):
                 self._refuse(record, exc)
                 continue
             ledger = self.ledgers.get(fact.dest)
-            if ledger is None:
-                continue  # a destination this auditor does not serve
+            if ledger is None or self._epochs.holds(fact, record):
+                continue  # a destination this auditor does not serve, or a fact held
             repeated = ledger.repeated_facts
             epochs = self.incarnations.epochs_of(fact)
             changes = ledger.apply(fact, epochs)
@@ -282,6 +281,7 @@ class Accounts(PartitionHandler):
         return bool(self._offsets or self._facts or self._changed) or self.buffered_rows > 0
 
     def drop(self, partitions: set[TopicPartition]) -> None:
+        self._again(self._epochs.drop(partitions))
         for tp in partitions:
             self._offsets.pop(tp, None)
         self._facts = [(tp, records) for tp, records in self._facts if tp not in partitions]
@@ -294,6 +294,7 @@ class Accounts(PartitionHandler):
             "health": {name: health.snapshot() for name, health in self.health.items()},
             "progress": self._clock.state(),
             "incarnations": self.incarnations.state(),
+            "held_facts": self._epochs.state(),
         }
         return msgspec.msgpack.encode(state)
 

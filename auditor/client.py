@@ -56,13 +56,15 @@ def _share(value: Any) -> float | None:
 
 @dataclass(frozen=True)
 class AuditorTables:
-    """One destination's per-minute rows (report format), the auditor's settled horizon, and
-    the destination's health (None from an auditor that does not give it)."""
+    """One destination's per-minute rows (report format), the auditor's settled horizon, the
+    destination's health (None from an auditor that does not give it) and the first minute the
+    auditor counts (None from an auditor that does not say)."""
 
     rows: list[dict[str, Any]]
     final_before_ms: int | None
     settings: Mapping[str, Any]
     health: DestinationHealth | None = None
+    counted_from_ms: int | None = None
 
 
 def base_url(url: str, *, option: str = "--url") -> str:
@@ -107,10 +109,16 @@ async def fetch_tables(
         dest_state = state.get(dest, {})
         given = dest_state.get("health")
         health = None if given is None else DestinationHealth.from_status(given)
+        counted_from = dest_state.get("counted_from_ms")
+        counted_from_ms = None if counted_from is None else int(counted_from)
     except (ValueError, KeyError, TypeError, AttributeError):
         raise HifiError(f"{base}: the answer is not an auditor's tables") from None
     if rows is None:
         raise ConfigError(f"--dest {dest}: the auditor at {base} does not audit it")
     return AuditorTables(
-        rows, dest_state.get("final_before_ms"), dest_state.get("settings", {}), health
+        rows,
+        dest_state.get("final_before_ms"),
+        dest_state.get("settings", {}),
+        health,
+        counted_from_ms,
     )

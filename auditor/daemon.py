@@ -144,7 +144,7 @@ class Auditor:
             await accounts.restore()
             self.accounts = accounts
             if self.ops is not None:
-                pages = Pages(accounts, wall_clock_ms)
+                pages = Pages(accounts, wall_clock_ms, self._worker.started_over)
                 self.ops.serve_json("/tables", pages.tables)
                 self.ops.serve_json("/status", pages.status)
             topics = sorted({*sources, self.audit_topic})

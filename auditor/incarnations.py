@@ -101,15 +101,19 @@ class Incarnations:
         shrunk = highwater is not None and highwater < next_offset
         if not (newer or shrunk):
             return current  # a replay from the committed offset: the same records again
-        incarnation = Incarnation(current + 1, first_ms, now_ms, next_offset)
+        return self.begin(topic, partition, first_ms=first_ms, now_ms=now_ms, read_to=next_offset)
+
+    def begin(self, topic: str, partition: int, *, first_ms: int, now_ms: int, read_to: int) -> int:
+        """A new incarnation of `topic/partition` from a record written at `first_ms` (the
+        previous one read up to `read_to`); its epoch, logged."""
+        incarnation = Incarnation(self.epoch(topic, partition) + 1, first_ms, now_ms, read_to)
         self._by_partition.setdefault((topic, partition), []).append(incarnation)
         log.warning(
             "source_partition_recreated",
             topic=topic,
             partition=partition,
             epoch=incarnation.epoch,
-            read_up_to=next_offset,
-            starts_at=first_offset,
+            read_up_to=read_to,
             hint="its events count as new events (origins are per epoch), not as duplicates",
         )
         return incarnation.epoch

@@ -7,18 +7,27 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 
+from auditor.buckets import MINUTE_MS
 from auditor.tables import live_rows
 
 if TYPE_CHECKING:
     from auditor.accounts import Accounts
+    from auditor.ledger import Ledger
 
 
 class Pages:
     """The JSON pages of one `Accounts`, read from the event loop that feeds it."""
 
-    def __init__(self, accounts: Accounts, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        accounts: Accounts,
+        now_ms: Callable[[], int],
+        started_over: Callable[[], list[dict[str, Any]]] = list,
+    ) -> None:
+        """`started_over`: the worker's partitions that started over (`PartitionWorker`)."""
         self._accounts = accounts
         self._now_ms = now_ms
+        self._started_over = started_over
 
     async def tables(self, request: Request) -> Any:
         """`/tables?dest=NAME&from=MS&to=MS`: the per-minute rows (all destinations without dest)."""
@@ -42,6 +51,7 @@ class Pages:
                     "unsettled_minutes": ledger.unsettled(),
                     "tracked_events": ledger.waiting_events(),
                     "final_before_ms": ledger.closed_before_ms or None,
+                    "counted_from_ms": counted_from_ms(ledger, now_ms),
                     "settings": ledger.settings.model_dump(),
                     "health": accounts.health[name].view(now_ms),
                 }
@@ -49,8 +59,18 @@ class Pages:
             },
             "refused_facts": dict(accounts.refused),
             "recreated_partitions": accounts.incarnations.view(),
+            "partitions_started_over": self._started_over(),
             "buffered_rows": accounts.buffered_rows,
         }
+
+
+def counted_from_ms(ledger: Ledger, now_ms: int) -> int:
+    """Since when the auditor counts a destination's minutes: the first minute it ever
+    accounted for (kept in its snapshot across restarts), else the current minute. Minutes
+    before it have no data at all: a day's availability leaves them out instead of counting
+    them as up."""
+    first = ledger.first_minute_ms
+    return first if first is not None else now_ms - now_ms % MINUTE_MS
 
 
 def _ms_param(value: str | None) -> int | None:

@@ -91,8 +91,10 @@ class ProgressClock:
     def _partition_ms(self, tp: TopicPartition, now: int) -> int:
         read = self._reads[tp]
         highwater = self._highwater(tp)
+        # read to its end (or empty) is now; an end below what was read is a topic created
+        # again whose records are not read yet (`auditor.epochs`): held at the last record read
         if highwater is not None and (
-            highwater == 0 or (read.next_offset is not None and read.next_offset >= highwater)
+            highwater == 0 or (read.next_offset is not None and read.next_offset == highwater)
         ):
             return now
         if read.next_offset is None:

@@ -94,11 +94,14 @@ def day_availability(
     `final_before_ms`: minutes starting before this are final (the auditor's settled horizon);
     later minutes of the day are pending. None: every minute of the day is final.
     `counted_from_ms`: minutes before this are not counted at all (a range that starts
-    within the day); they are neither up nor pending.
+    within the day, or the first minute a running auditor ever accounted for); they are
+    neither up nor pending (`not_counted_minutes`).
     """
     day_start_ms = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000)
     end_ms = day_start_ms + DAY_MINUTES * MINUTE_MS
-    start_ms = day_start_ms if counted_from_ms is None else max(day_start_ms, counted_from_ms)
+    start_ms = day_start_ms
+    if counted_from_ms is not None:
+        start_ms = min(end_ms, max(day_start_ms, counted_from_ms - counted_from_ms % MINUTE_MS))
     final_end = end_ms if final_before_ms is None else max(start_ms, min(end_ms, final_before_ms))
     final_minutes = (final_end - start_ms) // MINUTE_MS
     down = {"loss": 0, "lag": 0}
@@ -115,6 +118,7 @@ def day_availability(
         "day": day.isoformat(),
         "minutes": final_minutes,
         "pending_minutes": (end_ms - start_ms) // MINUTE_MS - final_minutes,
+        "not_counted_minutes": (start_ms - day_start_ms) // MINUTE_MS,
         "up_minutes": up_minutes,
         "down_minutes": down_minutes,
         "down_for_loss": down["loss"],
@@ -199,6 +203,7 @@ def render_availability(day: Mapping[str, Any], *, dest: str) -> Table:
     for name, value in [
         ("final minutes", day["minutes"]),
         ("pending minutes", day["pending_minutes"]),
+        ("not counted (no data)", day.get("not_counted_minutes", 0)),
         ("up minutes", day["up_minutes"]),
         ("down minutes", day["down_minutes"]),
         ("  for loss", day["down_for_loss"]),

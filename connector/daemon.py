@@ -153,7 +153,9 @@ class Connector:
             )
             if self.ops is not None:
                 lookups = None if routes is None else routes.status
-                page = status.page(dest, self.ops, delivery.snapshot, lookups)
+                page = status.page(
+                    dest, self.ops, delivery.snapshot, lookups, self._worker.started_over
+                )
                 self.ops.serve_json("/status", page)
             if routes is not None and not await self._loaded(routes):
                 return

@@ -135,11 +135,14 @@ def page(
     ops: OpsServer,
     snapshot: Callable[[], Snapshot],
     lookups: Callable[[], dict[str, Any]] | None = None,
+    started_over: Callable[[], list[dict[str, Any]]] = list,
 ) -> JsonProvider:
-    """The `/status` route of a connector's ops server; `lookups`: its tenant cache's status."""
+    """The `/status` route of a connector's ops server; `lookups`: its tenant cache's status;
+    `started_over`: the source partitions whose topic was created again (`PartitionWorker`)."""
 
     async def status(request: Request) -> dict[str, Any]:
         found = document(dest.name, url=dest.url, ready=ops.is_ready(), now=snapshot())
+        found["partitions_started_over"] = started_over()
         if lookups is not None:
             found["lookups"] = lookups()
         return found

@@ -78,6 +78,11 @@ class OffsetTracker:
         progress = self._partitions.get(tp)
         return progress.committed if progress else None
 
+    def restart(self, tp: TopicPartition, from_offset: int) -> None:
+        """`tp` started over (its topic was created again): forget its records and commits, and
+        commit `from_offset` next, over whatever the group had committed for the old one."""
+        self._partitions[tp] = _PartitionProgress(next_offset=from_offset)
+
     def forget(self, partitions: set[TopicPartition]) -> None:
         """Drop state for partitions this member no longer owns."""
         for tp in partitions:

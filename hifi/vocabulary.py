@@ -1,6 +1,7 @@
-"""hifi's one vocabulary: what can become of an event, and why a dead letter is dead.
+"""hifi's one vocabulary: what can become of an event, why a dead letter is dead, and how a
+partition was seen to start over.
 
-Both are `str` enums: a member goes as it is into a Kafka header, a metric label, a JSON
+All are `str` enums: a member goes as it is into a Kafka header, a metric label, a JSON
 document or a CLI choice list, and every one of those places uses these and only these names.
 """
 
@@ -44,3 +45,17 @@ class Reason(StrEnum):
     UNKNOWN_TENANT = "unknown_tenant"
     #: the tenant's entry is disabled (`enabled = false`) and does not say to filter instead
     TENANT_DISABLED = "tenant_disabled"
+
+
+class StartedOver(StrEnum):
+    """How a consumer noticed that a partition started over: its topic was deleted and created
+    again under its name (or the cluster was replaced), so its offsets begin again below where
+    the consumer had read. The `cause` of the `partition_started_over` log line and of
+    `/status`."""
+
+    #: a poll's records began below the offset read up to: the broker answered
+    #: OFFSET_OUT_OF_RANGE and the consumer's position was reset to the earliest offset
+    OFFSETS_WENT_BACK = "offsets_went_back"
+    #: the partition's end stayed below the offset read up to, and its leader confirmed it:
+    #: a broker that answers a fetch beyond the end with no error (Tansu) and no records
+    END_BELOW_POSITION = "end_below_position"

@@ -22,7 +22,8 @@ commit. The `PartitionWorker` does the rest, the same way for every daemon:
 - `request_stop()` (SIGTERM): stop polling, let running work finish within the deadline,
   cancel what is left, commit, return. A stop during a group join or rebalance returns once
   that rebalance ends (aiokafka leaves the group only then); the other members' drains bound
-  it by their `shutdown_timeout_s`.
+  it by their `shutdown_timeout_s`;
+- a partition whose topic was created again starts over (`worker_restarts`), old records first.
 
 How a new daemon uses it (the auditor next):
 
@@ -55,6 +56,7 @@ from hifi.errors import HifiError
 from hifi.kafka.settings import KafkaSettings
 from hifi.offsets import OffsetTracker
 from hifi.ops_http import OpsServer
+from hifi.worker_restarts import DEFAULT_CONFIRM_S, RestartWatch, StartOvers
 from hifi.worker_seams import ConsumerOpener, GroupConsumer, PartitionHandler, Work
 
 __all__ = [
@@ -83,6 +85,8 @@ class WorkerOptions:
     shutdown_timeout_s: float  # drain deadline on revocation and on stop
     commit_every_records: int | None = None  # commit sooner once this many outcomes are new
     until_idle_s: float | None = None
+    # a high watermark below what was read this long, then the leader is asked (worker_restarts)
+    started_over_confirm_s: float = DEFAULT_CONFIRM_S
     consumer_options: Mapping[str, Any] = field(default_factory=dict)
     log_context: Mapping[str, str] = field(default_factory=dict)
 
@@ -107,6 +111,7 @@ class PartitionWorker:
         self._stop = asyncio.Event()
         self._progress = asyncio.Event()
         self._member: _Membership | None = None
+        self._started_over = StartOvers()
 
     def request_stop(self) -> None:
         """Stop polling and begin draining; safe to call from a signal handler."""
@@ -115,8 +120,12 @@ class PartitionWorker:
 
     def highwater(self, tp: TopicPartition) -> int | None:
         """The broker's high watermark of an owned partition, as of its last fetch; None if unknown."""
-        member = self._member
-        return None if member is None else member.consumer.highwater(tp)
+        member = self._member  # aiokafka asserts on a partition it does not own: ask of owned ones
+        return member.consumer.highwater(tp) if member and tp in member.owned else None
+
+    def started_over(self) -> list[dict[str, Any]]:
+        """For `/status`: each partition that started over, how often, and the last time's why."""
+        return self._started_over.view()
 
     def wake(self) -> None:
         """Re-read the handler's limits and holds soon (e.g. a held record became due)."""
@@ -127,7 +136,13 @@ class PartitionWorker:
         options = self.options
         async with self._open_consumer() as consumer:
             member = _Membership(
-                options, consumer, handler, stop=self._stop, progress=self._progress, ops=self._ops
+                options,
+                consumer,
+                handler,
+                stop=self._stop,
+                progress=self._progress,
+                ops=self._ops,
+                seen=self._started_over,
             )
             consumer.subscribe(topics, on_assigned=member.assigned, on_revoked=member.revoke)
             self._member = member
@@ -156,6 +171,7 @@ class _Membership:
         stop: asyncio.Event,
         progress: asyncio.Event,
         ops: OpsServer | None,
+        seen: StartOvers,
     ) -> None:
         self.options = options
         self.stop = stop  # set: stop polling and drain
@@ -168,10 +184,13 @@ class _Membership:
         self.running: set[asyncio.Task[None]] = set()  # the units holding a slot
         self.failure: BaseException | None = None
         self.epoch = 0  # advanced by every rebalance callback
+        self.owned: set[TopicPartition] = set()  # as the rebalance callbacks last said
         self.assigned_once = False
         self.last_busy_s = 0.0  # loop time of the last work, or of the last assignment
         self.poll_open = False
         self.log = log.bind(**self.options.log_context)
+        confirm_s = options.started_over_confirm_s
+        self.restarts = RestartWatch(consumer, handler, self.tracker, seen, confirm_s, self.log)
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -192,6 +211,7 @@ class _Membership:
                 fetched = await self.consumer.getmany(timeout_ms=_POLL_TIMEOUT_MS, max_records=room)
                 await self.take_in(fetched)
             self.dispatch()
+            await self.restarts.check(loop.time())
             now = loop.time()
             if fetched or self.tasks or self.handler.busy or not self.assigned_once:
                 self.last_busy_s = now
@@ -207,7 +227,8 @@ class _Membership:
         """Pause what the handler holds (everything while it has no room); resume the rest."""
         owned = self.consumer.assignment()
         room = self.handler.room()
-        want = owned if room <= 0 else self.handler.held(owned)
+        starting_over = self.restarts.waiting.keys() & owned
+        want = owned if room <= 0 else self.handler.held(owned) | starting_over
         have = self.consumer.paused()
         if want - have:
             self.consumer.pause(want - have)
@@ -233,12 +254,16 @@ class _Membership:
                 await asyncio.sleep(0)
                 if self.epoch != epoch:
                     return
+                if self.restarts.skip(tp, records[0].offset):
+                    continue
                 resume = self.handler.take(tp, records)
                 if resume is None:
                     self.tracker.track(tp, map(_offset_of, records))
+                    self.restarts.took(tp, records[-1].offset + 1)
                     continue
                 self.tracker.track(tp, [r.offset for r in records if r.offset < resume])
                 self.consumer.seek(tp, resume)
+                self.restarts.took(tp, resume)
         finally:
             self.poll_open = False
 
@@ -311,7 +336,7 @@ class _Membership:
 
     async def commit(self, partitions: set[TopicPartition] | None = None) -> None:
         """Commit what advanced (in `partitions`, or all owned); a failure is logged, not raised."""
-        owned = self.consumer.assignment()
+        owned = self.consumer.assignment() - self.restarts.waiting.keys()  # not the old offsets
         offsets = self.tracker.to_commit(owned if partitions is None else partitions & owned)
         if offsets:
             try:
@@ -335,6 +360,8 @@ class _Membership:
     def assigned(self, partitions: set[TopicPartition]) -> None:
         """Rebalance: `partitions` (possibly none) are ours; the daemon is ready from here on."""
         self.epoch += 1
+        self.owned = set(partitions)
+        self.restarts.forget(partitions)
         self.assigned_once = True
         self.last_busy_s = asyncio.get_running_loop().time()  # the join was not idle time
         if self.ops is not None:
@@ -347,10 +374,12 @@ class _Membership:
     async def revoke(self, partitions: set[TopicPartition]) -> None:
         """Rebalance: stop starting work for `partitions`, wait for theirs, commit, forget them."""
         self.epoch += 1
+        self.owned -= partitions
         self.handler.drop(partitions)
         drained = await self.wait_idle(partitions, self.options.shutdown_timeout_s)
         await self.commit(partitions)
         self.tracker.forget(partitions)
+        self.restarts.forget(partitions)
         self.log.info("partitions_released", partitions=len(partitions), drained=drained)
 
     async def drain(self) -> None:

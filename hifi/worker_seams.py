@@ -50,6 +50,9 @@ class GroupConsumer(Protocol):
     def highwater(self, tp: TopicPartition) -> int | None:
         """The partition's end as of the last fetch (None before one)."""
 
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The partitions' ends, asked of their leaders now."""
+
 
 #: Opens the worker's consumer for one `run()` and closes it when the block exits.
 ConsumerOpener = Callable[[], AbstractAsyncContextManager[GroupConsumer]]
@@ -103,4 +106,10 @@ class PartitionHandler(abc.ABC):
 
     def after_commit(self, lag_records: Mapping[TopicPartition, int]) -> None:
         """Periodic duties after a commit; `lag_records` is high watermark minus committed."""
+        return
+
+    def started_over(self, tp: TopicPartition) -> None:
+        """`tp` started over (its topic was deleted and created again): the records taken from
+        it so far still get their work; the next records `take` gets from it are the new
+        topic's, from its beginning, and name other events than the old offsets did."""
         return

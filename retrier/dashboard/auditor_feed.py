@@ -71,7 +71,10 @@ class AuditorFeed:
             "lag_sla_s": found.settings.get("lag_sla_s"),
             "rows": [row for row in found.rows if parse_minute(row["minute"]) >= shown_from],
             "availability": day_availability(
-                found.rows, today, final_before_ms=found.final_before_ms
+                found.rows,
+                today,
+                final_before_ms=found.final_before_ms,
+                counted_from_ms=found.counted_from_ms,
             ),
             "health": None if found.health is None else panel_health(found.health),
         }

@@ -8,9 +8,10 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
+from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client import REGISTRY
 
 from auditor.buckets import MINUTE_MS
@@ -19,6 +20,8 @@ from auditor.ledger import Ledger
 from auditor.tables import live_rows
 from config.catalog import Catalog
 from config.destination import Destination
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
 from tests.helpers import write_destination
 
 SETTLE_S = 1.0
@@ -75,13 +78,20 @@ def audited_destination(
     return Catalog(catalog_dir).load(name)
 
 
+class Daemon(Protocol):
+    async def run(self) -> None: ...
+
+    def request_stop(self) -> None: ...
+
+
 @contextlib.asynccontextmanager
-async def running(auditor: Auditor) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(auditor.run())
+async def running(daemon: Daemon) -> AsyncIterator[asyncio.Task[None]]:
+    """Run an auditor (or a connector) as a task; stop it and wait for it on the way out."""
+    task = asyncio.create_task(daemon.run())
     try:
         yield task
     finally:
-        auditor.request_stop()
+        daemon.request_stop()
         await asyncio.wait_for(task, 60)
 
 
@@ -181,3 +191,18 @@ async def run_auditor_command(*args: str, timeout_s: float = 60.0) -> tuple[int,
 def sample(name: str, labels: Mapping[str, str]) -> float:
     """A sample of this process's Prometheus registry; 0 when the series does not exist yet."""
     return REGISTRY.get_sample_value(name, dict(labels)) or 0.0
+
+
+async def recreate_topic(settings: KafkaSettings, topic: str, partitions: int = 1) -> None:
+    """Delete `topic` and create it again under its name: its offsets start over at 0."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([topic])
+    finally:
+        await admin.close()
+    for _ in range(50):
+        if topic not in await kafka_admin.list_topics(settings):
+            break
+        await asyncio.sleep(0.2)
+    await kafka_admin.ensure_topics(settings, [topic], partitions=partitions)

@@ -9,7 +9,6 @@ from typing import Any
 import httpx
 import pytest
 import structlog
-from aiokafka.admin import AIOKafkaAdminClient
 
 from auditor.daemon import Auditor
 from auditor.ledger import Ledger
@@ -19,7 +18,13 @@ from devstack.destination import TestDestination
 from devstack.kafka_tools import move_committed, produce_events
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
-from tests.auditor.support import audited_destination, minute_start, now_ms, running
+from tests.auditor.support import (
+    audited_destination,
+    minute_start,
+    now_ms,
+    recreate_topic,
+    running,
+)
 from tests.helpers import events, until
 
 pytestmark = [pytest.mark.integration]
@@ -27,20 +32,6 @@ pytestmark = [pytest.mark.integration]
 
 def _past(batch: list[dict[str, Any]], at_ms: int) -> list[dict[str, Any]]:
     return [{**event, "event_time": at_ms + i} for i, event in enumerate(batch)]
-
-
-async def _recreate(settings: KafkaSettings, topic: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
-    await admin.start()
-    try:
-        await admin.delete_topics([topic])
-    finally:
-        await admin.close()
-    for _ in range(50):
-        if topic not in await kafka_admin.list_topics(settings):
-            break
-        await asyncio.sleep(0.2)
-    await kafka_admin.ensure_topics(settings, [topic], partitions=1)
 
 
 async def _deliver(dest: Destination, settings: KafkaSettings, audit_topic: str) -> None:
@@ -92,7 +83,7 @@ async def test_a_topic_recreated_between_two_auditor_runs_counts_new_events_as_n
         ledger = first.accounts.ledgers[unique]
         assert await until(lambda: _totals(ledger)["delivered"] == 30, timeout_s=60)
 
-    await _recreate(kafka_settings, unique)
+    await recreate_topic(kafka_settings, unique)
     await produce_events(kafka_settings, unique, _past(events(20, prefix="b"), old_minute))
     await move_committed(kafka_settings, dest.connector_group, unique, 0, 0)
     await _deliver(dest, kafka_settings, audit_topic)
@@ -114,3 +105,58 @@ async def test_a_topic_recreated_between_two_auditor_runs_counts_new_events_as_n
     assert [(e["topic"], e["partition"], e["epoch"]) for e in noticed] == [(unique, 0, 1)]
     recreated = status["recreated_partitions"]
     assert [(r["topic"], r["partition"], r["epoch"]) for r in recreated] == [(unique, 0, 1)]
+
+
+async def test_a_topic_recreated_while_the_auditor_runs_counts_new_events_as_new(
+    kafka_settings: KafkaSettings,
+    destination: TestDestination,
+    catalog_dir: Path,
+    tmp_path: Path,
+    unique: str,
+) -> None:
+    """30 events delivered and audited; while the same auditor and connector run, the topic is
+    deleted and created again and 20 more are delivered from offset 0: the auditor counts 50
+    entered and 50 delivered, no duplicate, says so in one log line of its worker and one of
+    its accounts, and shows it in `/status`."""
+    audit_topic = f"{unique}.audit"
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
+    dest = audited_destination(catalog_dir, unique, destination.url, unique)
+    old_minute = minute_start(now_ms()) - 180_000
+    await produce_events(kafka_settings, unique, _past(events(30, prefix="a"), old_minute))
+    connector = Connector(dest, kafka_settings, audit_topic=audit_topic)
+    auditor = Auditor(
+        [dest],
+        kafka_settings,
+        archive_dir=tmp_path / "archive",
+        roll_s=0.5,
+        topic=audit_topic,
+        group_id=f"{unique}.auditor",
+        metrics_port=0,
+    )
+    with structlog.testing.capture_logs() as logs:
+        async with running(auditor), running(connector):
+            assert await until(lambda: auditor.accounts is not None, timeout_s=30)
+            assert auditor.accounts is not None
+            ledger = auditor.accounts.ledgers[unique]
+            assert await until(lambda: _totals(ledger)["delivered"] == 30, timeout_s=60)
+            await recreate_topic(kafka_settings, unique)
+            await produce_events(kafka_settings, unique, _past(events(20, prefix="b"), old_minute))
+            assert await until(lambda: len(destination.delivered_ids()) == 50, timeout_s=60)
+            assert await until(lambda: _totals(ledger)["entered"] >= 50, timeout_s=60)
+            assert await until(lambda: _totals(ledger)["delivered"] >= 50, timeout_s=60)
+            assert auditor.ops is not None
+            async with httpx.AsyncClient(timeout=10) as client:
+                status = (await client.get(f"http://127.0.0.1:{auditor.ops.port}/status")).json()
+    assert _totals(ledger) == {"entered": 50, "delivered": 50, "duplicates": 0}
+    started_over = [
+        (e.get("component", "connector"), e["topic"], e["partition"], e["read_up_to"])
+        for e in logs
+        if e["event"] == "partition_started_over"
+    ]
+    assert sorted(started_over) == [("auditor", unique, 0, 30), ("connector", unique, 0, 30)]
+    noticed = [e for e in logs if e["event"] == "source_partition_recreated"]
+    assert [(e["topic"], e["partition"], e["epoch"]) for e in noticed] == [(unique, 0, 1)]
+    recreated = status["recreated_partitions"]
+    assert [(r["topic"], r["partition"], r["epoch"]) for r in recreated] == [(unique, 0, 1)]
+    (seen,) = status["partitions_started_over"]
+    assert (seen["partition"], seen["times"], seen["read_up_to"]) == (f"{unique}/0", 1, 30)

@@ -4,7 +4,9 @@ The test owns the partitions' logs, decides the member's assignment and when a r
 happens; the fake keeps what aiokafka keeps for the worker: positions, pauses, high watermarks
 and committed offsets, and it runs a rebalance inside a poll as aiokafka's eager protocol does
 (every owned partition revoked, the callback awaited, then the new assignment, read from the
-committed offsets).
+committed offsets). A test can delete and create the topic again (`recreate`): a position
+beyond the new end then fetches nothing, as on Tansu, or with `resets_out_of_range` starts
+again at 0, as aiokafka does after Kafka's OFFSET_OUT_OF_RANGE.
 """
 
 from __future__ import annotations
@@ -47,11 +49,24 @@ class FakeGroup:
         self._on_assigned: Callable[[set[TopicPartition]], None] | None = None
         self._on_revoked: Callable[[set[TopicPartition]], Awaitable[None]] | None = None
         self._wake = asyncio.Event()
+        self.resets_out_of_range = False  # True: as Kafka with auto_offset_reset=earliest
+        self.incarnation = {tp: 0 for tp in self.logs}  # in each record's value: which topic
+        self.stale_highwater: dict[TopicPartition, int] = {}  # a lagging leader's, until removed
+        self.end_questions = 0  # end_offsets calls
 
     # --- what the test does ---
 
     def append(self, partition: int, count: int) -> None:
         self.logs[TopicPartition(self.topic, partition)] += count
+        self._wake.set()
+
+    def recreate(self, partition: int, count: int) -> None:
+        """The topic deleted and created again: the partition holds `count` new records from
+        offset 0, and its committed offset is gone with the old topic."""
+        tp = TopicPartition(self.topic, partition)
+        self.logs[tp] = count
+        self.incarnation[tp] += 1
+        self.committed.pop(tp, None)
         self._wake.set()
 
     def rebalance(self, partitions: Iterable[int]) -> asyncio.Future[None]:
@@ -119,7 +134,13 @@ class FakeGroup:
         return set(self._paused)
 
     def highwater(self, tp: TopicPartition) -> int | None:
-        return self.logs[tp] if tp in self._seen else None
+        if tp not in self._seen:
+            return None
+        return self.stale_highwater.get(tp, self.logs[tp])
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        self.end_questions += 1
+        return {tp: self.logs[tp] for tp in partitions}
 
     # --- inside ---
 
@@ -128,10 +149,13 @@ class FakeGroup:
         for tp in sorted(self._owned - self._paused):
             self._seen.add(tp)
             start = self._position[tp]
+            if start > self.logs[tp] and self.resets_out_of_range:
+                start = 0
             end = min(self.logs[tp], start + max_records)
             if end > start:
+                topic = self.incarnation[tp]
                 fetched[tp] = [
-                    FakeRecord(tp.topic, tp.partition, n, b'{"n":%d}' % n)
+                    FakeRecord(tp.topic, tp.partition, n, b'{"n":%d,"topic":%d}' % (n, topic))
                     for n in range(start, end)
                 ]
                 self._position[tp] = end

@@ -83,3 +83,23 @@ def test_batches_finishing_out_of_order_move_the_watermark_once_the_head_is_done
     assert tracker.to_commit() == {TP: 1000}
     assert tracker.outstanding(TP) == 0
     assert tracker.finished_since_commit == 1000
+
+
+def test_a_partition_that_started_over_commits_from_its_new_beginning() -> None:
+    """After `restart` the partition's old state is gone: its new beginning is committed once,
+    over the old committed offset, then the watermark follows the new records."""
+    tracker = OffsetTracker()
+    tracker.track(TP, range(25, 30))
+    tracker.finish(TP, range(25, 30))
+    tracker.committed(tracker.to_commit())
+    assert tracker.last_committed(TP) == 30
+    tracker.restart(TP, 0)
+    assert tracker.last_committed(TP) is None
+    assert tracker.to_commit() == {TP: 0}
+    tracker.committed({TP: 0})
+    tracker.track(TP, range(0, 3))
+    tracker.finish(TP, [1, 2])
+    assert tracker.to_commit() == {}
+    tracker.finish(TP, [0])
+    assert tracker.to_commit() == {TP: 3}
+    assert tracker.outstanding(TP) == 0

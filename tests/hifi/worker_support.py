@@ -59,6 +59,7 @@ class Unit:
     changes: Changes = field(repr=False)
     release: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     error: BaseException | None = None
+    value: bytes = b""
     started: bool = False
     finished: bool = False
     cancelled: bool = False
@@ -95,12 +96,13 @@ class Units(PartitionHandler):
         self.room_calls = 0
         self.drops: list[set[TopicPartition]] = []
         self.commits: list[dict[TopicPartition, int]] = []  # lag_records of each after_commit
+        self.started_over_calls: list[TopicPartition] = []
 
     # --- PartitionHandler ---
 
     def take(self, tp: TopicPartition, records: list[Any]) -> None:
         for record in records:
-            unit = Unit(tp, record.offset, self.changes)
+            unit = Unit(tp, record.offset, self.changes, value=record.value)
             if self.auto_release:
                 unit.release.set()
             self.units.append(unit)
@@ -137,6 +139,10 @@ class Units(PartitionHandler):
 
     def after_commit(self, lag_records: Mapping[TopicPartition, int]) -> None:
         self.commits.append(dict(lag_records))
+        self.changes.notify()
+
+    def started_over(self, tp: TopicPartition) -> None:
+        self.started_over_calls.append(tp)
         self.changes.notify()
 
     # --- for the tests ---

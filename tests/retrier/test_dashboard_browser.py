@@ -137,6 +137,9 @@ async def test_outage_filter_replay_find_and_refusal_in_the_browser(
         await _produce(kafka_settings, f"{unique}.src", BEFORE_OUTAGE)
         assert await destination.wait_for_ids(BEFORE_OUTAGE, 60)
         await expect(page.locator("#minutes tbody")).to_contain_text(" ms", timeout=30_000)
+        # today's availability says over how many final minutes, since the auditor counts
+        over = re.compile(r"today \S+ over \d+ final minutes?")
+        await expect(page.locator("#availability")).to_contain_text(over, timeout=30_000)
 
         # an outage: hand-offs fill the tiers, and the page shows them waiting
         await destination.set_down(True)

@@ -208,14 +208,17 @@ async function refreshAccounting() {
   const sla = acc.lag_sla_s;
   note.textContent = `(from the auditor; p95 end-to-end lag against the ${sla}s SLA; provisional minutes in italics)`;
   const a = acc.availability;
+  // availability over the day's final minutes since the auditor counts; before it, no data
+  const over = `over ${num(a.minutes)} final minute${a.minutes === 1 ? "" : "s"}`;
   const facts = [
-    ["today", a.availability_pct !== null && a.availability_pct !== undefined ? `${a.availability_pct}%` : "-"],
+    ["today", a.availability_pct !== null && a.availability_pct !== undefined ? `${a.availability_pct}% ${over}` : `- ${over}`],
     ["nines", a.nines ?? (a.all_up ? "all up" : "-")],
     ["up minutes", num(a.up_minutes)],
     ["down for loss", num(a.down_for_loss)],
     ["down for lag", num(a.down_for_lag)],
     ["pending", num(a.pending_minutes)],
   ];
+  if (a.not_counted_minutes) facts.push(["not counted (before the auditor)", num(a.not_counted_minutes)]);
   $("availability").replaceChildren(...facts.map(([k, v]) => { const s = el("span", `${k} `, { class: "muted" }); s.appendChild(el("b", v)); return s; }));
   const rows = acc.rows.slice().sort((x, y) => (x.minute < y.minute ? -1 : 1));
   const lagLimit = sla * 1000;
