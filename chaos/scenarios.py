@@ -63,6 +63,7 @@ class Result:
     drain_s: float
     restarts: int
     kills: int
+    handed_off: int  # records written to NAME.retry_in: an event once per hand-off
     audit: audit.AuditAccount | None = None  # the auditor's tables, in an audited scenario
 
     @property
@@ -73,7 +74,7 @@ class Result:
         a = self.account
         return (
             f"{self.name:<22} produced={a.produced:<6} delivered={a.delivered:<6} "
-            f"dead_lettered={a.dead_lettered:<4} lost={a.lost} "
+            f"dead_lettered={a.dead_lettered:<4} handed_off={self.handed_off:<6} lost={a.lost} "
             f"wrong_dlq={a.wrong_dlq + a.missing_dlq} duplicated={a.duplicated_pct:.1f}% "
             f"drain_s={self.drain_s:.1f} kills={self.kills} restarts={self.restarts}"
             + (f" lost_sample={list(a.lost_sample)}" if a.lost else "")
@@ -271,6 +272,7 @@ async def run_scenario(stage: Stage, scenario: Scenario, size: Size, seed: int =
             await run.connector.stop()
             await run.retrier.stop()
         dead = await stage.dead_letters(name)
+        handed_off = await stage.handed_off(name)
         delivered = stage.destination.delivered_ids()
         expected_dlq = poison | set(malformed)
         account = settle(set(ids) | set(malformed), delivered, dead, expected_dlq)
@@ -281,7 +283,8 @@ async def run_scenario(stage: Stage, scenario: Scenario, size: Size, seed: int =
         if run.auditor is not None:
             await run.auditor.stop()
     restarts = sum(daemon.restarts for daemon in daemons)
-    return Result(name, account, drain_s, restarts, sum(d.kills for d in daemons), audited)
+    kills = sum(d.kills for d in daemons)
+    return Result(name, account, drain_s, restarts, kills, handed_off, audited)
 
 
 async def _audit(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -128,6 +128,7 @@ class Snapshot:
     lag_records: Mapping[TopicPartition, int]
     last_delivered_ms: int | None
     recent_failures: Sequence[Mapping[str, Any]]
+    breakers: Mapping[str, Any] = field(default_factory=dict)  # `Breakers.describe()`
 
 
 def page(
@@ -186,6 +187,7 @@ def document(dest: str, *, url: str, ready: bool, now: Snapshot) -> dict[str, An
             **health(dest),
             "lag_out_p95_s_since_start": percentile_s(lag, metrics.LAG_BOUNDS_S, 0.95),
         },
+        "breaker": dict(now.breakers),
         "recent_failures": [
             {**entry, "at": _iso(entry["at_ms"])} for entry in reversed(recent_failures)
         ],
