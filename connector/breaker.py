@@ -229,7 +229,7 @@ class Breakers:
             **({"tenant": breaker.name} if breaker.name else {}),
             failures=breaker.failures,
             probe_in_s=breaker.open_s if state is BreakerState.OPEN else None,
-            error=breaker.last_error or None,
+            error=None if state is BreakerState.CLOSED else breaker.last_error or None,
         )
 
     def describe(self) -> dict[str, object]:
