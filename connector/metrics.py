@@ -206,7 +206,9 @@ CONSUMER_LAG = Gauge(
     ["dest", "topic", "partition"],
 )
 PAUSED = Gauge(
-    "hifi_connector_intake_paused", "1 while intake is paused for backpressure.", ["dest"]
+    "hifi_connector_intake_paused",
+    "1 while intake is paused: the buffer holds its bound, or the destination's breaker is open.",
+    ["dest"],
 )
 BREAKER_STATE = Gauge(
     "hifi_connector_breaker_state",
