@@ -184,6 +184,10 @@ class Stage:
         """id (origin for records that are not JSON objects) -> reason, for NAME.dlq."""
         return await kafka_tools.dead_letters(self.settings, name)
 
+    async def handed_off(self, name: str) -> int:
+        """Records the connector handed to the retrier (NAME.retry_in), an event once per hand-off."""
+        return len(await kafka.read_topic(self.settings, f"{name}.retry_in", timeout_s=60.0))
+
 
 @contextlib.asynccontextmanager
 async def stage(work_dir: Path) -> AsyncIterator[Stage]:

@@ -63,22 +63,30 @@ class Result:
     drain_s: float
     restarts: int
     kills: int
+    handed_off: int  # records written to NAME.retry_in: an event once per hand-off
     audit: audit.AuditAccount | None = None  # the auditor's tables, in an audited scenario
+    max_handed_off: int | None = None  # the scenario's bound on `handed_off`, if it has one
 
     @property
     def ok(self) -> bool:
-        return self.account.ok and (self.audit is None or self.audit.ok)
+        handed_off_ok = self.max_handed_off is None or self.handed_off <= self.max_handed_off
+        return self.account.ok and (self.audit is None or self.audit.ok) and handed_off_ok
 
     def line(self) -> str:
         a = self.account
         return (
             f"{self.name:<22} produced={a.produced:<6} delivered={a.delivered:<6} "
-            f"dead_lettered={a.dead_lettered:<4} lost={a.lost} "
+            f"dead_lettered={a.dead_lettered:<4} handed_off={self.handed_off:<6} lost={a.lost} "
             f"wrong_dlq={a.wrong_dlq + a.missing_dlq} duplicated={a.duplicated_pct:.1f}% "
             f"drain_s={self.drain_s:.1f} kills={self.kills} restarts={self.restarts}"
             + (f" lost_sample={list(a.lost_sample)}" if a.lost else "")
             + (f" wrong_sample={list(a.wrong_dlq_sample)}" if a.wrong_dlq else "")
             + (f" {self.audit.line()}" if self.audit is not None else "")
+            + (
+                f" handed_off_over_bound={self.max_handed_off}"
+                if self.max_handed_off is not None and self.handed_off > self.max_handed_off
+                else ""
+            )
         )
 
 
@@ -94,6 +102,7 @@ class Scenario:
     rate_factor: float = 1.0  # of Size.rate_per_s, for faults that need a longer load
     destination_keys: dict[str, object] = field(default_factory=dict)
     audited: bool = False  # an auditor process runs too; its final minutes are checked by id
+    max_handed_off: int | None = None  # at most this many hand-offs, or the run fails
 
 
 async def _at(run: Run, fraction: float) -> None:
@@ -185,7 +194,9 @@ SCENARIOS = (
     ),
     Scenario("retrier_kill9", kill_retrier, destination_keys={"local_retry_attempts": 1}),
     Scenario("flaky_destination", flaky_destination),
-    Scenario("destination_down", destination_down),
+    # The circuit breaker opens within the first refusals: the batches in flight then (8 slots
+    # of 200) are handed off, then one probe event per half-open (at most 9 in a 60 s outage).
+    Scenario("destination_down", destination_down, max_handed_off=8 * 200 + 16),
     Scenario("poison_and_malformed", poison_and_malformed, poison_every=1000, malformed=10),
     Scenario("broker_link_cut", cut_broker_link),
 )
@@ -271,6 +282,7 @@ async def run_scenario(stage: Stage, scenario: Scenario, size: Size, seed: int =
             await run.connector.stop()
             await run.retrier.stop()
         dead = await stage.dead_letters(name)
+        handed_off = await stage.handed_off(name)
         delivered = stage.destination.delivered_ids()
         expected_dlq = poison | set(malformed)
         account = settle(set(ids) | set(malformed), delivered, dead, expected_dlq)
@@ -281,7 +293,10 @@ async def run_scenario(stage: Stage, scenario: Scenario, size: Size, seed: int =
         if run.auditor is not None:
             await run.auditor.stop()
     restarts = sum(daemon.restarts for daemon in daemons)
-    return Result(name, account, drain_s, restarts, sum(d.kills for d in daemons), audited)
+    kills = sum(d.kills for d in daemons)
+    return Result(
+        name, account, drain_s, restarts, kills, handed_off, audited, scenario.max_handed_off
+    )
 
 
 async def _audit(

@@ -145,6 +145,13 @@ class Destination(BaseModel):
     commit_interval_s: float = Field(default=1.0, gt=0, le=300)
     shutdown_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     internal_topic_partitions: int = Field(default=4, ge=1, le=1000)
+    # the circuit breaker (docs/destinations.md): statuses that fault the destination, not the
+    # events (never bisected, dead-lettered whole); consecutive destination-level failures that
+    # open it; its longest open time; what its half-open probe sends
+    destination_fault_statuses: list[int] = Field(default_factory=lambda: [401, 403, 404, 405, 407])
+    breaker_failures: int = Field(default=5, ge=1, le=1000)
+    breaker_max_open_s: float = Field(default=300.0, ge=1, le=86_400)
+    breaker_probe: Literal["event", "empty"] = "event"
     headers: dict[str, SecretStr] = Field(default_factory=dict)
     auth: Auth | None = None  # where the Authorization header's credential comes from ([auth])
     accounting: Accounting = Field(default_factory=Accounting)
@@ -180,6 +187,17 @@ class Destination(BaseModel):
         if any(later < earlier for earlier, later in itertools.pairwise(value)):
             raise ValueError("tiers must not decrease")
         return value
+
+    @field_validator("destination_fault_statuses")
+    @classmethod
+    def _check_fault_statuses(cls, value: list[int]) -> list[int]:
+        for status in value:
+            if not 400 <= status < 500 or status == 429:
+                raise ValueError(
+                    f"{status} is not a 4xx status other than 429; list 4xx statuses that say the"
+                    " destination, not its events, is at fault (5xx and 429 are always retried)"
+                )
+        return sorted(set(value))
 
     @field_validator("event_time_field")
     @classmethod

@@ -10,14 +10,14 @@ handed to the retrier), never a dead letter.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 import structlog
 
 from config.destination import Destination
 from connector import metrics
-from hifi.errors import DestinationUnavailable, TokenRefused, TokenUnavailable
+from hifi.errors import DestinationRejected, DestinationUnavailable, TokenRefused, TokenUnavailable
 from hifi.oauth2 import TokenSource
 
 log = structlog.get_logger(__name__)
@@ -35,6 +35,20 @@ class Bearer:
             return await self._source.token()
         except (TokenRefused, TokenUnavailable) as exc:
             raise DestinationUnavailable(f"no OAuth2 token: {exc}") from exc
+
+    async def send(
+        self, post: Callable[[dict[str, str]], Awaitable[int]], headers: dict[str, str]
+    ) -> int:
+        """`post` with `headers` and the token; after a 401, a fresh token and `post` once more
+        (the only 4xx resent: the credential, not the request, was stale)."""
+        token = await self.token()
+        try:
+            return await post({**headers, "Authorization": f"Bearer {token}"})
+        except DestinationRejected as exc:
+            if exc.status != 401:
+                raise
+        token = await self.refresh(token)
+        return await post({**headers, "Authorization": f"Bearer {token}"})
 
     async def refresh(self, stale: str) -> str:
         """A token other than `stale`, which the destination refused (401)."""

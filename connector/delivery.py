@@ -13,7 +13,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
-from email.utils import parsedate_to_datetime
 from operator import attrgetter
 from typing import Any
 
@@ -32,66 +31,32 @@ from tenacity import (
 from config.destination import Destination
 from connector import metrics
 from connector.bearer import Bearer
+from connector.bisection import isolate
+from connector.breaker import Breaker, Breakers
 from connector.divert import Diverter
 from connector.rebatch import Batch, encode_values
+from connector.statuses import (
+    Unreachable,
+    classify,
+    is_destination_fault,
+    parse_retry_after,
+    status_class,
+)
 from hifi.audit import AuditTrail, SentBatch
 from hifi.errors import DestinationRejected, DestinationUnavailable
-from hifi.redaction import excerpt, short_error
+from hifi.redaction import short_error
 from hifi.vocabulary import Outcome, Reason
+
+__all__ = ["Deliverer", "classify", "http_client", "parse_retry_after", "status_class"]
 
 log = structlog.get_logger(__name__)
 
 _GZIP_IN_THREAD_BYTES = 64 * 1024  # compress larger bodies off the event loop
 _BACKOFF_BASE_S = 0.1
-_ERROR_BODY_CHARS = 120
 RECENT_FAILURES = 20
 _event_time_of = attrgetter("event_time_ms")
 _RESULTS = metrics.BATCH_RESULTS
 _SENT_OUTCOMES = (Outcome.DELIVERED, Outcome.HANDED_OFF, Outcome.DEAD_LETTERED)
-
-
-def parse_retry_after(value: str | None, *, now_s: float | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or HTTP date); None if unreadable."""
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    now = time.time() if now_s is None else now_s
-    return max(0.0, when.timestamp() - now)
-
-
-def classify(response: httpx.Response) -> None:
-    """Return for 2xx; raise `DestinationUnavailable` (retry) or `DestinationRejected` (never retry)."""
-    status = response.status_code
-    if 200 <= status < 300:
-        return
-    detail = short_error(
-        f"HTTP {status} {response.reason_phrase}: {excerpt(response.text, _ERROR_BODY_CHARS)}"
-    )
-    if status == 429 or status >= 500 or status < 200:
-        retry_after = (
-            parse_retry_after(response.headers.get("retry-after")) if status in (429, 503) else None
-        )
-        raise DestinationUnavailable(detail, status=status, retry_after_s=retry_after)
-    if 300 <= status < 400:
-        where = response.headers.get("location", "?")
-        raise DestinationRejected(
-            short_error(
-                f"HTTP {status} redirect to {where}; set follow_redirects = true if intended"
-            ),
-            status=status,
-            reason=Reason.REDIRECT,
-        )
-    raise DestinationRejected(detail, status=status, reason=Reason.HTTP_4XX)
-
-
-def status_class(status: int) -> str:
-    return f"{status // 100}xx"
 
 
 def http_client(
@@ -135,9 +100,14 @@ class Deliverer:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         trail: AuditTrail | None = None,
         auth: Bearer | None = None,
+        breakers: Breakers | None = None,
     ) -> None:
+        """`breakers`: where destination-level failures are counted (a `Breakers` of its own
+        when not given); the caller decides whether a batch may be sent."""
         self._client = client
         self._auth = auth  # the Authorization of a destination with [auth]
+        self.dest = dest
+        self.breakers = breakers or Breakers(dest)
         self._dest = dest
         self._diverter = diverter
         self._sleep = sleep
@@ -157,7 +127,7 @@ class Deliverer:
         self._sent_events = {
             outcome: metrics.SENT_EVENTS.labels(dest.name, outcome) for outcome in _SENT_OUTCOMES
         }
-        self._bisection_requests = metrics.BISECTION_REQUESTS.labels(dest.name)
+        self.bisection_requests = metrics.BISECTION_REQUESTS.labels(dest.name)
 
     async def deliver(self, batch: Batch) -> None:
         """Return once every event has an outcome and its audit facts are acknowledged; raises
@@ -175,22 +145,71 @@ class Deliverer:
         The batch is counted once by result (`hifi_connector_batches_total`), whatever its
         bisection cost; its facts name it (`SentBatch`)."""
         sent = SentBatch(uuid.uuid4().hex[:16])
+        route = _route_of(batch)
+        breaker = self.breakers.of(route)
         try:
-            status = await self.send_with_retries(batch)
+            status = await self.send_with_retries(batch, breaker=breaker)
         except DestinationUnavailable as exc:
+            if not isinstance(exc, Unreachable):  # counted at each attempt already
+                breaker.failed(str(exc))
             self._batches["handed_off"].inc()
-            await self._hand_off(batch, exc, sent)
+            await self.hand_off(batch, exc, sent)
         except DestinationRejected as exc:
             self._batches["rejected"].inc()
-            await self._isolate(batch, exc, sent)
+            if is_destination_fault(self._dest, exc):
+                breaker.failed(str(exc))
+                await self.dead_letter(batch, exc, sent, " (a destination fault: not bisected)")
+            else:
+                await isolate(self, batch, exc, sent)
         else:
+            breaker.succeeded()
+            self.breakers.forget_if_healthy(route)
             self._batches["delivered"].inc()
-            return await self._delivered(batch, status, sent)
+            return await self.delivered(batch, status, sent)
         return None
 
-    async def send_with_retries(self, batch: Batch) -> int:
+    async def probe(self, batch: Batch, breaker: Breaker) -> Awaitable[None] | None:
+        """A half-open breaker's probe: one attempt of a small batch (one event, or none with
+        `breaker_probe = "empty"`). A reply that is not a destination-level failure closes the
+        breaker, anything else opens it again; the probe's events get their outcome as any
+        batch's would, without local retries or bisection. What `resolve` returns."""
+        breaker.begin_probe()
+        sent = SentBatch(uuid.uuid4().hex[:16])
+        try:
+            status = await self.send_with_retries(batch, attempts=1)
+        except DestinationUnavailable as exc:
+            breaker.probe_ended(ok=False, error=str(exc))
+            if batch.events:
+                self._batches["handed_off"].inc()
+                await self.hand_off(batch, exc, sent)
+        except DestinationRejected as exc:
+            fault = is_destination_fault(self._dest, exc)
+            breaker.probe_ended(ok=not fault, error=str(exc))
+            if batch.events:
+                self._batches["rejected"].inc()
+                await self.dead_letter(batch, exc, sent)
+        else:
+            breaker.probe_ended(ok=True)
+            if batch.events:
+                self._batches["delivered"].inc()
+                return await self.delivered(batch, status, sent)
+        return None
+
+    async def bypass(self, batch: Batch, breaker: Breaker) -> None:
+        """Hand a batch to the retrier without a request: its route's breaker is open."""
+        where = f"tenant {breaker.name!r}" if breaker.name else "the destination"
+        error = short_error(f"circuit breaker of {where} open: {breaker.last_error}")
+        await self._diverter.to_retrier(batch.events, status=None, error=error)
+        metrics.RECORDS.labels(self._dest_name, Outcome.HANDED_OFF).inc(len(batch))
+        self.note_failure(Outcome.HANDED_OFF, batch, None, error)
+        log.debug("breaker_bypassed", events=len(batch), **_target_of(batch))
+
+    async def send_with_retries(
+        self, batch: Batch, *, breaker: Breaker | None = None, attempts: int | None = None
+    ) -> int:
         """One request, retried locally on transient failures with backoff and Retry-After;
-        the 2xx status that accepted it."""
+        the 2xx status that accepted it. `breaker`: counts each attempt that could not connect
+        (none for bisection requests); `attempts`: instead of `local_retry_attempts`."""
         body, content_type = encode_values(batch.values(), self._dest.format)
         target = batch.target
         headers = {
@@ -203,7 +222,7 @@ class Deliverer:
             body = await self._gzip(body)
             headers["Content-Encoding"] = "gzip"
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self._dest.local_retry_attempts),
+            stop=stop_after_attempt(attempts or self._dest.local_retry_attempts),
             wait=self._wait_s,
             retry=retry_if_exception_type(DestinationUnavailable),
             sleep=self._sleep,
@@ -213,26 +232,34 @@ class Deliverer:
         status = 0
         async for attempt in retrying:
             with attempt:
-                status = await self._send_once(url, body, headers, len(batch))
+                status = await self._send_once(url, body, headers, len(batch), breaker)
         return status
 
-    async def _send_once(self, url: str, body: bytes, headers: dict[str, str], events: int) -> int:
-        """One attempt; with `[auth]` a 401 refreshes the token and sends this request once more
-        (the only 4xx resent: the credential, not the request, was stale)."""
-        if self._auth is None:
-            return await self._post(url, body, headers, events)
-        token = await self._auth.token()
-        try:
-            return await self._post(
-                url, body, {**headers, "Authorization": f"Bearer {token}"}, events
-            )
-        except DestinationRejected as exc:
-            if exc.status != 401:
-                raise
-        token = await self._auth.refresh(token)
-        return await self._post(url, body, {**headers, "Authorization": f"Bearer {token}"}, events)
+    async def _send_once(
+        self,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        events: int,
+        breaker: Breaker | None = None,
+    ) -> int:
+        """One attempt; with `[auth]`, one more after a 401 with a fresh token (`Bearer.send`)."""
 
-    async def _post(self, url: str, body: bytes, headers: dict[str, str], events: int) -> int:
+        def post(with_headers: dict[str, str]) -> Awaitable[int]:
+            return self._post(url, body, with_headers, events, breaker)
+
+        if self._auth is None:
+            return await post(headers)
+        return await self._auth.send(post, headers)
+
+    async def _post(
+        self,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        events: int,
+        breaker: Breaker | None = None,
+    ) -> int:
         metrics.EVENTS_PER_REQUEST.labels(self._dest_name).observe(events)
         started = time.perf_counter()
         try:
@@ -246,7 +273,10 @@ class Deliverer:
                 f"too many redirects ({exc})", status=None, reason=Reason.REDIRECT
             ) from exc
         except (httpx.TransportError, TimeoutError) as exc:
-            raise self._unavailable(exc) from exc
+            unavailable = self._unavailable(exc)
+            if breaker is not None and isinstance(unavailable, Unreachable):
+                breaker.failed(str(unavailable))
+            raise unavailable from exc
         finally:
             metrics.REQUEST_DURATION.labels(self._dest_name).observe(time.perf_counter() - started)
         metrics.REQUESTS.labels(self._dest_name, status_class(response.status_code)).inc()
@@ -261,7 +291,10 @@ class Deliverer:
             metrics.REQUESTS.labels(self._dest_name, "timeout").inc()
             return DestinationUnavailable(f"timeout after {self._dest.request_timeout_s}s ({name})")
         metrics.REQUESTS.labels(self._dest_name, "connection").inc()
-        return DestinationUnavailable(short_error(f"connection error: {name}: {cause}"))
+        error = short_error(f"connection error: {name}: {cause}")
+        if isinstance(cause, aiohttp.ClientConnectorError | httpx.ConnectError):
+            return Unreachable(error)  # refused, DNS or TLS: no request reached it
+        return DestinationUnavailable(error)
 
     def _wait_s(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
@@ -281,9 +314,7 @@ class Deliverer:
             return gzip.compress(body, compresslevel=5)
         return await asyncio.to_thread(gzip.compress, body, 5)
 
-    async def _delivered(
-        self, batch: Batch, status: int, sent: SentBatch
-    ) -> Awaitable[None] | None:
+    async def delivered(self, batch: Batch, status: int, sent: SentBatch) -> Awaitable[None] | None:
         """Count a delivery; what is left to await of its audit facts (None: no trail)."""
         if self._failing:
             self._failing = False
@@ -302,7 +333,7 @@ class Deliverer:
             return None
         return await self._trail.write(Outcome.DELIVERED, batch.events, status=status, sent=sent)
 
-    async def _hand_off(self, batch: Batch, exc: DestinationUnavailable, sent: SentBatch) -> None:
+    async def hand_off(self, batch: Batch, exc: DestinationUnavailable, sent: SentBatch) -> None:
         await self._diverter.to_retrier(batch.events, status=exc.status, error=str(exc), sent=sent)
         metrics.RECORDS.labels(self._dest_name, Outcome.HANDED_OFF).inc(len(batch))
         self._sent_events[Outcome.HANDED_OFF].inc(len(batch))
@@ -316,7 +347,7 @@ class Deliverer:
             **_target_of(batch),
         )
 
-    async def _dead_letter(
+    async def dead_letter(
         self, batch: Batch, exc: DestinationRejected, sent: SentBatch, note: str = ""
     ) -> None:
         error = short_error(f"{exc}{note}")
@@ -357,39 +388,10 @@ class Deliverer:
             entry["reason"] = reason
         self.recent_failures.append(entry)
 
-    async def _isolate(self, batch: Batch, first: DestinationRejected, sent: SentBatch) -> None:
-        """Bisect a rejected batch so only the events rejected on their own reach the DLQ; each
-        half sent is a bisection request (`hifi_connector_bisection_requests_total`), and each
-        fact says how many the batch had spent by then."""
-        if first.reason is Reason.REDIRECT:
-            await self._dead_letter(batch, first, sent)
-            return
-        budget = self._dest.max_bisect_requests
-        rejected: deque[tuple[Batch, DestinationRejected]] = deque([(batch, first)])
-        while rejected:
-            part, exc = rejected.popleft()
-            so_far = SentBatch(sent.batch, self._dest.max_bisect_requests - budget)
-            if len(part) == 1:
-                await self._dead_letter(part, exc, so_far)
-                continue
-            if budget < 2:
-                note = f" (in a rejected group of {len(part)}; bisection budget spent)"
-                await self._dead_letter(part, exc, so_far, note)
-                continue
-            for half in part.halves():
-                budget -= 1
-                self._bisection_requests.inc()
-                so_far = SentBatch(sent.batch, self._dest.max_bisect_requests - budget)
-                try:
-                    status = await self.send_with_retries(half)
-                except DestinationUnavailable as transient:
-                    await self._hand_off(half, transient, so_far)
-                except DestinationRejected as again:
-                    rejected.append((half, again))
-                else:
-                    acknowledged = await self._delivered(half, status, so_far)
-                    if acknowledged is not None:
-                        await acknowledged
+
+def _route_of(batch: Batch) -> str | None:
+    """The tenant route whose breaker a batch reports to; None: the destination's."""
+    return None if batch.target is None else batch.target.name
 
 
 def _target_of(batch: Batch) -> dict[str, str]:

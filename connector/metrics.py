@@ -213,7 +213,32 @@ CONSUMER_LAG = Gauge(
     ["dest", "topic", "partition"],
 )
 PAUSED = Gauge(
-    "hifi_connector_intake_paused", "1 while intake is paused for backpressure.", ["dest"]
+    "hifi_connector_intake_paused",
+    "1 while intake is paused: the buffer holds its bound, or the destination's breaker is open.",
+    ["dest"],
+)
+BREAKER_STATE = Gauge(
+    "hifi_connector_breaker_state",
+    "The destination's circuit breaker: 0 closed, 1 half-open (one probe out), 2 open (no"
+    " request is sent, intake is paused).",
+    ["dest"],
+)
+BREAKER_OPENS = Counter(
+    "hifi_connector_breaker_opens",
+    "Times a circuit breaker opened from closed: the destination's and its tenant routes'.",
+    ["dest"],
+)
+BREAKER_OPEN_SECONDS = Counter(
+    "hifi_connector_breaker_open_seconds",
+    "Seconds circuit breakers spent open or half-open, summed over the destination's and its"
+    " tenant routes'.",
+    ["dest"],
+)
+BREAKER_OPEN_ROUTES = Gauge(
+    "hifi_connector_breaker_open_routes",
+    "Tenant routes whose circuit breaker is open or half-open (their events go to the retrier"
+    " without a request).",
+    ["dest"],
 )
 
 
@@ -251,3 +276,7 @@ def create_series(dest: str, *, audit: bool, lookups: bool = False) -> None:
     EVENTS_PER_REQUEST.labels(dest)
     IN_FLIGHT.labels(dest)
     PAUSED.labels(dest)
+    BREAKER_STATE.labels(dest)
+    BREAKER_OPENS.labels(dest)
+    BREAKER_OPEN_SECONDS.labels(dest)
+    BREAKER_OPEN_ROUTES.labels(dest)

@@ -64,6 +64,14 @@ class Batch:
             Batch(self.events[middle:], self.target, None if bodies is None else bodies[middle:]),
         )
 
+    def split(self, count: int) -> tuple[Batch, Batch]:
+        """The first `count` events and the rest, each a batch to the same target."""
+        bodies = self.bodies
+        return (
+            Batch(self.events[:count], self.target, None if bodies is None else bodies[:count]),
+            Batch(self.events[count:], self.target, None if bodies is None else bodies[count:]),
+        )
+
     def values(self) -> Iterable[bytes]:
         """What each event is sent as, in order."""
         return self.bodies if self.bodies is not None else map(_value_of, self.events)
@@ -100,9 +108,10 @@ class Pending(Protocol):
 
     def fills_a_batch(self) -> bool: ...
 
-    def next_batch(self, *, crowded: bool = False) -> Batch:
+    def next_batch(self, *, crowded: bool = False, max_records: int | None = None) -> Batch:
         """The next request's events; `crowded`: the buffer holds a backlog (cut where it helps
-        most rather than in intake order, if the holder has a choice)."""
+        most rather than in intake order, if the holder has a choice); `max_records`: fewer
+        than a batch's bound (a breaker's probe)."""
 
     def next_diversion(self) -> Diversion | None:
         """Events that leave the HTTP path, taken before any batch."""
@@ -129,9 +138,11 @@ class PendingEvents:
     def fills_a_batch(self) -> bool:
         return len(self._events) >= self.max_records or self.size_bytes >= self.max_bytes
 
-    def next_batch(self, *, crowded: bool = False) -> Batch:
+    def next_batch(self, *, crowded: bool = False, max_records: int | None = None) -> Batch:
         """The next request's events, as many as both bounds allow, in intake order."""
-        batch = take_batch(self._events, max_records=self.max_records, max_bytes=self.max_bytes)
+        batch = take_batch(
+            self._events, max_records=max_records or self.max_records, max_bytes=self.max_bytes
+        )
         self.size_bytes -= sum(map(len, map(_value_of, batch.events)))
         return batch
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -128,6 +129,7 @@ class Snapshot:
     lag_records: Mapping[TopicPartition, int]
     last_delivered_ms: int | None
     recent_failures: Sequence[Mapping[str, Any]]
+    breakers: Mapping[str, Any] = field(default_factory=dict)  # `Breakers.describe()`
 
 
 def page(
@@ -187,12 +189,20 @@ def document(dest: str, *, url: str, ready: bool, now: Snapshot) -> dict[str, An
         "health": {
             "last_delivered": _iso(last_delivered_ms) if last_delivered_ms else None,
             **health(dest),
-            "lag_out_p95_s_since_start": percentile_s(lag, metrics.LAG_BOUNDS_S, 0.95),
+            "lag_out_p95_s_since_start": _json_seconds(
+                percentile_s(lag, metrics.LAG_BOUNDS_S, 0.95)
+            ),
         },
+        "breaker": dict(now.breakers),
         "recent_failures": [
             {**entry, "at": _iso(entry["at_ms"])} for entry in reversed(recent_failures)
         ],
     }
+
+
+def _json_seconds(value: float | None) -> float | str | None:
+    """A bucket bound for JSON, which has no infinity: beyond the last bound is "+Inf"."""
+    return "+Inf" if value is not None and math.isinf(value) else value
 
 
 def _iso(ms: int) -> str:

@@ -261,10 +261,10 @@ class TenantPending:
         self._diverted_bytes -= sum(map(len, map(_value_of, diversion.events)))
         return diversion
 
-    def next_batch(self, *, crowded: bool = False) -> Batch:
+    def next_batch(self, *, crowded: bool = False, max_records: int | None = None) -> Batch:
         """A full batch of a route if one has it; else, `crowded`, the events of the longest
         queue (unless the oldest waited too long); else those of the route that waited longest
-        (all of them, within the bounds)."""
+        (all of them, within the bounds); `max_records`: fewer than the bound."""
         if self._full:
             queue = self._queues[next(iter(self._full))]
         else:
@@ -273,7 +273,7 @@ class TenantPending:
                 queue = max(self._queues.values(), key=len)
         route = queue.route
         before_bytes = queue.size_bytes
-        events, bodies = queue.take(self.max_records, self.max_bytes)
+        events, bodies = queue.take(max_records or self.max_records, self.max_bytes)
         self._count -= len(events)
         self._queued_bytes -= before_bytes - queue.size_bytes
         if len(queue) < self.max_records and queue.size_bytes < self.max_bytes:

@@ -15,9 +15,9 @@ import respx
 from aiokafka import ConsumerRecord, TopicPartition
 
 from config.destination import Destination
-from connector.daemon import _Delivery
 from connector.delivery import Deliverer
 from connector.divert import DLQ_RECORD_MAX_BYTES, Diverter, Unreadable
+from connector.handler import DeliveryHandler
 from connector.rebatch import Batch
 from hifi.audit import AuditTrail, Fact, Seen, Slice, decode_fact, slices_of
 from hifi.envelope import Event, parse_records
@@ -266,7 +266,7 @@ async def test_a_full_batch_leaves_its_facts_acknowledgement_to_the_worker(
     respx.post(URL).mock(return_value=httpx.Response(200))
     kafka = HeldAcks()
     deliverer, client = _deliverer(dest, kafka)
-    delivery = _Delivery(dest, deliverer, Mock())
+    delivery = DeliveryHandler(dest, deliverer, Mock())
     # the timeout bounds a unit that would await the held acknowledgement itself
     async with client, asyncio.timeout(30):
         acknowledged = await delivery._deliver(Batch([make_event(1)], full=True))

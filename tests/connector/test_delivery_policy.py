@@ -179,7 +179,7 @@ async def test_bisection_isolates_each_rejected_event(dest: Destination) -> None
 async def test_bisection_budget_bounds_requests(catalog_dir: Path) -> None:
     """When every event is rejected the number of requests stays within the bisection budget."""
     dest = make_destination(catalog_dir, "budget", URL, "src", max_bisect_requests=6)
-    route = respx.post(URL).respond(401)
+    route = respx.post(URL).respond(400)  # an event-level refusal (a 401 is not bisected)
     kafka, sleeps = FakeKafka(), Sleeps()
     deliverer, client = _deliverer(dest, kafka, sleeps)
     async with client:

@@ -11,7 +11,7 @@ import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 
 from config.destination import Destination
-from connector.daemon import _Delivery
+from connector.handler import DeliveryHandler
 from connector.rebatch import Batch
 from connector.tenant_queues import OLDEST_WAIT_MAX_MS, TenantPending
 from hifi.vocabulary import Outcome, Reason
@@ -197,7 +197,7 @@ def test_the_connector_holds_a_tenant_backlog_and_cuts_its_longest_queue(
     )
     tenants = ["old", "big"] + [f"t{i}" for i in range(50)]
     routes = _routes(dest, **{tenant: {} for tenant in tenants})
-    delivery = _Delivery(dest, Mock(), Mock(), route_of=routes.get)
+    delivery = DeliveryHandler(dest, Mock(), Mock(), route_of=routes.get)
     assert delivery.room() == 1000  # the plain buffer would be 1 x 100 x 2
     backlog = ["old"] + ["big"] * 99 + [f"t{i}" for i in range(50) for _ in range(8)]
     now_ms = int(time.time() * 1000)
