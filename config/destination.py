@@ -30,6 +30,7 @@ _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 # every event must fit in one record of NAME.retry_in and NAME.dlq, whose producer limit is 16 MiB
 MAX_BATCH_BYTES_LIMIT = 15 * 1024 * 1024
 _DAY_S = 86_400
+MAX_RATE_PER_S = 1_000_000.0  # the highest rate limit accepted (events or requests a second)
 PositiveSeconds = Annotated[float, Field(gt=0, le=7 * 86400)]
 
 
@@ -152,6 +153,10 @@ class Destination(BaseModel):
     breaker_failures: int = Field(default=5, ge=1, le=1000)
     breaker_max_open_s: float = Field(default=300.0, ge=1, le=86_400)
     breaker_probe: Literal["event", "empty"] = "event"
+    # rate limits (docs/destinations.md): token buckets with a burst of one second's worth; each
+    # attempt of a request takes a request token and a token per event; None: no limit
+    rate_limit_events_per_s: float | None = Field(default=None, gt=0, le=MAX_RATE_PER_S)
+    rate_limit_requests_per_s: float | None = Field(default=None, gt=0, le=MAX_RATE_PER_S)
     headers: dict[str, SecretStr] = Field(default_factory=dict)
     auth: Auth | None = None  # where the Authorization header's credential comes from ([auth])
     accounting: Accounting = Field(default_factory=Accounting)

@@ -34,6 +34,7 @@ from connector.bearer import Bearer
 from connector.bisection import isolate
 from connector.breaker import Breaker, Breakers
 from connector.divert import Diverter
+from connector.rate_limits import RateLimits
 from connector.rebatch import Batch, encode_values
 from connector.statuses import (
     Unreachable,
@@ -108,6 +109,7 @@ class Deliverer:
         self._auth = auth  # the Authorization of a destination with [auth]
         self.dest = dest
         self.breakers = breakers or Breakers(dest)
+        self.rate_limits = RateLimits(dest)  # every attempt below takes its tokens first
         self._dest = dest
         self._diverter = diverter
         self._sleep = sleep
@@ -232,6 +234,7 @@ class Deliverer:
         status = 0
         async for attempt in retrying:
             with attempt:
+                await self.rate_limits.take(batch)
                 status = await self._send_once(url, body, headers, len(batch), breaker)
         return status
 

@@ -69,6 +69,7 @@ class DeliveryHandler(PartitionHandler):
                 tenant_field=dest.lookups.tenant_field,
                 max_records=dest.max_batch_records,
                 max_bytes=dest.max_batch_bytes,
+                holds_back=deliverer.rate_limits.holds_back,  # rate limits
             )
             # batches are cut per tenant: the tail of tenants needs room to fill theirs
             self._limit_records = max(self._limit_records, dest.lookups.buffer_records)
@@ -82,6 +83,7 @@ class DeliveryHandler(PartitionHandler):
         self._progress = status.Progress(dest.name)
         self._breakers = deliverer.breakers
         self._breaker = deliverer.breakers.destination
+        self._rate_limits = deliverer.rate_limits
 
     def take(self, tp: TopicPartition, records: list[Any]) -> None:
         dest = self._dest
@@ -118,10 +120,14 @@ class DeliveryHandler(PartitionHandler):
             return self._destination_probe()
         if not pending or (poll_open and not pending.fills_a_batch()):
             return None
+        # rate limits: every tenant route with events owes tokens; they wait queued, not in a slot
+        if isinstance(pending, TenantPending) and not pending.sendable():
+            return None
         batch = pending.next_batch(crowded=self._holds(0.5))  # half full: a backlog
         route = None if batch.target is None else self._breakers.existing(batch.target.name)
         if route is not None and not route.closed:
             return Work(self._through_open_route(batch, route), batch.offsets())
+        self._rate_limits.cut(batch)  # rate limits: its route is held back until it takes tokens
         return Work(self._deliver(batch), batch.offsets())
 
     def _destination_probe(self) -> Work | None:
@@ -220,6 +226,7 @@ class DeliveryHandler(PartitionHandler):
             last_delivered_ms=self._deliverer.last_delivered_ms,
             recent_failures=list(self._deliverer.recent_failures),
             breakers=self._breakers.describe(),
+            rate_limits=self._rate_limits.describe(),
         )
 
     async def _deliver(self, batch: Batch) -> Awaitable[None] | None:
@@ -237,6 +244,7 @@ class DeliveryHandler(PartitionHandler):
             await acknowledged
             return None
         finally:
+            self._rate_limits.release(batch)  # rate limits: cut, and ended before taking tokens
             self._in_flight.dec()
             self._in_flight_requests -= 1
 

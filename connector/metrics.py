@@ -240,6 +240,33 @@ BREAKER_OPEN_ROUTES = Gauge(
     " without a request).",
     ["dest"],
 )
+RATE_LIMIT = Gauge(
+    "hifi_connector_rate_limit_per_s",
+    "The destination's configured rate limit, by unit: events or requests a second (0: none).",
+    ["dest", "unit"],
+)
+RATE_LIMIT_UNITS = ("events", "requests")  # the `unit` of `RATE_LIMIT`
+RATE_LIMIT_WAIT_SECONDS = Counter(
+    "hifi_connector_rate_limit_wait_seconds",
+    "Seconds requests waited for rate-limit tokens (the destination's and its tenant routes'),"
+    " summed over requests, each holding its in-flight slot meanwhile.",
+    ["dest"],
+)
+RATE_LIMITED_REQUESTS = Counter(
+    "hifi_connector_rate_limited_requests",
+    "Requests (attempts) that waited for rate-limit tokens before they were sent.",
+    ["dest"],
+)
+RATE_LIMIT_WAITING = Gauge(
+    "hifi_connector_rate_limit_waiting_requests",
+    "Requests waiting for rate-limit tokens now.",
+    ["dest"],
+)
+RATE_LIMITED_ROUTES = Gauge(
+    "hifi_connector_rate_limited_routes",
+    "Tenant routes whose entry sets a rate limit (a count, not a label per tenant).",
+    ["dest"],
+)
 
 
 _OUTCOMES = (Outcome.DELIVERED, Outcome.HANDED_OFF, Outcome.DEAD_LETTERED)
@@ -280,3 +307,9 @@ def create_series(dest: str, *, audit: bool, lookups: bool = False) -> None:
     BREAKER_OPENS.labels(dest)
     BREAKER_OPEN_SECONDS.labels(dest)
     BREAKER_OPEN_ROUTES.labels(dest)
+    for unit in RATE_LIMIT_UNITS:
+        RATE_LIMIT.labels(dest, unit)
+    RATE_LIMIT_WAIT_SECONDS.labels(dest)
+    RATE_LIMITED_REQUESTS.labels(dest)
+    RATE_LIMIT_WAITING.labels(dest)
+    RATE_LIMITED_ROUTES.labels(dest)

@@ -130,6 +130,7 @@ class Snapshot:
     last_delivered_ms: int | None
     recent_failures: Sequence[Mapping[str, Any]]
     breakers: Mapping[str, Any] = field(default_factory=dict)  # `Breakers.describe()`
+    rate_limits: Mapping[str, Any] = field(default_factory=dict)  # `RateLimits.describe()`
 
 
 def page(
@@ -194,10 +195,24 @@ def document(dest: str, *, url: str, ready: bool, now: Snapshot) -> dict[str, An
             ),
         },
         "breaker": dict(now.breakers),
+        "rate_limits": {
+            **now.rate_limits,
+            "wait_seconds_total": round(_total(metrics.RATE_LIMIT_WAIT_SECONDS, dest), 3),
+        },
         "recent_failures": [
             {**entry, "at": _iso(entry["at_ms"])} for entry in reversed(recent_failures)
         ],
     }
+
+
+def _total(counter: prometheus_client.Counter, dest: str) -> float:
+    """A counter labelled by `dest` alone: its total for `dest` (0 before it exists)."""
+    (family,) = counter.collect()
+    return sum(
+        sample.value
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels.get("dest") == dest
+    )
 
 
 def _json_seconds(value: float | None) -> float | str | None:

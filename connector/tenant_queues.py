@@ -16,6 +16,10 @@ different tenants, or of two versions of one tenant's entry, never share a reque
   a tenant's events wait for a free in-flight slot, not for a timer, so under load queues grow
   into larger batches and when idle they go at once.
 
+A route its rate limits hold back (`holds_back`: it owes tokens, `connector.rate_limits`) is
+passed over while another route has events, so a limited tenant's waiting does not take the
+in-flight slots of the others; its events stay queued (and count toward the buffer's bound).
+
 Events that leave the HTTP path (`next_diversion`, before any batch):
 - no tenant in the event (the field is missing, empty or not a string or integer): dead letter,
   `unknown_tenant`; no entry can ever match it;
@@ -120,9 +124,12 @@ class TenantPending:
         tenant_field: str,
         max_records: int,
         max_bytes: int,
+        holds_back: Callable[[Route], bool] | None = None,
     ) -> None:
-        """`route_of`: the lookup cache's `get`."""
+        """`route_of`: the lookup cache's `get`; `holds_back`: whether a route's rate limits
+        hold its next batch back now."""
         self._route_of = route_of
+        self._holds_back = holds_back
         self._tenant_field = tenant_field
         self.max_records = max_records
         self.max_bytes = max_bytes
@@ -265,12 +272,7 @@ class TenantPending:
         """A full batch of a route if one has it; else, `crowded`, the events of the longest
         queue (unless the oldest waited too long); else those of the route that waited longest
         (all of them, within the bounds); `max_records`: fewer than the bound."""
-        if self._full:
-            queue = self._queues[next(iter(self._full))]
-        else:
-            queue = next(iter(self._queues.values()))
-            if crowded and time.time() * 1000 - queue[0].taken_ms < OLDEST_WAIT_MAX_MS:
-                queue = max(self._queues.values(), key=len)
+        queue = self._choose(crowded, self._holds_back)
         route = queue.route
         before_bytes = queue.size_bytes
         events, bodies = queue.take(max_records or self.max_records, self.max_bytes)
@@ -284,6 +286,35 @@ class TenantPending:
         else:
             del self._queues[route]
         return Batch(events, route, bodies, full=full)
+
+    def _choose(self, crowded: bool, holds_back: Callable[[Route], bool] | None) -> _Queue:
+        """The queue `next_batch` cuts: its first choice unless its route's rate limits hold it
+        back; then the same choice among the routes they do not (all held back: the first)."""
+        if self._full:
+            queue = self._queues[next(iter(self._full))]
+        else:
+            queue = next(iter(self._queues.values()))
+            if crowded and _young(queue):
+                queue = max(self._queues.values(), key=len)
+        if holds_back is None or not holds_back(queue.route):
+            return queue
+        ready = [queue for queue in self._queues.values() if not holds_back(queue.route)]
+        if not ready:
+            return queue
+        full = [queue for queue in ready if queue.route in self._full]
+        if full:
+            return full[0]
+        queue = ready[0]
+        if crowded and _young(queue):
+            queue = max(ready, key=len)
+        return queue
+
+    def sendable(self) -> bool:
+        """Whether a route with events is not held back by its rate limits."""
+        holds_back = self._holds_back
+        if holds_back is None:
+            return bool(self._queues)
+        return any(not holds_back(queue.route) for queue in self._queues.values())
 
     def drop(self, partitions: set[TopicPartition]) -> None:
         """Forget the events of `partitions` (revoked, or the connector is stopping)."""
@@ -313,3 +344,8 @@ def _tenant_id(raw: object) -> str | None:
     if isinstance(raw, int) and not isinstance(raw, bool):
         return str(raw)
     return None
+
+
+def _young(queue: _Queue) -> bool:
+    """Whether the first event of `queue` has waited less than `OLDEST_WAIT_MAX_MS`."""
+    return time.time() * 1000 - queue[0].taken_ms < OLDEST_WAIT_MAX_MS

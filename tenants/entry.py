@@ -4,7 +4,9 @@
      "when_disabled": "dead_letter",        # or "filter": a disabled tenant's events end filtered
      "values": {"api_key": "...", "region": "eu"},   # for the url and header templates
      "project": {"keep": ["id", "type", "payload"]}, # or {"drop": [...]}: top-level fields
-     "filter": {"field": "type", "in": ["play", "stop"]}}  # or "not_in": events it drops end filtered
+     "filter": {"field": "type", "in": ["play", "stop"]},  # or "not_in": events it drops end filtered
+     "rate_limit_events_per_s": 200,         # this tenant's limits, besides the destination's
+     "rate_limit_requests_per_s": 20}
 
 Every key is optional; `{}` is an enabled tenant whose events go as they are. Types are strict
 (`"true"` is not a boolean) and unknown keys are refused. Errors are one line that names where
@@ -18,6 +20,7 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from config.destination import MAX_RATE_PER_S
 from config.problems import describe
 from hifi.errors import EntryRefused
 
@@ -68,6 +71,9 @@ class TenantEntry(BaseModel):
     values: dict[str, str] = Field(default_factory=dict)
     project: Projection | None = None
     filter: Filter | None = None
+    # token buckets of this tenant's route, with a burst of one second (connector.rate_limits)
+    rate_limit_events_per_s: float | None = Field(default=None, gt=0, le=MAX_RATE_PER_S)
+    rate_limit_requests_per_s: float | None = Field(default=None, gt=0, le=MAX_RATE_PER_S)
 
     @field_validator("values")
     @classmethod

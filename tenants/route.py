@@ -46,6 +46,8 @@ class Route:
     filter_values: frozenset[Scalar] = frozenset()
     filter_keeps_listed: bool = True  # `in` (deliver the listed values) or `not_in`
     secrets: tuple[str, ...] = field(default=(), repr=False)
+    rate_limit_events_per_s: float | None = None  # this tenant's limits (connector.rate_limits)
+    rate_limit_requests_per_s: float | None = None
     passes_all: bool = field(init=False)  # enabled, no filter, no projection: events go as they are
 
     def __post_init__(self) -> None:
@@ -135,6 +137,8 @@ def compile_route(
         else frozenset(chosen.in_ or chosen.not_in or ()),
         filter_keeps_listed=chosen is None or chosen.in_ is not None,
         secrets=tuple(secrets),
+        rate_limit_events_per_s=entry.rate_limit_events_per_s,
+        rate_limit_requests_per_s=entry.rate_limit_requests_per_s,
     )
 
 

@@ -12,6 +12,7 @@ from aiokafka import ConsumerRecord, TopicPartition
 
 from config.destination import Destination
 from connector.handler import DeliveryHandler
+from connector.rate_limits import RateLimits
 from connector.rebatch import Batch
 from connector.tenant_queues import OLDEST_WAIT_MAX_MS, TenantPending
 from hifi.vocabulary import Outcome, Reason
@@ -197,7 +198,8 @@ def test_the_connector_holds_a_tenant_backlog_and_cuts_its_longest_queue(
     )
     tenants = ["old", "big"] + [f"t{i}" for i in range(50)]
     routes = _routes(dest, **{tenant: {} for tenant in tenants})
-    delivery = DeliveryHandler(dest, Mock(), Mock(), route_of=routes.get)
+    deliverer = Mock(rate_limits=RateLimits(dest))  # no limits: nothing is held back
+    delivery = DeliveryHandler(dest, deliverer, Mock(), route_of=routes.get)
     assert delivery.room() == 1000  # the plain buffer would be 1 x 100 x 2
     backlog = ["old"] + ["big"] * 99 + [f"t{i}" for i in range(50) for _ in range(8)]
     now_ms = int(time.time() * 1000)
