@@ -13,7 +13,7 @@ import httpx
 from config.destination import Destination
 from config.topics import audit_line, audit_retention_wanted, retention_wanted
 from connector.bearer import token_source
-from connector.delivery import http_client
+from connector.http_client import http_client
 from connector.rebatch import encode_values
 from hifi.check import CheckReport, probe_kafka
 from hifi.errors import ConfigError, EntryRefused, HifiError, TokenRefused, TokenUnavailable

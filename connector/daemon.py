@@ -13,9 +13,10 @@ import structlog
 from config.destination import Destination
 from config.topics import ensure_destination_topics
 from connector import bearer, metrics, status
-from connector.delivery import Deliverer, http_client
+from connector.delivery import Deliverer
 from connector.divert import Diverter
 from connector.handler import DeliveryHandler
+from connector.http_client import http_client
 from connector.intake import consumer_options
 from hifi import audit, kafka
 from hifi.kafka import admin as kafka_admin

@@ -1,7 +1,7 @@
 """Delivery of one batch over HTTP: send, classify, retry locally, isolate rejected events, hand off the rest.
 
 This is the HTTP boundary: statuses and client exceptions become `hifi.errors` types here. The
-client is httpx with aiohttp's transport (`http_client`), whose exceptions arrive as
+client is httpx with aiohttp's transport (`connector.http_client`), whose exceptions arrive as
 the `__cause__` of httpx ones.
 """
 
@@ -19,7 +19,6 @@ from typing import Any
 import aiohttp
 import httpx
 import structlog
-from httpx_aiohttp import AiohttpTransport
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -48,7 +47,7 @@ from hifi.errors import DestinationRejected, DestinationUnavailable
 from hifi.redaction import short_error
 from hifi.vocabulary import Outcome, Reason
 
-__all__ = ["Deliverer", "classify", "http_client", "parse_retry_after", "status_class"]
+__all__ = ["Deliverer", "classify", "parse_retry_after", "status_class"]
 
 log = structlog.get_logger(__name__)
 
@@ -58,31 +57,6 @@ RECENT_FAILURES = 20
 _event_time_of = attrgetter("event_time_ms")
 _RESULTS = metrics.BATCH_RESULTS
 _SENT_OUTCOMES = (Outcome.DELIVERED, Outcome.HANDED_OFF, Outcome.DEAD_LETTERED)
-
-
-def http_client(
-    dest: Destination, transport: httpx.AsyncBaseTransport | None = None
-) -> httpx.AsyncClient:
-    """The destination's HTTP client: pooled, at most `max_in_flight` connections.
-
-    TLS: the context of the destination's `tls_*` keys (its CA, its client certificate) when set,
-    else httpx's default trust store; certificates and host names are verified either way.
-    """
-    limits = httpx.Limits(
-        max_connections=dest.max_in_flight, max_keepalive_connections=dest.max_in_flight
-    )
-    verify = dest.ssl_context() or True
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(dest.request_timeout_s),
-        limits=limits,
-        verify=verify,
-        follow_redirects=dest.follow_redirects,
-        # httpx's API over aiohttp's connection pool: httpcore's pool re-polls every idle socket
-        # and takes anyio locks on each request (encode/httpx#3215): more CPU per request
-        # (docs/performance.md).
-        transport=transport or AiohttpTransport(verify=verify, limits=limits),
-        headers={"User-Agent": "hifi-connector"},
-    )
 
 
 class Deliverer:

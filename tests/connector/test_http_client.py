@@ -9,8 +9,9 @@ import pytest
 from prometheus_client import REGISTRY
 
 from config.destination import Destination
-from connector.delivery import Deliverer, http_client
+from connector.delivery import Deliverer
 from connector.divert import Diverter
+from connector.http_client import http_client
 from connector.rebatch import Batch
 from devstack.destination import Reply, TestDestination
 from devstack.ports import free_port

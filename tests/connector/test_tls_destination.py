@@ -12,8 +12,9 @@ import pytest
 import trustme
 
 from config.destination import Destination
-from connector.delivery import Deliverer, http_client
+from connector.delivery import Deliverer
 from connector.divert import Diverter
+from connector.http_client import http_client
 from connector.rebatch import Batch
 from devstack.destination import TestDestination
 from tests.helpers import FakeKafka, Sleeps, make_destination, make_event
