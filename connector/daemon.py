@@ -202,6 +202,7 @@ class Connector:
             topic=self.audit_topic,
             dest=self.dest.name,
             node=audit.node_name("connector"),
+            replica=self._settings.instance_id,
         )
 
 

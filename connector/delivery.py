@@ -107,7 +107,7 @@ class Deliverer:
         self._client = client
         self._auth = auth  # the Authorization of a destination with [auth]
         self.dest = dest
-        self.breakers = breakers or Breakers(dest)
+        self.breakers = breakers or Breakers(dest, trail=trail)
         self._dest = dest
         self._diverter = diverter
         self._sleep = sleep

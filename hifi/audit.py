@@ -16,7 +16,10 @@ by reason: a rolling upgrade writes facts an older auditor skips visibly, never 
 Versions: 1.0 is the first; 1.1 appends the batch a fact's events were sent in (`batch`, None
 for events never sent to the destination, and for every 1.0 fact) and the requests spent so far
 bisecting that batch (`bisection_requests`), so the auditor counts a rejected batch once and
-its bisection requests apart (`auditor/health.py`).
+its bisection requests apart (`auditor/health.py`). 1.2 adds a second kind of fact: a circuit
+breaker's change (`BREAKER`, `BreakerChange`), which names no events; a 1.1 reader refuses it as
+an unknown outcome (`hifi_auditor_refused_facts_total{reason="unknown_outcome"}`), so the
+auditor is upgraded first.
 
 A fact is written with acks=all and awaited before the offsets of its events are committed:
 a crash can repeat a fact, never lose one. Each fact has a random `fact_id`; the auditor
@@ -42,6 +45,7 @@ from prometheus_client import Counter
 from hifi.envelope import Event
 from hifi.errors import HifiError
 from hifi.kafka import Record, RecordWriter
+from hifi.redaction import shorten
 from hifi.vocabulary import Outcome, Reason
 
 AUDIT_TOPIC_ENV_VAR = "HIFI_AUDIT_TOPIC"
@@ -49,11 +53,15 @@ DEFAULT_AUDIT_TOPIC = "hifi.audit"
 AUDIT_RETENTION_MS = 7 * 86_400_000  # the audit topic's retention when hifi creates it
 HDR_FORMAT = "hifi-audit-format"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 1
+FORMAT_MINOR = 2
 _FORMAT = f"{FORMAT_MAJOR}.{FORMAT_MINOR}".encode()
 # Events per fact at most: a batch of 100,000 events with 250-byte ids is ~30 MB; the producer
 # takes 16 MiB per request, so a large outcome is written as several facts.
 MAX_EVENTS_PER_FACT = 20_000
+#: the outcome of a breaker fact (1.2): not an event's outcome, so not in `Outcome`
+BREAKER = "breaker"
+BREAKER_STATES = ("closed", "half_open", "open")  # `connector.breaker.BreakerState` names
+BREAKER_ERROR_MAX_CHARS = 120
 
 # Both daemons that write facts (connector, retrier) count them here, once acknowledged.
 FACTS_WRITTEN = Counter(
@@ -93,6 +101,16 @@ class Slice(msgspec.Struct, array_like=True, gc=False):
     taken_ms: list[int]  # when the node took each event in; 0 when it does not know
 
 
+class BreakerChange(msgspec.Struct, array_like=True, gc=False):
+    """A circuit breaker's change at one connector replica (format 1.2)."""
+
+    route: str | None  # the tenant route's name; None for the destination's own breaker
+    state: str  # one of `BREAKER_STATES`
+    since_ms: int  # when it left closed (open or half-open), or when it closed
+    last_error: str | None  # masked and short; None when closed
+    replica: str  # the connector's --instance-id, else host:pid
+
+
 class Fact(msgspec.Struct, array_like=True, gc=False):
     """One outcome of one request or hand-off, for the events it names."""
 
@@ -108,6 +126,7 @@ class Fact(msgspec.Struct, array_like=True, gc=False):
     slices: list[Slice]
     batch: str | None = None  # 1.1: the id of the batch sent to the destination, if one was
     bisection_requests: int = 0  # 1.1: requests spent bisecting that batch when this was written
+    breaker: BreakerChange | None = None  # 1.2: the change of a `BREAKER` fact, else None
 
     def events(self) -> int:
         return sum(len(s.offsets) for s in self.slices)
@@ -164,6 +183,8 @@ def decode_fact(value: bytes | None, headers: Any) -> Fact:
             f"audit format {fact.major}.{fact.minor} is newer than {FORMAT_MAJOR}.x",
             reason=Refusal.NEWER_MAJOR,
         )
+    if fact.outcome == BREAKER:
+        return _checked_breaker(fact)
     if fact.outcome not in _OUTCOMES or (fact.reason is not None and fact.reason not in _REASONS):
         raise FactRefused(
             f"audit fact has outcome {fact.outcome!r}, reason {fact.reason!r}",
@@ -177,6 +198,18 @@ def decode_fact(value: bytes | None, headers: Any) -> Fact:
                 " in length",
                 reason=Refusal.INCONSISTENT,
             )
+    return fact
+
+
+def _checked_breaker(fact: Fact) -> Fact:
+    """A `BREAKER` fact names a change in a known state and no events."""
+    change = fact.breaker
+    if change is None or change.state not in BREAKER_STATES or fact.slices:
+        raise FactRefused(
+            f"audit fact {fact.fact_id}: a breaker fact needs a change in one of"
+            f" {', '.join(BREAKER_STATES)} and no events",
+            reason=Refusal.INCONSISTENT,
+        )
     return fact
 
 
@@ -314,11 +347,53 @@ def build_facts(
 class AuditTrail:
     """Writes the facts of one destination at one node; `record()` returns once acknowledged."""
 
-    def __init__(self, producer: RecordWriter, *, topic: str, dest: str, node: str) -> None:
+    def __init__(
+        self,
+        producer: RecordWriter,
+        *,
+        topic: str,
+        dest: str,
+        node: str,
+        replica: str | None = None,
+    ) -> None:
+        """`replica`: how breaker facts name this process among a destination's connectors
+        (its --instance-id); the `host:pid` of `node` when None."""
         self._producer = producer
         self.topic = topic
         self._dest = dest
         self._node = node
+        self.replica = replica or node.partition("@")[2] or node
+
+    def breaker_fact(
+        self, *, route: str | None, state: str, since_ms: int, last_error: str | None
+    ) -> Fact:
+        """The `BREAKER` fact of one breaker's change; the error masked and shortened."""
+        error = None if not last_error else shorten(last_error, BREAKER_ERROR_MAX_CHARS)
+        change = BreakerChange(route, state, since_ms, error, self.replica)
+        return Fact(
+            FORMAT_MAJOR,
+            FORMAT_MINOR,
+            uuid.uuid4().hex,
+            self._dest,
+            self._node,
+            BREAKER,
+            None,
+            None,
+            int(time.time() * 1000),
+            [],
+            breaker=change,
+        )
+
+    async def record_breaker(self, fact: Fact) -> None:
+        """Write a breaker fact and wait for its acknowledgement (counted then)."""
+        record: Record = (
+            self.topic,
+            self._dest.encode(),
+            encode_fact(fact),
+            [(HDR_FORMAT, _FORMAT)],
+        )
+        await (await self._producer.append_all([record]))
+        FACTS_WRITTEN.labels(self._dest, BREAKER).inc()
 
     def facts(
         self,
