@@ -274,7 +274,8 @@ class Breakers:
             log.warning("breaker_fact_failed", error=short_error(f"{type(exc).__name__}: {exc}"))
 
     async def flush(self) -> None:
-        """Wait for the breaker facts written so far (tests; a stop may leave the last one)."""
+        """Wait for the breaker facts written so far (the connector's stop, before its producer
+        closes)."""
         while self._writing:
             await asyncio.gather(*self._writing, return_exceptions=True)
 

@@ -7,7 +7,7 @@ time and when the node took it in. The auditor (`auditor/`) reads the facts of `
 beside the source topics it observes itself, and accounts for every event by origin.
 
 Encoding: MessagePack, the events of a fact grouped by origin partition in columns
-(`Slice`). The format version travels in the header `hifi-audit-format` ("MAJOR.MINOR") and
+(`Slice`, `hifi/audit_columns.py`). The format version travels in the header `hifi-audit-format` ("MAJOR.MINOR") and
 in the value. A reader takes any minor version of its major one (a newer minor only appends
 fields, which an older reader ignores, and a newer reader gives a field an older minor lacks its
 default) and refuses a newer major with `FactRefused`, counted
@@ -32,17 +32,19 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from itertools import groupby
-from operator import attrgetter
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 from prometheus_client import Counter
 
-from hifi.envelope import Event
+# the columns of a fact (`hifi/audit_columns.py`), re-exported: writers of facts import them here
+from hifi.audit_columns import Observed as Observed
+from hifi.audit_columns import Seen as Seen
+from hifi.audit_columns import Slice as Slice
+from hifi.audit_columns import slices_of as slices_of
 from hifi.errors import HifiError
 from hifi.kafka import Record, RecordWriter
 from hifi.redaction import shorten
@@ -88,17 +90,6 @@ def node_name(component: str) -> str:
 def component_of(node: str) -> str:
     """The component of a fact's node: `connector` for `connector@host:pid`."""
     return node.partition("@")[0]
-
-
-class Slice(msgspec.Struct, array_like=True, gc=False):
-    """The events of one fact that entered hifi on one partition, as columns of equal length."""
-
-    topic: str
-    partition: int
-    offsets: list[int]
-    ids: list[str | None]  # None: the record had no readable id
-    event_times_ms: list[int]
-    taken_ms: list[int]  # when the node took each event in; 0 when it does not know
 
 
 class BreakerChange(msgspec.Struct, array_like=True, gc=False):
@@ -217,22 +208,6 @@ def encode_fact(fact: Fact) -> bytes:
     return _encoder.encode(fact)
 
 
-class Observed(Protocol):
-    """What a node knows of one event for its fact (a connector `Event` is one)."""
-
-    @property
-    def origin_parts(self) -> tuple[str, int, int]: ...
-
-    @property
-    def audit_id(self) -> str | None: ...
-
-    @property
-    def event_time_ms(self) -> int: ...
-
-    @property
-    def taken_ms(self) -> int: ...
-
-
 @dataclass(frozen=True, slots=True)
 class SentBatch:
     """The batch sent to the destination whose outcome a fact records: its id (one per batch,
@@ -240,75 +215,6 @@ class SentBatch:
 
     batch: str
     bisection_requests: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Seen:
-    """An `Observed` made of plain values (the retrier, tests)."""
-
-    origin_parts: tuple[str, int, int]
-    audit_id: str | None
-    event_time_ms: int
-    taken_ms: int = 0
-
-
-def slices_of(events: Iterable[Observed]) -> list[Slice]:
-    """The events as columns per origin partition (connector `Event`s take `_event_slices`)."""
-    if isinstance(events, Sequence) and events and isinstance(events[0], Event):
-        return _event_slices(events)
-    by_partition: dict[tuple[str, int], Slice] = {}
-    for event in events:
-        _append(by_partition, event)
-    return list(by_partition.values())
-
-
-def _append(by_partition: dict[tuple[str, int], Slice], event: Observed) -> None:
-    topic, partition, offset = event.origin_parts
-    part = by_partition.get((topic, partition))
-    if part is None:
-        part = by_partition[topic, partition] = Slice(topic, partition, [], [], [], [])
-    part.offsets.append(offset)
-    part.ids.append(event.audit_id)
-    part.event_times_ms.append(event.event_time_ms)
-    part.taken_ms.append(event.taken_ms)
-
-
-_tp_of = attrgetter("tp")
-_offset_of = attrgetter("offset")
-_id_of = attrgetter("id")
-_time_of = attrgetter("event_time_ms")
-_taken_of = attrgetter("taken_ms")
-_has_id = attrgetter("has_id")
-_retried = attrgetter("retried")
-
-
-def _event_slices(events: Sequence[Event]) -> list[Slice]:
-    """`slices_of` for the connector's events, a column at a time.
-
-    A batch holds runs of one partition's events (intake order), so each run's columns are
-    taken with C-level getters instead of four appends per event: the audit trail's share of
-    the connector's CPU fell by about half. Events re-offered by the retrier name their origin
-    in a header and take the general path.
-    """
-    by_partition: dict[tuple[str, int], Slice] = {}
-    for tp, grouped in groupby(events, _tp_of):
-        run = list(grouped)
-        if any(map(_retried, run)):
-            for event in run:
-                _append(by_partition, event)
-            continue
-        ids: list[str | None] = list(map(_id_of, run))
-        if not all(map(_has_id, run)):
-            ids = [event.id if event.has_id else None for event in run]
-        key = (tp.topic, tp.partition)
-        part = by_partition.get(key)
-        if part is None:
-            part = by_partition[key] = Slice(tp.topic, tp.partition, [], [], [], [])
-        part.offsets.extend(map(_offset_of, run))
-        part.ids.extend(ids)
-        part.event_times_ms.extend(map(_time_of, run))
-        part.taken_ms.extend(map(_taken_of, run))
-    return list(by_partition.values())
 
 
 def build_facts(
