@@ -28,7 +28,7 @@ import structlog
 
 from config.destination import Destination
 from connector import metrics
-from hifi.audit import AuditTrail
+from hifi.audit import BREAKER, FACTS_WRITTEN, AuditTrail
 from hifi.redaction import short_error
 
 log = structlog.get_logger(__name__)
@@ -183,6 +183,8 @@ class Breakers:
         self._clock = clock
         self._trail = trail
         self._writing: set[asyncio.Task[None]] = set()  # breaker facts not yet acknowledged
+        if trail is not None:  # hifi_audit_facts_total{outcome="breaker"} from the first scrape
+            FACTS_WRITTEN.labels(dest.name, BREAKER)
         self.destination = self._new("")
         self._routes: dict[str, Breaker] = {}
         self._state = metrics.BREAKER_STATE.labels(dest.name)
@@ -251,8 +253,8 @@ class Breakers:
         self._write_fact(breaker)
 
     def _write_fact(self, breaker: Breaker) -> None:
-        """Write the change as a breaker fact in a task kept until acknowledged; the auditor
-        keeps the newest by `since_ms`, so two in flight may land in either order."""
+        """Write the change as a breaker fact in a task kept until acknowledged (in the order
+        of the changes: the producer keeps the order of its calls within a partition)."""
         if self._trail is None:
             return
         fact = self._trail.breaker_fact(

@@ -6,12 +6,12 @@ per event, its origin (`topic/partition/offset` where it first entered hifi), it
 time and when the node took it in. The auditor (`auditor/`) reads the facts of `hifi.audit`
 beside the source topics it observes itself, and accounts for every event by origin.
 
-Encoding: MessagePack, the events of a fact grouped by origin partition in columns
-(`Slice`, `hifi/audit_columns.py`). The format version travels in the header `hifi-audit-format` ("MAJOR.MINOR") and
-in the value. A reader takes any minor version of its major one (a newer minor only appends
-fields, which an older reader ignores, and a newer reader gives a field an older minor lacks its
-default) and refuses a newer major with `FactRefused`, counted
-by reason: a rolling upgrade writes facts an older auditor skips visibly, never misreads.
+Encoding: MessagePack, the events of a fact grouped by origin partition in columns (`Slice`,
+`hifi/audit_columns.py`). The format version travels in the header `hifi-audit-format`
+("MAJOR.MINOR") and in the value. A reader takes any minor version of its major one (a newer
+minor only appends fields, which an older reader ignores, and a newer reader gives a field an
+older minor lacks its default) and refuses a newer major with `FactRefused`, counted by reason:
+a rolling upgrade writes facts an older auditor skips visibly, never misreads.
 
 Versions: 1.0 is the first; 1.1 appends the batch a fact's events were sent in (`batch`, None
 for events never sent to the destination, and for every 1.0 fact) and the requests spent so far

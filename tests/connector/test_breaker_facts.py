@@ -7,6 +7,7 @@ from pathlib import Path
 import httpx
 import respx
 import structlog
+from prometheus_client import REGISTRY
 
 from connector.breaker import Breakers
 from connector.delivery import Deliverer
@@ -30,7 +31,7 @@ def _breaker_facts(kafka: FakeKafka) -> list[Fact]:
 async def test_open_half_open_and_closed_are_each_one_fact(catalog_dir: Path) -> None:
     """Two 401 batches open the breaker (a fact naming the 401), the probe half-opens it and
     its 2xx closes it: three facts, the destination's own breaker (no route), the open and
-    half-open ones since the same moment."""
+    half-open ones since the same moment, counted in `hifi_audit_facts_total`."""
     dest = make_destination(catalog_dir, "facts401", URL, "src", breaker_failures=2)
     route = respx.post(URL).respond(401, text="token expired")
     kafka = FakeKafka()
@@ -40,6 +41,8 @@ async def test_open_half_open_and_closed_are_each_one_fact(catalog_dir: Path) ->
         client, dest, Diverter(kafka, dest, trail=trail), sleep=Sleeps(), trail=trail
     )
     breakers = deliverer.breakers
+    counted = {"dest": dest.name, "outcome": BREAKER}
+    assert REGISTRY.get_sample_value("hifi_audit_facts_total", counted) == 0
     async with client:
         for n in range(2):
             await deliverer.deliver(Batch([make_event(n)]))
@@ -57,6 +60,7 @@ async def test_open_half_open_and_closed_are_each_one_fact(catalog_dir: Path) ->
     assert "401" in opened.last_error
     assert opened.since_ms == probing.since_ms <= closed.since_ms
     assert closed.last_error is None
+    assert REGISTRY.get_sample_value("hifi_audit_facts_total", counted) == 3
 
 
 async def test_a_tenant_route_names_its_route(catalog_dir: Path) -> None:
