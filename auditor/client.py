@@ -16,6 +16,33 @@ HTTP_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
+class BreakerView:
+    """A destination's circuit breaker as its connectors' breaker facts tell it
+    (`auditor/breakers.py`): the worst state over its replicas, since when, the last error,
+    and the tenant routes not closed."""
+
+    state: str  # closed, half_open or open
+    since_ms: int | None  # when it left closed; None while closed
+    last_error: str | None
+    replicas: int
+    replicas_not_closed: int
+    open_routes: int
+
+    @classmethod
+    def from_status(cls, found: Mapping[str, Any]) -> BreakerView:
+        since = found["since_ms"]
+        error = found["last_error"]
+        return cls(
+            str(found["state"]),
+            None if since is None else int(since),
+            None if error is None else str(error),
+            int(found["replicas"]),
+            int(found["replicas_not_closed"]),
+            int(found["open_routes"]),
+        )
+
+
+@dataclass(frozen=True)
 class DestinationHealth:
     """A destination's last 2xx and its failed batches and events lately, with the requests
     spent bisecting rejected batches, as the auditor's `/status` has them (`auditor/health.py`)."""
@@ -29,6 +56,7 @@ class DestinationHealth:
     failed_events: int
     failed_event_share: float | None  # None without events
     bisection_requests: int
+    breaker: BreakerView | None = None  # None from an auditor before breaker facts
 
     @classmethod
     def from_status(cls, found: Mapping[str, Any]) -> DestinationHealth | None:
@@ -37,6 +65,7 @@ class DestinationHealth:
         if "failed_events" not in found:
             return None
         last = found["last_delivered_ms"]
+        breaker = found.get("breaker")
         return cls(
             None if last is None else int(last),
             int(found["window_s"]),
@@ -47,6 +76,7 @@ class DestinationHealth:
             int(found["failed_events"]),
             _share(found["failed_event_share"]),
             int(found["bisection_requests"]),
+            None if breaker is None else BreakerView.from_status(breaker),
         )
 
 

@@ -20,6 +20,9 @@ Counts are kept per `STEP_S` seconds of outcome time, only for the last `WINDOW_
 the auditor's wall clock (at most twice as many steps: a node whose clock runs ahead): a few
 integers per destination, whatever the traffic. Fed one fact at a time by the auditor's event
 loop, after a repeated fact was set aside.
+
+Breaker facts (format 1.2) name no events: they go to the destination's circuit breakers
+(`auditor/breakers.py`), shown as the health's `breaker`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hifi.audit import MAX_EVENTS_PER_FACT, Fact, component_of
+from auditor.breakers import BreakerStates, restore_from
+from hifi.audit import BREAKER, MAX_EVENTS_PER_FACT, Fact, component_of
 from hifi.vocabulary import Outcome, Reason
 
 WINDOW_S = 300
@@ -45,26 +49,23 @@ class Health:
     """One destination's last 2xx, and its batches, events and bisection requests of the last
     `WINDOW_S` seconds."""
 
-    __slots__ = ("_open", "_split", "_steps", "last_delivered_ms")
+    __slots__ = ("_open", "_split", "_steps", "breakers", "last_delivered_ms")
 
     def __init__(self) -> None:
         self.last_delivered_ms: int | None = None  # outcome time of the newest 2xx
         self._steps: dict[int, list[int]] = {}  # outcome_ms // _STEP_MS -> counts, by position
         self._split: tuple[str, int] | None = None  # (node, outcome_ms) of a 1.0 batch in parts
         self._open: dict[str, int] = {}  # batch id -> bisection requests counted, oldest first
+        self.breakers = BreakerStates()
 
     def note(self, fact: Fact, now_ms: int) -> None:
         """Count one fact (not a repeated one) read at `now_ms` on the auditor's clock."""
-        outcome = fact.outcome
-        if outcome == Outcome.DELIVERED:
-            failed = False
-            if self.last_delivered_ms is None or fact.outcome_ms > self.last_delivered_ms:
-                self.last_delivered_ms = fact.outcome_ms
-        elif outcome == Outcome.HANDED_OFF or (
-            outcome == Outcome.DEAD_LETTERED and fact.reason in _REFUSALS
-        ):
-            failed = True
-        else:
+        if fact.outcome == BREAKER:
+            if fact.breaker is not None:
+                self.breakers.note(fact.breaker, fact.outcome_ms, now_ms)
+            return
+        failed = self._failed(fact)
+        if failed is None:
             return
         if component_of(fact.node) != _REQUESTING:
             return
@@ -84,6 +85,20 @@ class Health:
         counts[_EVENTS] += events
         counts[_FAILED_EVENTS] += events if failed else 0
         counts[_BISECTION_REQUESTS] += bisection_requests
+
+    def _failed(self, fact: Fact) -> bool | None:
+        """Whether a batch outcome failed (None: not the outcome of a request); a 2xx moves
+        `last_delivered_ms`."""
+        outcome = fact.outcome
+        if outcome == Outcome.DELIVERED:
+            if self.last_delivered_ms is None or fact.outcome_ms > self.last_delivered_ms:
+                self.last_delivered_ms = fact.outcome_ms
+            return False
+        if outcome == Outcome.HANDED_OFF or (
+            outcome == Outcome.DEAD_LETTERED and fact.reason in _REFUSALS
+        ):
+            return True
+        return None
 
     def _first_of_batch(self, batch: str, fact: Fact) -> tuple[bool, int]:
         """Whether `fact` is the first of `batch`, and the bisection requests it adds to those
@@ -134,6 +149,7 @@ class Health:
             "failed_events": failed_events,
             "failed_event_share": round(failed_events / events, 4) if events else None,
             "bisection_requests": bisection_requests,
+            "breaker": self.breakers.view(now_ms),
         }
 
     def snapshot(self) -> dict[str, Any]:
@@ -141,6 +157,7 @@ class Health:
         return {
             "last_delivered_ms": self.last_delivered_ms,
             "steps": [[step, *counts] for step, counts in self._steps.items()],
+            "breakers": self.breakers.snapshot(),
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -153,3 +170,4 @@ class Health:
             for step, *counts in state["steps"]
             if len(counts) == 5
         }
+        self.breakers = restore_from(state)

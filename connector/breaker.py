@@ -11,12 +11,15 @@ event-level 4xx are not counted (the caller does not report them).
 
 The backoff starts at 1 s and doubles at each failed probe up to `breaker_max_open_s`; closing
 resets it. Outcomes of requests that began before the breaker opened do not move it: only the
-probe's does. Each change is one log line, and the state, the opens and the time spent not
-closed are metrics (`hifi_connector_breaker_*`).
+probe's does. Each change is one log line and, with an audit trail, one breaker fact
+(`hifi/audit.py`), which the auditor shows in the destination's health and the retrier's
+dashboard from there; the state, the opens and the time spent not closed are metrics
+(`hifi_connector_breaker_*`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import time
 from collections.abc import Callable
@@ -25,6 +28,8 @@ import structlog
 
 from config.destination import Destination
 from connector import metrics
+from hifi.audit import BREAKER, FACTS_WRITTEN, AuditTrail
+from hifi.redaction import short_error
 
 log = structlog.get_logger(__name__)
 
@@ -68,6 +73,7 @@ class Breaker:
         self.opens = 0
         self.last_error = ""
         self._not_closed_since_s = 0.0  # for `settle_open_s`
+        self.since_ms = 0  # wall time it left closed (or closed again); 0 before any change
         self.open_s_total = 0.0
 
     @property
@@ -139,6 +145,8 @@ class Breaker:
         before = self.state
         if before is not BreakerState.CLOSED:
             self.settle_open_s()  # the time up to now, in the state it is leaving
+        if BreakerState.CLOSED in (before, state):
+            self.since_ms = int(time.time() * 1000)
         self.state = state
         if self._on_change is not None:
             self._on_change(self, before)
@@ -163,9 +171,20 @@ class Breakers:
     state; opens and seconds not closed of all its breakers; the number of open routes.
     """
 
-    def __init__(self, dest: Destination, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        dest: Destination,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        trail: AuditTrail | None = None,
+    ) -> None:
+        """`trail`: where each change is written as a breaker fact (none without)."""
         self._dest = dest
         self._clock = clock
+        self._trail = trail
+        self._writing: set[asyncio.Task[None]] = set()  # breaker facts not yet acknowledged
+        if trail is not None:  # hifi_audit_facts_total{outcome="breaker"} from the first scrape
+            FACTS_WRITTEN.labels(dest.name, BREAKER)
         self.destination = self._new("")
         self._routes: dict[str, Breaker] = {}
         self._state = metrics.BREAKER_STATE.labels(dest.name)
@@ -231,6 +250,36 @@ class Breakers:
             probe_in_s=breaker.open_s if state is BreakerState.OPEN else None,
             error=None if state is BreakerState.CLOSED else breaker.last_error or None,
         )
+        self._write_fact(breaker)
+
+    def _write_fact(self, breaker: Breaker) -> None:
+        """Write the change as a breaker fact in a task kept until acknowledged (in the order
+        of the changes: the producer keeps the order of its calls within a partition)."""
+        if self._trail is None:
+            return
+        fact = self._trail.breaker_fact(
+            route=breaker.name or None,
+            state=str(breaker.state),
+            since_ms=breaker.since_ms,
+            last_error=None if breaker.closed else breaker.last_error,
+        )
+        task = asyncio.get_running_loop().create_task(self._trail.record_breaker(fact))
+        self._writing.add(task)
+        task.add_done_callback(self._written)
+
+    def _written(self, task: asyncio.Task[None]) -> None:
+        self._writing.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:  # the events' own facts fail their delivery; this one is only news
+            log.warning("breaker_fact_failed", error=short_error(f"{type(exc).__name__}: {exc}"))
+
+    async def flush(self) -> None:
+        """Wait for the breaker facts written so far (the connector's stop, before its producer
+        closes)."""
+        while self._writing:
+            await asyncio.gather(*self._writing, return_exceptions=True)
 
     def describe(self) -> dict[str, object]:
         """`/status`: the destination's breaker and those of routes that are not closed."""

@@ -153,6 +153,7 @@ class Connector:
             topics = [*dest.source_topics, dest.retry_out_topic]
             log.info("connector_started", dest=dest.name, topics=topics, audit=self.audit_topic)
             await self._worker.run(delivery, topics=topics)
+            await deliverer.breakers.flush()  # the last breaker facts, before the producer closes
 
     async def _tenant_routes(
         self, stack: contextlib.AsyncExitStack
@@ -203,6 +204,7 @@ class Connector:
             topic=self.audit_topic,
             dest=self.dest.name,
             node=audit.node_name("connector"),
+            replica=self._settings.instance_id,
         )
 
 

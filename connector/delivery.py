@@ -82,7 +82,7 @@ class Deliverer:
         self._client = client
         self._auth = auth  # the Authorization of a destination with [auth]
         self.dest = dest
-        self.breakers = breakers or Breakers(dest)
+        self.breakers = breakers or Breakers(dest, trail=trail)
         self.rate_limits = RateLimits(dest)  # every attempt below takes its tokens first
         self._dest = dest
         self._diverter = diverter

@@ -6,17 +6,20 @@ per event, its origin (`topic/partition/offset` where it first entered hifi), it
 time and when the node took it in. The auditor (`auditor/`) reads the facts of `hifi.audit`
 beside the source topics it observes itself, and accounts for every event by origin.
 
-Encoding: MessagePack, the events of a fact grouped by origin partition in columns
-(`Slice`). The format version travels in the header `hifi-audit-format` ("MAJOR.MINOR") and
-in the value. A reader takes any minor version of its major one (a newer minor only appends
-fields, which an older reader ignores, and a newer reader gives a field an older minor lacks its
-default) and refuses a newer major with `FactRefused`, counted
-by reason: a rolling upgrade writes facts an older auditor skips visibly, never misreads.
+Encoding: MessagePack, the events of a fact grouped by origin partition in columns (`Slice`,
+`hifi/audit_columns.py`). The format version travels in the header `hifi-audit-format`
+("MAJOR.MINOR") and in the value. A reader takes any minor version of its major one (a newer
+minor only appends fields, which an older reader ignores, and a newer reader gives a field an
+older minor lacks its default) and refuses a newer major with `FactRefused`, counted by reason:
+a rolling upgrade writes facts an older auditor skips visibly, never misreads.
 
 Versions: 1.0 is the first; 1.1 appends the batch a fact's events were sent in (`batch`, None
 for events never sent to the destination, and for every 1.0 fact) and the requests spent so far
 bisecting that batch (`bisection_requests`), so the auditor counts a rejected batch once and
-its bisection requests apart (`auditor/health.py`).
+its bisection requests apart (`auditor/health.py`). 1.2 adds a second kind of fact: a circuit
+breaker's change (`BREAKER`, `BreakerChange`), which names no events; a 1.1 reader refuses it as
+an unknown outcome (`hifi_auditor_refused_facts_total{reason="unknown_outcome"}`), so the
+auditor is upgraded first.
 
 A fact is written with acks=all and awaited before the offsets of its events are committed:
 a crash can repeat a fact, never lose one. Each fact has a random `fact_id`; the auditor
@@ -29,19 +32,22 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from itertools import groupby
-from operator import attrgetter
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 from prometheus_client import Counter
 
-from hifi.envelope import Event
+# the columns of a fact (`hifi/audit_columns.py`), re-exported: writers of facts import them here
+from hifi.audit_columns import Observed as Observed
+from hifi.audit_columns import Seen as Seen
+from hifi.audit_columns import Slice as Slice
+from hifi.audit_columns import slices_of as slices_of
 from hifi.errors import HifiError
 from hifi.kafka import Record, RecordWriter
+from hifi.redaction import shorten
 from hifi.vocabulary import Outcome, Reason
 
 AUDIT_TOPIC_ENV_VAR = "HIFI_AUDIT_TOPIC"
@@ -49,11 +55,15 @@ DEFAULT_AUDIT_TOPIC = "hifi.audit"
 AUDIT_RETENTION_MS = 7 * 86_400_000  # the audit topic's retention when hifi creates it
 HDR_FORMAT = "hifi-audit-format"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 1
+FORMAT_MINOR = 2
 _FORMAT = f"{FORMAT_MAJOR}.{FORMAT_MINOR}".encode()
 # Events per fact at most: a batch of 100,000 events with 250-byte ids is ~30 MB; the producer
 # takes 16 MiB per request, so a large outcome is written as several facts.
 MAX_EVENTS_PER_FACT = 20_000
+#: the outcome of a breaker fact (1.2): not an event's outcome, so not in `Outcome`
+BREAKER = "breaker"
+BREAKER_STATES = ("closed", "half_open", "open")  # `connector.breaker.BreakerState` names
+BREAKER_ERROR_MAX_CHARS = 120
 
 # Both daemons that write facts (connector, retrier) count them here, once acknowledged.
 FACTS_WRITTEN = Counter(
@@ -82,15 +92,14 @@ def component_of(node: str) -> str:
     return node.partition("@")[0]
 
 
-class Slice(msgspec.Struct, array_like=True, gc=False):
-    """The events of one fact that entered hifi on one partition, as columns of equal length."""
+class BreakerChange(msgspec.Struct, array_like=True, gc=False):
+    """A circuit breaker's change at one connector replica (format 1.2)."""
 
-    topic: str
-    partition: int
-    offsets: list[int]
-    ids: list[str | None]  # None: the record had no readable id
-    event_times_ms: list[int]
-    taken_ms: list[int]  # when the node took each event in; 0 when it does not know
+    route: str | None  # the tenant route's name; None for the destination's own breaker
+    state: str  # one of `BREAKER_STATES`
+    since_ms: int  # when it left closed (open or half-open), or when it closed
+    last_error: str | None  # masked and short; None when closed
+    replica: str  # the connector's --instance-id, else host:pid
 
 
 class Fact(msgspec.Struct, array_like=True, gc=False):
@@ -108,6 +117,7 @@ class Fact(msgspec.Struct, array_like=True, gc=False):
     slices: list[Slice]
     batch: str | None = None  # 1.1: the id of the batch sent to the destination, if one was
     bisection_requests: int = 0  # 1.1: requests spent bisecting that batch when this was written
+    breaker: BreakerChange | None = None  # 1.2: the change of a `BREAKER` fact, else None
 
     def events(self) -> int:
         return sum(len(s.offsets) for s in self.slices)
@@ -164,6 +174,8 @@ def decode_fact(value: bytes | None, headers: Any) -> Fact:
             f"audit format {fact.major}.{fact.minor} is newer than {FORMAT_MAJOR}.x",
             reason=Refusal.NEWER_MAJOR,
         )
+    if fact.outcome == BREAKER:
+        return _checked_breaker(fact)
     if fact.outcome not in _OUTCOMES or (fact.reason is not None and fact.reason not in _REASONS):
         raise FactRefused(
             f"audit fact has outcome {fact.outcome!r}, reason {fact.reason!r}",
@@ -180,24 +192,20 @@ def decode_fact(value: bytes | None, headers: Any) -> Fact:
     return fact
 
 
+def _checked_breaker(fact: Fact) -> Fact:
+    """A `BREAKER` fact names a change in a known state and no events."""
+    change = fact.breaker
+    if change is None or change.state not in BREAKER_STATES or fact.slices:
+        raise FactRefused(
+            f"audit fact {fact.fact_id}: a breaker fact needs a change in one of"
+            f" {', '.join(BREAKER_STATES)} and no events",
+            reason=Refusal.INCONSISTENT,
+        )
+    return fact
+
+
 def encode_fact(fact: Fact) -> bytes:
     return _encoder.encode(fact)
-
-
-class Observed(Protocol):
-    """What a node knows of one event for its fact (a connector `Event` is one)."""
-
-    @property
-    def origin_parts(self) -> tuple[str, int, int]: ...
-
-    @property
-    def audit_id(self) -> str | None: ...
-
-    @property
-    def event_time_ms(self) -> int: ...
-
-    @property
-    def taken_ms(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,75 +215,6 @@ class SentBatch:
 
     batch: str
     bisection_requests: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Seen:
-    """An `Observed` made of plain values (the retrier, tests)."""
-
-    origin_parts: tuple[str, int, int]
-    audit_id: str | None
-    event_time_ms: int
-    taken_ms: int = 0
-
-
-def slices_of(events: Iterable[Observed]) -> list[Slice]:
-    """The events as columns per origin partition (connector `Event`s take `_event_slices`)."""
-    if isinstance(events, Sequence) and events and isinstance(events[0], Event):
-        return _event_slices(events)
-    by_partition: dict[tuple[str, int], Slice] = {}
-    for event in events:
-        _append(by_partition, event)
-    return list(by_partition.values())
-
-
-def _append(by_partition: dict[tuple[str, int], Slice], event: Observed) -> None:
-    topic, partition, offset = event.origin_parts
-    part = by_partition.get((topic, partition))
-    if part is None:
-        part = by_partition[topic, partition] = Slice(topic, partition, [], [], [], [])
-    part.offsets.append(offset)
-    part.ids.append(event.audit_id)
-    part.event_times_ms.append(event.event_time_ms)
-    part.taken_ms.append(event.taken_ms)
-
-
-_tp_of = attrgetter("tp")
-_offset_of = attrgetter("offset")
-_id_of = attrgetter("id")
-_time_of = attrgetter("event_time_ms")
-_taken_of = attrgetter("taken_ms")
-_has_id = attrgetter("has_id")
-_retried = attrgetter("retried")
-
-
-def _event_slices(events: Sequence[Event]) -> list[Slice]:
-    """`slices_of` for the connector's events, a column at a time.
-
-    A batch holds runs of one partition's events (intake order), so each run's columns are
-    taken with C-level getters instead of four appends per event: the audit trail's share of
-    the connector's CPU fell by about half. Events re-offered by the retrier name their origin
-    in a header and take the general path.
-    """
-    by_partition: dict[tuple[str, int], Slice] = {}
-    for tp, grouped in groupby(events, _tp_of):
-        run = list(grouped)
-        if any(map(_retried, run)):
-            for event in run:
-                _append(by_partition, event)
-            continue
-        ids: list[str | None] = list(map(_id_of, run))
-        if not all(map(_has_id, run)):
-            ids = [event.id if event.has_id else None for event in run]
-        key = (tp.topic, tp.partition)
-        part = by_partition.get(key)
-        if part is None:
-            part = by_partition[key] = Slice(tp.topic, tp.partition, [], [], [], [])
-        part.offsets.extend(map(_offset_of, run))
-        part.ids.extend(ids)
-        part.event_times_ms.extend(map(_time_of, run))
-        part.taken_ms.extend(map(_taken_of, run))
-    return list(by_partition.values())
 
 
 def build_facts(
@@ -314,11 +253,53 @@ def build_facts(
 class AuditTrail:
     """Writes the facts of one destination at one node; `record()` returns once acknowledged."""
 
-    def __init__(self, producer: RecordWriter, *, topic: str, dest: str, node: str) -> None:
+    def __init__(
+        self,
+        producer: RecordWriter,
+        *,
+        topic: str,
+        dest: str,
+        node: str,
+        replica: str | None = None,
+    ) -> None:
+        """`replica`: how breaker facts name this process among a destination's connectors
+        (its --instance-id); the `host:pid` of `node` when None."""
         self._producer = producer
         self.topic = topic
         self._dest = dest
         self._node = node
+        self.replica = replica or node.partition("@")[2] or node
+
+    def breaker_fact(
+        self, *, route: str | None, state: str, since_ms: int, last_error: str | None
+    ) -> Fact:
+        """The `BREAKER` fact of one breaker's change; the error masked and shortened."""
+        error = None if not last_error else shorten(last_error, BREAKER_ERROR_MAX_CHARS)
+        change = BreakerChange(route, state, since_ms, error, self.replica)
+        return Fact(
+            FORMAT_MAJOR,
+            FORMAT_MINOR,
+            uuid.uuid4().hex,
+            self._dest,
+            self._node,
+            BREAKER,
+            None,
+            None,
+            int(time.time() * 1000),
+            [],
+            breaker=change,
+        )
+
+    async def record_breaker(self, fact: Fact) -> None:
+        """Write a breaker fact and wait for its acknowledgement (counted then)."""
+        record: Record = (
+            self.topic,
+            self._dest.encode(),
+            encode_fact(fact),
+            [(HDR_FORMAT, _FORMAT)],
+        )
+        await (await self._producer.append_all([record]))
+        FACTS_WRITTEN.labels(self._dest, BREAKER).inc()
 
     def facts(
         self,

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from auditor.buckets import MINUTE_MS
-from auditor.client import AuditorTables, DestinationHealth, base_url, fetch_tables
+from auditor.client import AuditorTables, BreakerView, DestinationHealth, base_url, fetch_tables
 from auditor.tables import day_availability, parse_minute
 from hifi.errors import HifiError
 
@@ -81,6 +81,37 @@ class AuditorFeed:
 
 
 def panel_health(health: DestinationHealth) -> dict[str, Any]:
-    """The health panel's figures; `alarm`: the share of failed events shows red."""
+    """The health panel's figures; `alarm`: the share of failed events shows red; `breaker`:
+    the circuit breaker's line (None while closed, or from an auditor that does not say)."""
     share = health.failed_event_share
-    return asdict(health) | {"alarm": share is not None and share > FAILED_EVENT_SHARE_ALARM}
+    breaker = health.breaker
+    now_ms = int(time.time() * 1000)
+    return asdict(health) | {
+        "alarm": share is not None and share > FAILED_EVENT_SHARE_ALARM,
+        "breaker": None if breaker is None else panel_breaker(breaker, now_ms),
+    }
+
+
+def panel_breaker(breaker: BreakerView, now_ms: int) -> dict[str, Any] | None:
+    """The breaker's line, "open since 04:12 UTC (3 min): HTTP 401 ..." (red when open), with
+    the tenant routes not closed; None when it and every route are closed."""
+    if breaker.state == "closed" and not breaker.open_routes:
+        return None
+    parts = []
+    if breaker.state != "closed":
+        state = breaker.state.replace("_", "-")
+        if breaker.since_ms is not None:
+            since = datetime.fromtimestamp(breaker.since_ms / 1000, tz=UTC).strftime("%H:%M")
+            minutes = max(0, now_ms - breaker.since_ms) // 60_000
+            state += f" since {since} UTC ({minutes} min)"
+        if breaker.replicas > 1:
+            state += f" on {breaker.replicas_not_closed} of {breaker.replicas} replicas"
+        parts.append(state + (f": {breaker.last_error}" if breaker.last_error else ""))
+    if breaker.open_routes:
+        routes = "route" if breaker.open_routes == 1 else "routes"
+        parts.append(f"{breaker.open_routes} tenant {routes} not closed")
+    return {
+        **asdict(breaker),
+        "text": "; ".join(parts),
+        "alarm": breaker.state == "open",
+    }

@@ -15,6 +15,15 @@ T0 = 1_790_000_000_000 - 1_790_000_000_000 % (STEP_S * 1000)  # a step's start
 CONNECTOR = "connector@host-a:41"
 RETRIER = "retrier@host-b:7"
 _batch_ids = (f"b{n}" for n in itertools.count())
+NO_BREAKER = {  # no breaker fact read: closed, on no known replica
+    "state": "closed",
+    "since_ms": None,
+    "last_error": None,
+    "replicas": 0,
+    "replicas_not_closed": 0,
+    "open_routes": 0,
+    "known_routes": 0,
+}
 
 
 def facts(
@@ -84,6 +93,7 @@ def test_batches_and_events_count_only_the_connectors_outcomes_of_what_it_sent()
         "failed_events": 6,
         "failed_event_share": 0.5,
         "bisection_requests": 0,
+        "breaker": NO_BREAKER,
     }
 
 
@@ -151,6 +161,7 @@ def test_the_window_slides_by_outcome_time_and_forgets_what_fell_out() -> None:
         "failed_events": 0,
         "failed_event_share": None,
         "bisection_requests": 0,
+        "breaker": NO_BREAKER,
     }
 
 

@@ -246,10 +246,20 @@ async function refreshAccounting() {
 
 // --- the destination's health, from the auditor ------------------------------------------------
 
+// The circuit breaker's line: shown only while the destination's breaker (or a tenant route's) is
+// not closed, red while open; the auditor knows it from the connectors' breaker facts.
+function showBreaker(b) {
+  const line = $("health-breaker");
+  line.hidden = $("breaker-label").hidden = !b;
+  line.className = b && b.alarm ? "bad" : "";
+  line.textContent = b ? b.text : "";
+}
+
 function showHealth(acc) {
   const h = acc.available ? acc.health : null;
   const share = $("failed-share");
   share.className = "";
+  showBreaker(h ? h.breaker : null);
   if (!h) {
     for (const id of ["last-2xx", "failed-share", "health-requests", "health-batches", "health-bisection"]) $(id).textContent = "-";
     $("health-source").textContent = !state.overview.auditor
