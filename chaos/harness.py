@@ -17,6 +17,7 @@ from devstack import kafka_tools
 from devstack.broker import LocalBroker
 from devstack.destination import TestDestination
 from devstack.ports import free_port
+from devstack.readiness import until_ready
 from devstack.tcp_proxy import TcpProxy
 from hifi import kafka
 from hifi.kafka.settings import KafkaSettings
@@ -39,6 +40,7 @@ class Daemon:
         metrics_port: int = 0,
     ) -> None:
         self.name = name
+        self.metrics_port = metrics_port
         self._command = [
             sys.executable,
             "-m",
@@ -62,6 +64,12 @@ class Daemon:
         self._stopping = False
         await self._spawn()
         self._supervisor = asyncio.create_task(self._supervise(), name=f"supervise-{self.name}")
+
+    async def ready(self, timeout_s: float) -> bool:
+        """True once the daemon answers `/readyz` (it needs a fixed `metrics_port`)."""
+        if not self.metrics_port:
+            raise ValueError(f"{self.name} has no fixed ops port to ask")
+        return await until_ready([self.metrics_port], timeout_s)
 
     async def _spawn(self) -> None:
         with open(self._log_path, "ab") as log:

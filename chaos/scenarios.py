@@ -66,11 +66,18 @@ class Result:
     handed_off: int  # records written to NAME.retry_in: an event once per hand-off
     audit: audit.AuditAccount | None = None  # the auditor's tables, in an audited scenario
     max_handed_off: int | None = None  # the scenario's bound on `handed_off`, if it has one
+    max_refused: int | None = None  # the scenario's bound on events dead-lettered as refused
+
+    @property
+    def within_bounds(self) -> bool:
+        """Hand-offs and refused events no more than the scenario allows."""
+        handed_off_ok = self.max_handed_off is None or self.handed_off <= self.max_handed_off
+        refused_ok = self.max_refused is None or self.account.dead_lettered <= self.max_refused
+        return handed_off_ok and refused_ok
 
     @property
     def ok(self) -> bool:
-        handed_off_ok = self.max_handed_off is None or self.handed_off <= self.max_handed_off
-        return self.account.ok and (self.audit is None or self.audit.ok) and handed_off_ok
+        return self.account.ok and (self.audit is None or self.audit.ok) and self.within_bounds
 
     def line(self) -> str:
         a = self.account
@@ -85,6 +92,11 @@ class Result:
             + (
                 f" handed_off_over_bound={self.max_handed_off}"
                 if self.max_handed_off is not None and self.handed_off > self.max_handed_off
+                else ""
+            )
+            + (
+                f" refused_over_bound={self.max_refused}"
+                if self.max_refused is not None and self.account.dead_lettered > self.max_refused
                 else ""
             )
         )
@@ -103,6 +115,9 @@ class Scenario:
     destination_keys: dict[str, object] = field(default_factory=dict)
     audited: bool = False  # an auditor process runs too; its final minutes are checked by id
     max_handed_off: int | None = None  # at most this many hand-offs, or the run fails
+    # Credentials refused for a while: events dead-lettered then (`http_4xx`) are expected, up
+    # to this many, or the run fails.
+    max_refused: int | None = None
 
 
 async def _at(run: Run, fraction: float) -> None:
@@ -169,6 +184,15 @@ async def destination_down(run: Run) -> None:
     await run.stage.destination.set_down(False)
 
 
+async def token_refused(run: Run) -> None:
+    """The destination refuses the credentials (401) for `outage_s` in the middle of the load,
+    as after a token rotated on one side only."""
+    await _at(run, 0.3)
+    run.stage.destination.set_faults(1.0, [Reply(401)], seed=run.rng.randrange(1000))
+    await asyncio.sleep(run.size.outage_s)
+    _healthy(run)
+
+
 async def poison_and_malformed(run: Run) -> None:
     """No extra fault: the poison events and malformed records come with the load itself."""
     await _at(run, 1.0)
@@ -197,9 +221,26 @@ SCENARIOS = (
     # The circuit breaker opens within the first refusals: the batches in flight then (8 slots
     # of 200) are handed off, then one probe event per half-open (at most 9 in a 60 s outage).
     Scenario("destination_down", destination_down, max_handed_off=8 * 200 + 16),
+    # A refused token: the batches that met the 401 before the breaker opened (8 slots of 200)
+    # are dead-lettered whole, then one probe event per half-open; the rest waits in Kafka.
+    Scenario("token_refused", token_refused, max_refused=8 * 200 + 16),
     Scenario("poison_and_malformed", poison_and_malformed, poison_every=1000, malformed=10),
     Scenario("broker_link_cut", cut_broker_link),
 )
+
+
+async def _wait_for_outcomes(run: Run, ids: set[str], *, refused: bool) -> None:
+    """Wait until every id was delivered, or, where refused credentials dead-letter some (the
+    DLQ read again each second), delivered or dead-lettered; at most `deadline_s`."""
+    destination, deadline_s = run.stage.destination, run.size.deadline_s
+    if not refused:
+        await destination.wait_for_ids(ids, deadline_s)
+        return
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if await destination.wait_for_ids(ids, 1.0):
+            return
+        ids = ids - set(await run.stage.dead_letters(run.name))
 
 
 def _healthy(run: Run) -> None:
@@ -243,7 +284,7 @@ def _prepare(stage: Stage, scenario: Scenario, size: Size, seed: int) -> Run:
         name,
         stage,
         size,
-        stage.daemon("connector", name, env=env),
+        stage.daemon("connector", name, env=env, metrics_port=free_port()),
         stage.daemon("retrier", name, env=env),
         random.Random(seed),
         rate,
@@ -269,13 +310,19 @@ async def run_scenario(stage: Stage, scenario: Scenario, size: Size, seed: int =
     for daemon in daemons:
         await daemon.start()
     try:
+        # The fault's timing counts from a connector that has its partitions: a group's first
+        # join can take longer than a short run's whole production.
+        if not await run.connector.ready(timeout_s=60.0):
+            raise RuntimeError(f"{run.connector.name} never became ready (/readyz)")
         try:
             fault = asyncio.create_task(scenario.fault(run), name=f"fault-{name}")
             ids, poison = await _produce_paced(run, topic, scenario.poison_every)
             malformed = await stage.produce(topic, [b"{not json"] * scenario.malformed)
             await fault
             faults_over = time.monotonic()
-            await stage.destination.wait_for_ids(set(ids) - poison, size.deadline_s)
+            await _wait_for_outcomes(
+                run, set(ids) - poison, refused=scenario.max_refused is not None
+            )
             drain_s = time.monotonic() - faults_over
         finally:
             _healthy(run)
@@ -285,6 +332,8 @@ async def run_scenario(stage: Stage, scenario: Scenario, size: Size, seed: int =
         handed_off = await stage.handed_off(name)
         delivered = stage.destination.delivered_ids()
         expected_dlq = poison | set(malformed)
+        if scenario.max_refused is not None:  # dead-lettered as refused: counted against the bound
+            expected_dlq |= {i for i, reason in dead.items() if reason == "http_4xx"} - poison
         account = settle(set(ids) | set(malformed), delivered, dead, expected_dlq)
         audited = None
         if run.auditor is not None:
@@ -295,7 +344,15 @@ async def run_scenario(stage: Stage, scenario: Scenario, size: Size, seed: int =
     restarts = sum(daemon.restarts for daemon in daemons)
     kills = sum(d.kills for d in daemons)
     return Result(
-        name, account, drain_s, restarts, kills, handed_off, audited, scenario.max_handed_off
+        name,
+        account,
+        drain_s,
+        restarts,
+        kills,
+        handed_off,
+        audited,
+        scenario.max_handed_off,
+        scenario.max_refused,
     )
 
 

@@ -35,6 +35,7 @@ from devstack.broker import LocalBroker
 from devstack.destination import Reply, TestDestination
 from devstack.ports import free_port
 from devstack.processes import start_daemon
+from devstack.readiness import until_ready
 from hifi import kafka
 from hifi.errors import HifiError
 from hifi.kafka import admin as kafka_admin
@@ -222,17 +223,11 @@ async def daemons(
             print(f"  {name} exited with {code}")
 
 
-async def wait_ready(client: httpx.AsyncClient, ports: tuple[int, int, int]) -> None:
+async def wait_ready(ports: tuple[int, int, int]) -> None:
     """Wait until every daemon answers /readyz (joined its consumer group)."""
     started = time.monotonic()
-    for port in ports:
-        while time.monotonic() - started < DEADLINE_S:
-            with contextlib.suppress(httpx.HTTPError):
-                if (await client.get(f"http://127.0.0.1:{port}/readyz")).status_code == 200:
-                    break
-            await asyncio.sleep(0.2)
-        else:
-            raise RuntimeError(f"a daemon did not become ready; see {WORK_DIR}/*.log")
+    if not await until_ready(ports, DEADLINE_S):
+        raise RuntimeError(f"a daemon did not become ready; see {WORK_DIR}/*.log")
     print(
         f"connector, retrier and auditor ready after {time.monotonic() - started:.1f}s; producing"
     )
@@ -367,7 +362,7 @@ async def run(bootstrap: str, *, keep: bool = False) -> int:
             daemons(catalog, bootstrap, ports, keep=keep),
             httpx.AsyncClient(timeout=2) as client,
         ):
-            await wait_ready(client, ports)
+            await wait_ready(ports)
             since_ms = await a_minute_of_our_own(client, ports[2])
             producing = asyncio.create_task(produce(settings, tally))
             await follow(tally, destination, client, ports[0], producing)

@@ -28,6 +28,7 @@ async def test_scenario_loses_nothing(scene: Stage, scenario: Scenario) -> None:
     assert result.account.wrong_dlq == 0, result.line()
     assert result.account.missing_dlq == 0, result.line()
     assert result.account.produced == QUICK.events + scenario.malformed
+    assert result.within_bounds, result.line()  # hand-offs and refused events, where bounded
     if scenario.audited:  # every final minute of the auditor's tables matches the ids
         assert result.audit is not None, result.line()
         assert result.audit.mismatches == (), result.line()
