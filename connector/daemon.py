@@ -19,6 +19,7 @@ from config.destination import Destination
 from config.parsing import parse
 from config.topics import ensure_destination_topics
 from connector import bearer, metrics, status
+from connector.concurrency import Limiter
 from connector.delivery import Deliverer, http_client
 from connector.divert import Diversion, Diverter, Unreadable
 from connector.intake import BUFFER_WINDOWS, consumer_options, intake_limit
@@ -66,10 +67,13 @@ def _producer(settings: KafkaSettings) -> contextlib.AbstractAsyncContextManager
     return kafka.producer(settings, linger_ms=0, max_batch_size=_PRODUCER_BATCH_BYTES)
 
 
-def worker_options(dest: Destination, *, until_idle_s: float | None) -> WorkerOptions:
+def worker_options(
+    dest: Destination, *, until_idle_s: float | None, limiter: Limiter | None = None
+) -> WorkerOptions:
     return WorkerOptions(
         group_id=dest.connector_group,
         max_in_flight=dest.max_in_flight,
+        limit=None if limiter is None else limiter.limit,
         commit_interval_s=dest.commit_interval_s,
         # At high throughput what finished since the last commit is what a kill -9 delivers
         # again, so commit by count too.
@@ -117,7 +121,8 @@ class Connector:
         metrics.create_series(
             dest.name, audit=self.audit_topic is not None, lookups=dest.lookups is not None
         )
-        options = worker_options(dest, until_idle_s=until_idle_s)
+        self.limiter = Limiter.for_destination(dest)  # the in-flight bound, adapted per RTT
+        options = worker_options(dest, until_idle_s=until_idle_s, limiter=self.limiter)
         self._worker = PartitionWorker(settings, options, ops=self.ops)
         self._stopping = asyncio.Event()
 
@@ -147,14 +152,21 @@ class Connector:
             client = await stack.enter_async_context(http_client(dest, self._transport))
             auth = await stack.enter_async_context(bearer.started(dest))
             diverter = Diverter(producer, dest, trail=trail)
-            deliverer = Deliverer(client, dest, diverter, trail=trail, auth=auth)
+            deliverer = Deliverer(
+                client, dest, diverter, trail=trail, auth=auth, limiter=self.limiter
+            )
             delivery = _Delivery(
                 dest, deliverer, diverter, route_of=None if routes is None else routes.get
             )
             if self.ops is not None:
                 lookups = None if routes is None else routes.status
                 page = status.page(
-                    dest, self.ops, delivery.snapshot, lookups, self._worker.started_over
+                    dest,
+                    self.ops,
+                    delivery.snapshot,
+                    lookups,
+                    self._worker.started_over,
+                    concurrency=self.limiter.view,
                 )
                 self.ops.serve_json("/status", page)
             if routes is not None and not await self._loaded(routes):

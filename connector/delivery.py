@@ -32,6 +32,7 @@ from tenacity import (
 from config.destination import Destination
 from connector import metrics
 from connector.bearer import Bearer
+from connector.concurrency import Limiter, is_back_pressure
 from connector.divert import Diverter
 from connector.rebatch import Batch, encode_values
 from hifi.audit import AuditTrail, SentBatch
@@ -135,8 +136,10 @@ class Deliverer:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         trail: AuditTrail | None = None,
         auth: Bearer | None = None,
+        limiter: Limiter | None = None,
     ) -> None:
         self._client = client
+        self.limiter = limiter or Limiter.for_destination(dest)  # told of every attempt
         self._auth = auth  # the Authorization of a destination with [auth]
         self._dest = dest
         self._diverter = diverter
@@ -235,6 +238,9 @@ class Deliverer:
     async def _post(self, url: str, body: bytes, headers: dict[str, str], events: int) -> int:
         metrics.EVENTS_PER_REQUEST.labels(self._dest_name).observe(events)
         started = time.perf_counter()
+        response: httpx.Response | None = None
+        error: BaseException | None = None
+        self.limiter.sent()
         try:
             # httpx bounds each phase (connect, write, read); this bounds the attempt as a whole,
             # so a destination that trickles its reply cannot hold an in-flight slot for ever.
@@ -246,9 +252,13 @@ class Deliverer:
                 f"too many redirects ({exc})", status=None, reason=Reason.REDIRECT
             ) from exc
         except (httpx.TransportError, TimeoutError) as exc:
+            error = exc
             raise self._unavailable(exc) from exc
         finally:
-            metrics.REQUEST_DURATION.labels(self._dest_name).observe(time.perf_counter() - started)
+            rtt_s = time.perf_counter() - started
+            metrics.REQUEST_DURATION.labels(self._dest_name).observe(rtt_s)
+            pressed = is_back_pressure(response, error)
+            self.limiter.answered(rtt_s, processed=response is not None, back_pressure=pressed)
         metrics.REQUESTS.labels(self._dest_name, status_class(response.status_code)).inc()
         classify(response)
         return response.status_code

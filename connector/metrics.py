@@ -207,6 +207,17 @@ EVENTS_PER_REQUEST = Histogram(
     buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000),
 )
 IN_FLIGHT = Gauge("hifi_connector_in_flight_requests", "Requests being delivered now.", ["dest"])
+CONCURRENCY_LIMIT = Gauge(
+    "hifi_connector_concurrency_limit",
+    "Requests the destination may have in flight now (adaptive, or max_in_flight when fixed).",
+    ["dest"],
+)
+RTT = Gauge("hifi_connector_rtt_seconds", "The last answered attempt's round-trip time.", ["dest"])
+RTT_MEAN = Gauge(
+    "hifi_connector_rtt_mean_seconds",
+    "Round-trip time averaged over past windows (EWMA), what the adaptive limit compares with.",
+    ["dest"],
+)
 CONSUMER_LAG = Gauge(
     "hifi_connector_consumer_lag_records",
     "High watermark minus committed offset, per partition.",
@@ -250,4 +261,6 @@ def create_series(dest: str, *, audit: bool, lookups: bool = False) -> None:
     REQUEST_DURATION.labels(dest)
     EVENTS_PER_REQUEST.labels(dest)
     IN_FLIGHT.labels(dest)
+    for gauge in (CONCURRENCY_LIMIT, RTT, RTT_MEAN):
+        gauge.labels(dest)
     PAUSED.labels(dest)

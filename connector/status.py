@@ -136,13 +136,18 @@ def page(
     snapshot: Callable[[], Snapshot],
     lookups: Callable[[], dict[str, Any]] | None = None,
     started_over: Callable[[], list[dict[str, Any]]] = list,
+    *,
+    concurrency: Callable[[], dict[str, Any]] | None = None,
 ) -> JsonProvider:
     """The `/status` route of a connector's ops server; `lookups`: its tenant cache's status;
-    `started_over`: the source partitions whose topic was created again (`PartitionWorker`)."""
+    `started_over`: the source partitions whose topic was created again (`PartitionWorker`);
+    `concurrency`: its in-flight limit and round-trip times (`concurrency.Limiter.view`)."""
 
     async def status(request: Request) -> dict[str, Any]:
         found = document(dest.name, url=dest.url, ready=ops.is_ready(), now=snapshot())
         found["partitions_started_over"] = started_over()
+        if concurrency is not None:
+            found["concurrency"] = concurrency()
         if lookups is not None:
             found["lookups"] = lookups()
         return found

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -80,7 +80,7 @@ class WorkerOptions:
     """How a daemon's worker consumes, bounds its work, commits and stops."""
 
     group_id: str
-    max_in_flight: int  # units of work running at once
+    max_in_flight: int  # units of work running at once (the ceiling of a moving `limit`)
     commit_interval_s: float
     shutdown_timeout_s: float  # drain deadline on revocation and on stop
     commit_every_records: int | None = None  # commit sooner once this many outcomes are new
@@ -89,6 +89,7 @@ class WorkerOptions:
     started_over_confirm_s: float = DEFAULT_CONFIRM_S
     consumer_options: Mapping[str, Any] = field(default_factory=dict)
     log_context: Mapping[str, str] = field(default_factory=dict)
+    limit: Callable[[], int] | None = None  # the bound now, when it moves (adaptive concurrency)
 
 
 class PartitionWorker:
@@ -270,10 +271,11 @@ class _Membership:
     # --- bounded work -----------------------------------------------------------------
 
     def dispatch(self) -> None:
-        """Start work while fewer than `max_in_flight` units run (and fewer than as many more
-        settle); the one way work starts."""
-        handler, tasks, running = self.handler, self.tasks, self.running
-        limit = self.options.max_in_flight
+        """Start work while fewer than `max_in_flight` units run, or than `limit()` when given
+        (and fewer than as many more settle); the one way work starts."""
+        handler, tasks, running, options = self.handler, self.tasks, self.running, self.options
+        limit = options.max_in_flight if options.limit is None else options.limit()
+        limit = max(1, min(limit, options.max_in_flight))
         while len(running) < limit and len(tasks) < 2 * limit:
             work = handler.next_work(poll_open=self.poll_open)
             if work is None:
