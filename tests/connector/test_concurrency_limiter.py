@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import httpx
 import pytest
 
@@ -51,7 +53,7 @@ def test_grows_to_the_ceiling_on_a_fast_constant_rtt() -> None:
         _window(limiter, clock, 0.005)
         seen.append(limiter.limit())
     assert limiter.limit() == 16
-    assert all(b - a in (0, 1) for a, b in zip(seen, seen[1:], strict=False))
+    assert all(b - a in (0, 1) for a, b in itertools.pairwise(seen))
     assert limiter.rtt_mean_s == pytest.approx(0.005)
 
 
