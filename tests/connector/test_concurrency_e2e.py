@@ -24,7 +24,7 @@ async def _run_sampling(connector: Connector, samples: list[tuple[int, int]]) ->
     async def sample() -> None:
         while True:
             view = connector.limiter.view()
-            samples.append((view["limit"], view["in_flight_requests"]))
+            samples.append((view["limit"], view["attempts_in_flight"]))
             await asyncio.sleep(0.005)
 
     sampler = asyncio.create_task(sample())
