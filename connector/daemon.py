@@ -161,12 +161,7 @@ class Connector:
             if self.ops is not None:
                 lookups = None if routes is None else routes.status
                 page = status.page(
-                    dest,
-                    self.ops,
-                    delivery.snapshot,
-                    lookups,
-                    self._worker.started_over,
-                    concurrency=self.limiter.view,
+                    dest, self.ops, delivery.snapshot, lookups, self._worker.started_over
                 )
                 self.ops.serve_json("/status", page)
             if routes is not None and not await self._loaded(routes):
@@ -352,6 +347,7 @@ class _Delivery(PartitionHandler):
             lag_records=dict(self._lag_records),
             last_delivered_ms=self._deliverer.last_delivered_ms,
             recent_failures=list(self._deliverer.recent_failures),
+            concurrency=self._deliverer.limiter.view(),
         )
 
     async def _deliver(self, batch: Batch) -> Awaitable[None] | None:

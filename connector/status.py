@@ -128,6 +128,7 @@ class Snapshot:
     lag_records: Mapping[TopicPartition, int]
     last_delivered_ms: int | None
     recent_failures: Sequence[Mapping[str, Any]]
+    concurrency: Mapping[str, Any] | None = None  # the in-flight limit and RTTs (`Limiter.view`)
 
 
 def page(
@@ -136,18 +137,16 @@ def page(
     snapshot: Callable[[], Snapshot],
     lookups: Callable[[], dict[str, Any]] | None = None,
     started_over: Callable[[], list[dict[str, Any]]] = list,
-    *,
-    concurrency: Callable[[], dict[str, Any]] | None = None,
 ) -> JsonProvider:
     """The `/status` route of a connector's ops server; `lookups`: its tenant cache's status;
-    `started_over`: the source partitions whose topic was created again (`PartitionWorker`);
-    `concurrency`: its in-flight limit and round-trip times (`concurrency.Limiter.view`)."""
+    `started_over`: the source partitions whose topic was created again (`PartitionWorker`)."""
 
     async def status(request: Request) -> dict[str, Any]:
-        found = document(dest.name, url=dest.url, ready=ops.is_ready(), now=snapshot())
+        now = snapshot()
+        found = document(dest.name, url=dest.url, ready=ops.is_ready(), now=now)
         found["partitions_started_over"] = started_over()
-        if concurrency is not None:
-            found["concurrency"] = concurrency()
+        if now.concurrency is not None:
+            found["concurrency"] = dict(now.concurrency)
         if lookups is not None:
             found["lookups"] = lookups()
         return found

@@ -6,6 +6,10 @@ import asyncio
 import contextlib
 import statistics
 from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
 
 from connector import Connector
 from devstack.destination import TestDestination
@@ -18,13 +22,20 @@ SERVICE_S = 0.03
 EVENTS = 2000
 
 
-async def _run_sampling(connector: Connector, samples: list[tuple[int, int]]) -> None:
-    """Run the connector to its idle exit, sampling (limit, requests in flight) every 5 ms."""
+async def _run_sampling(
+    connector: Connector, samples: list[tuple[int, int]], pages: list[dict[str, Any]]
+) -> None:
+    """Run the connector to its idle exit, sampling (limit, requests in flight) every 5 ms and
+    its `/status` once requests flow."""
 
     async def sample() -> None:
         while True:
             view = connector.limiter.view()
             samples.append((view["limit"], view["attempts_in_flight"]))
+            if not pages and view["rtt_mean_ms"] is not None and connector.ops is not None:
+                async with httpx.AsyncClient(timeout=10) as client:
+                    got = await client.get(f"http://127.0.0.1:{connector.ops.port}/status")
+                pages.append(orjson.loads(got.content))
             await asyncio.sleep(0.005)
 
     sampler = asyncio.create_task(sample())
@@ -54,10 +65,14 @@ async def test_the_limit_settles_at_the_destination_capacity_nothing_lost(
         max_in_flight=32,
         local_retry_attempts=20,
     )
-    connector = Connector(dest, kafka_settings, until_idle_s=1.5)
+    connector = Connector(dest, kafka_settings, until_idle_s=1.5, metrics_port=0)
     samples: list[tuple[int, int]] = []
-    await _run_sampling(connector, samples)
+    pages: list[dict[str, Any]] = []
+    await _run_sampling(connector, samples, pages)
     assert sorted(set(destination.delivered_ids())) == sorted(e["id"] for e in sent)
+    [page] = pages
+    assert (page["concurrency"]["mode"], page["concurrency"]["ceiling"]) == ("adaptive", 32)
+    assert page["concurrency"]["rtt_mean_ms"] >= SERVICE_S * 1000
     assert await read_topic(kafka_settings, dest.retry_in_topic) == []
     assert await read_topic(kafka_settings, dest.dlq_topic) == []
     busy = [(limit, in_flight) for limit, in_flight in samples if in_flight > 0]
@@ -88,7 +103,7 @@ async def test_fixed_concurrency_keeps_max_in_flight(
     )
     connector = Connector(dest, kafka_settings, until_idle_s=1.5)
     samples: list[tuple[int, int]] = []
-    await _run_sampling(connector, samples)
+    await _run_sampling(connector, samples, [])
     assert sorted(set(destination.delivered_ids())) == sorted(e["id"] for e in sent)
     assert {limit for limit, _ in samples} == {CAPACITY}
     assert destination.max_serving == CAPACITY
