@@ -272,11 +272,11 @@ class _Membership:
 
     def dispatch(self) -> None:
         """Start work while fewer than `max_in_flight` units run, or than `limit()` when given
-        (and fewer than as many more settle); the one way work starts."""
+        (and at most `max_in_flight` more settle); the one way work starts."""
         handler, tasks, running, options = self.handler, self.tasks, self.running, self.options
         limit = options.max_in_flight if options.limit is None else options.limit()
         limit = max(1, min(limit, options.max_in_flight))
-        while len(running) < limit and len(tasks) < 2 * limit:
+        while len(running) < limit and len(tasks) < limit + options.max_in_flight:
             work = handler.next_work(poll_open=self.poll_open)
             if work is None:
                 return
