@@ -13,7 +13,10 @@ Phases, all in one run, each attempt and each live probe on a fresh embedded Tan
 5. tenant lookups (`bench.lookups`): 1,000 tenants with Zipf traffic on a redis-server of the
    bench's own, the connector's throughput with lookups on over the ceiling of (1), and its lag
    at half that rate with Redis up and with Redis stopped for the whole probe;
-6. the connector's peak RSS over every run but (5) (reported apart, in `lookups`).
+6. the connector's peak RSS over every run but (5) (reported apart, in `lookups`);
+7. capacity (`bench.capacity`): adaptive concurrency against fixed `max_in_flight` 1 to 64 at a
+   destination that serves at most N = 8 or 64 requests at once and answers 503 beyond, and
+   while N goes 8 -> 64 -> 8; `arc_vs_best_fixed` is adaptive over the best fixed, the lower N's.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from statistics import median_low
 import click
 import orjson
 
-from bench import ceiling, load, lookups, machine, phases
+from bench import capacity, ceiling, load, lookups, machine, phases
 from bench.measure import Probe, next_probe_rate, scale_rating
 from bench.phases import LAG_LIMIT_MS, measured_probe
 from bench.report import Row, render_table, say
@@ -46,6 +49,7 @@ TARGETS = {
     "rss_mb_max": 400.0,
     "lookup_ratio_min": 0.5,
     "p95_redis_down_ms_max": "1.25 x p95_redis_up_ms + 20",
+    "arc_vs_best_fixed_min": capacity.TARGET_SHARE,
 }
 _SEARCH_HIGH = 1.25  # the search tries up to this multiple of the measured maximum
 _SEARCH_RESOLUTION = 0.1
@@ -280,11 +284,19 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
     lookup_plan = lookups.LookupPlan(plan.events, plan.partitions, plan.lag_probe_s)
     tenants = await lookups.run_phase(lookup_plan, work / "lookups", rows)
 
+    say("7. capacity: adaptive against fixed concurrency at a destination of N = 8 and 64")
+    arc = await capacity.run_phase(capacity.FULL, rows)
+
     half = live[LAG_FRACTIONS.index(0.50)]
     ratio = max_rate / ceiling_rate
     rss_mb = max(peak_rss_kb) / 1024
     summary = summary_line(
-        ratio, half.lag.p95_ms, rating, rss_mb, lookups=tenants.fields(ceiling_rate)
+        ratio,
+        half.lag.p95_ms,
+        rating,
+        rss_mb,
+        lookups=tenants.fields(ceiling_rate),
+        capacity=arc.fields(),
     )
     audit_line = (
         f"audit trail: on={audit.on.events_per_s:.0f}/s off={audit.off.events_per_s:.0f}/s "
@@ -308,6 +320,7 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
             "runs": asdict(audit),
         },
         "lookups": tenants.report(ceiling_rate, max_rate),
+        "capacity": arc.report(),
         "audit_line": audit_line,
         "summary": summary,
         "table": render_table(rows),
@@ -315,12 +328,19 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
 
 
 def summary_line(
-    ratio: float, p95_at_half_ms: float, rating: float, rss_mb: float, *, lookups: str
+    ratio: float,
+    p95_at_half_ms: float,
+    rating: float,
+    rss_mb: float,
+    *,
+    lookups: str,
+    capacity: str = "",
 ) -> str:
-    """The last line of `make bench`; `lookups`: the lookup phase's fields."""
+    """The last line of `make bench`; `lookups` and `capacity`: those phases' fields."""
     return (
         f"bench: ratio={ratio:.2f} p95_at_half_ms={p95_at_half_ms:.0f} "
         f"scale_rating_msgs={rating:.0f} rss_mb={rss_mb:.0f} {lookups}"
+        + (f" {capacity}" if capacity else "")
     )
 
 

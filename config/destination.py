@@ -132,6 +132,9 @@ class Destination(BaseModel):
         ),
     )
     max_in_flight: int = Field(default=8, ge=1, le=1024)
+    # adaptive concurrency: "adaptive" moves the in-flight limit between 1 and max_in_flight
+    # (AIMD on round-trip time, connector/concurrency.py); "fixed" keeps it at max_in_flight
+    concurrency: Literal["adaptive", "fixed"] = "adaptive"
     request_timeout_s: float = Field(default=10.0, gt=0, le=600)
     local_retry_attempts: int = Field(default=3, ge=1, le=50)
     local_retry_max_backoff_s: float = Field(default=2.0, ge=0, le=600)

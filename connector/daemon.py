@@ -13,6 +13,7 @@ import structlog
 from config.destination import Destination
 from config.topics import ensure_destination_topics
 from connector import bearer, metrics, status
+from connector.concurrency import Limiter
 from connector.delivery import Deliverer
 from connector.divert import Diverter
 from connector.handler import DeliveryHandler
@@ -56,10 +57,13 @@ def _producer(settings: KafkaSettings) -> contextlib.AbstractAsyncContextManager
     return kafka.producer(settings, linger_ms=0, max_batch_size=_PRODUCER_BATCH_BYTES)
 
 
-def worker_options(dest: Destination, *, until_idle_s: float | None) -> WorkerOptions:
+def worker_options(
+    dest: Destination, *, until_idle_s: float | None, limiter: Limiter | None = None
+) -> WorkerOptions:
     return WorkerOptions(
         group_id=dest.connector_group,
         max_in_flight=dest.max_in_flight,
+        limit=None if limiter is None else limiter.limit,
         commit_interval_s=dest.commit_interval_s,
         # At high throughput what finished since the last commit is what a kill -9 delivers
         # again, so commit by count too.
@@ -107,7 +111,8 @@ class Connector:
         metrics.create_series(
             dest.name, audit=self.audit_topic is not None, lookups=dest.lookups is not None
         )
-        options = worker_options(dest, until_idle_s=until_idle_s)
+        self.limiter = Limiter.for_destination(dest)  # the in-flight bound, adapted per RTT
+        options = worker_options(dest, until_idle_s=until_idle_s, limiter=self.limiter)
         self._worker = PartitionWorker(settings, options, ops=self.ops)
         self._stopping = asyncio.Event()
 
@@ -137,7 +142,9 @@ class Connector:
             client = await stack.enter_async_context(http_client(dest, self._transport))
             auth = await stack.enter_async_context(bearer.started(dest))
             diverter = Diverter(producer, dest, trail=trail)
-            deliverer = Deliverer(client, dest, diverter, trail=trail, auth=auth)
+            deliverer = Deliverer(
+                client, dest, diverter, trail=trail, auth=auth, limiter=self.limiter
+            )
             delivery = DeliveryHandler(
                 dest, deliverer, diverter, route_of=None if routes is None else routes.get
             )

@@ -32,6 +32,7 @@ from connector import metrics
 from connector.bearer import Bearer
 from connector.bisection import isolate
 from connector.breaker import Breaker, Breakers
+from connector.concurrency import Limiter, is_back_pressure
 from connector.divert import Diverter
 from connector.rate_limits import RateLimits
 from connector.rebatch import Batch, encode_values
@@ -76,10 +77,12 @@ class Deliverer:
         trail: AuditTrail | None = None,
         auth: Bearer | None = None,
         breakers: Breakers | None = None,
+        limiter: Limiter | None = None,
     ) -> None:
         """`breakers`: where destination-level failures are counted (a `Breakers` of its own
         when not given); the caller decides whether a batch may be sent."""
         self._client = client
+        self.limiter = limiter or Limiter.for_destination(dest)  # told of every attempt
         self._auth = auth  # the Authorization of a destination with [auth]
         self.dest = dest
         self.breakers = breakers or Breakers(dest, trail=trail)
@@ -239,6 +242,9 @@ class Deliverer:
     ) -> int:
         metrics.EVENTS_PER_REQUEST.labels(self._dest_name).observe(events)
         started = time.perf_counter()
+        response: httpx.Response | None = None
+        error: BaseException | None = None
+        self.limiter.sent()
         try:
             # httpx bounds each phase (connect, write, read); this bounds the attempt as a whole,
             # so a destination that trickles its reply cannot hold an in-flight slot for ever.
@@ -250,12 +256,16 @@ class Deliverer:
                 f"too many redirects ({exc})", status=None, reason=Reason.REDIRECT
             ) from exc
         except (httpx.TransportError, TimeoutError) as exc:
+            error = exc
             unavailable = self._unavailable(exc)
             if breaker is not None and isinstance(unavailable, Unreachable):
                 breaker.failed(str(unavailable))
             raise unavailable from exc
         finally:
-            metrics.REQUEST_DURATION.labels(self._dest_name).observe(time.perf_counter() - started)
+            rtt_s = time.perf_counter() - started
+            metrics.REQUEST_DURATION.labels(self._dest_name).observe(rtt_s)
+            pressed = is_back_pressure(response, error)
+            self.limiter.answered(rtt_s, processed=response is not None, back_pressure=pressed)
         metrics.REQUESTS.labels(self._dest_name, status_class(response.status_code)).inc()
         classify(response)
         return response.status_code

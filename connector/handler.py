@@ -227,6 +227,7 @@ class DeliveryHandler(PartitionHandler):
             recent_failures=list(self._deliverer.recent_failures),
             breakers=self._breakers.describe(),
             rate_limits=self._rate_limits.describe(),
+            concurrency=self._deliverer.limiter.view(),
         )
 
     async def _deliver(self, batch: Batch) -> Awaitable[None] | None:

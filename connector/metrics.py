@@ -8,6 +8,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import HistogramMetricFamily, Metric
@@ -207,6 +208,17 @@ EVENTS_PER_REQUEST = Histogram(
     buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000),
 )
 IN_FLIGHT = Gauge("hifi_connector_in_flight_requests", "Requests being delivered now.", ["dest"])
+CONCURRENCY_LIMIT = Gauge(
+    "hifi_connector_concurrency_limit",
+    "Requests the destination may have in flight now (adaptive, or max_in_flight when fixed).",
+    ["dest"],
+)
+RTT = Gauge("hifi_connector_rtt_seconds", "The last answered attempt's round-trip time.", ["dest"])
+RTT_MEAN = Gauge(
+    "hifi_connector_rtt_mean_seconds",
+    "Round-trip time averaged over past windows (EWMA), what the adaptive limit compares with.",
+    ["dest"],
+)
 CONSUMER_LAG = Gauge(
     "hifi_connector_consumer_lag_records",
     "High watermark minus committed offset, per partition.",
@@ -273,6 +285,47 @@ _OUTCOMES = (Outcome.DELIVERED, Outcome.HANDED_OFF, Outcome.DEAD_LETTERED)
 BATCH_RESULTS = ("delivered", "handed_off", "rejected")  # the `result` of `BATCHES`
 
 
+class _Labelled(Protocol):
+    def labels(self, *labelvalues: str) -> Any: ...
+
+
+# The metrics labelled by the destination alone: each gets its series in `create_series`.
+_BY_DEST_ONLY: tuple[_Labelled, ...] = (
+    BISECTION_REQUESTS,
+    LOCAL_RETRIES,
+    HANDOFFS,
+    LAG_IN,
+    REQUEST_DURATION,
+    EVENTS_PER_REQUEST,
+    IN_FLIGHT,
+    CONCURRENCY_LIMIT,
+    RTT,
+    RTT_MEAN,
+    PAUSED,
+    BREAKER_STATE,
+    BREAKER_OPENS,
+    BREAKER_OPEN_SECONDS,
+    BREAKER_OPEN_ROUTES,
+    RATE_LIMIT_WAIT_SECONDS,
+    RATE_LIMITED_REQUESTS,
+    RATE_LIMIT_WAITING,
+    RATE_LIMITED_ROUTES,
+)
+
+
+# The metrics labelled by the destination and one more label: each value gets its series.
+_BY_DEST_AND: tuple[tuple[_Labelled, tuple[str, ...]], ...] = (
+    (SENT_EVENTS, tuple(_OUTCOMES)),
+    (BATCHES, tuple(BATCH_RESULTS)),
+    (AUTH_REFRESHES, tuple(AUTH_REFRESH_REASONS)),
+    (DEAD_LETTERS, tuple(Reason)),
+    (REQUESTS, ("2xx", "3xx", "4xx", "5xx", "timeout", "connection")),
+    (MISSING_FIELDS, ("id", "event_time")),
+    (LAG_OUT, ("first", "retried")),
+    (RATE_LIMIT, tuple(RATE_LIMIT_UNITS)),
+)
+
+
 def create_series(dest: str, *, audit: bool, lookups: bool = False) -> None:
     """Every series of `dest` at 0, so the first scrape shows them (alerts see 0, not nothing);
     the audit trail's (`hifi/audit.py`) when it writes one; `filtered` with tenant lookups."""
@@ -281,35 +334,8 @@ def create_series(dest: str, *, audit: bool, lookups: bool = False) -> None:
         if audit:
             AUDIT_FACTS.labels(dest, outcome)
             AUDIT_EVENTS.labels(dest, outcome)
-    for outcome in _OUTCOMES:
-        SENT_EVENTS.labels(dest, outcome)
-    for result in BATCH_RESULTS:
-        BATCHES.labels(dest, result)
-    BISECTION_REQUESTS.labels(dest)
-    for reason in AUTH_REFRESH_REASONS:
-        AUTH_REFRESHES.labels(dest, reason)
-    for reason in Reason:
-        DEAD_LETTERS.labels(dest, reason)
-    for status_class in ("2xx", "3xx", "4xx", "5xx", "timeout", "connection"):
-        REQUESTS.labels(dest, status_class)
-    for field in ("id", "event_time"):
-        MISSING_FIELDS.labels(dest, field)
-    LOCAL_RETRIES.labels(dest)
-    HANDOFFS.labels(dest)
-    LAG_IN.labels(dest)
-    LAG_OUT.labels(dest, "first")
-    LAG_OUT.labels(dest, "retried")
-    REQUEST_DURATION.labels(dest)
-    EVENTS_PER_REQUEST.labels(dest)
-    IN_FLIGHT.labels(dest)
-    PAUSED.labels(dest)
-    BREAKER_STATE.labels(dest)
-    BREAKER_OPENS.labels(dest)
-    BREAKER_OPEN_SECONDS.labels(dest)
-    BREAKER_OPEN_ROUTES.labels(dest)
-    for unit in RATE_LIMIT_UNITS:
-        RATE_LIMIT.labels(dest, unit)
-    RATE_LIMIT_WAIT_SECONDS.labels(dest)
-    RATE_LIMITED_REQUESTS.labels(dest)
-    RATE_LIMIT_WAITING.labels(dest)
-    RATE_LIMITED_ROUTES.labels(dest)
+    for metric, second_labels in _BY_DEST_AND:
+        for label in second_labels:
+            metric.labels(dest, label)
+    for labelled_by_dest in _BY_DEST_ONLY:
+        labelled_by_dest.labels(dest)

@@ -131,6 +131,7 @@ class Snapshot:
     recent_failures: Sequence[Mapping[str, Any]]
     breakers: Mapping[str, Any] = field(default_factory=dict)  # `Breakers.describe()`
     rate_limits: Mapping[str, Any] = field(default_factory=dict)  # `RateLimits.describe()`
+    concurrency: Mapping[str, Any] | None = None  # the in-flight limit and RTTs (`Limiter.view`)
 
 
 def page(
@@ -144,8 +145,11 @@ def page(
     `started_over`: the source partitions whose topic was created again (`PartitionWorker`)."""
 
     async def status(request: Request) -> dict[str, Any]:
-        found = document(dest.name, url=dest.url, ready=ops.is_ready(), now=snapshot())
+        now = snapshot()
+        found = document(dest.name, url=dest.url, ready=ops.is_ready(), now=now)
         found["partitions_started_over"] = started_over()
+        if now.concurrency is not None:
+            found["concurrency"] = dict(now.concurrency)
         if lookups is not None:
             found["lookups"] = lookups()
         return found

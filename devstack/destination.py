@@ -26,6 +26,7 @@ _STREAM_LIMIT = 1024 * 1024
 _MAX_HEADER_BYTES = 64 * 1024
 _BACKLOG = 1024
 _NDJSON = "application/x-ndjson"
+_OVER_CAPACITY = Decision(Reply(503), "over capacity")
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,9 @@ class TestDestination:
 
     With `ssl_context` (a server context, e.g. from `trustme`) it serves HTTPS, and `url` says so.
 
-    Per request the reply is chosen by, in order: down (connection refused), `reject_ids` /
-    `reject_poison`, the `script` queue, random `set_faults`, else 200 `{"accepted": N}`.
+    Per request the reply is chosen by, in order: down (connection refused), `set_capacity`
+    (503 beyond it), `reject_ids` / `reject_poison`, the `script` queue, random `set_faults`,
+    else 200 `{"accepted": N}`.
     Error replies echo the request's credentials after `echo(Echo(...))`.
 
     What it records:
@@ -116,6 +118,9 @@ class TestDestination:
         self._delivered: set[str] = set()
         self._id_waiters: list[_IdWaiter] = []
         self._count_waiters: list[tuple[int, asyncio.Event]] = []
+        self._capacity: tuple[int, float] | None = None  # (max_concurrent, service_s)
+        self._in_service = 0  # requests within the capacity being served now
+        self.max_serving = 0  # the most served at once since start (with a capacity)
 
     async def __aenter__(self) -> TestDestination:
         await self._listen()
@@ -176,6 +181,15 @@ class TestDestination:
     def set_faults(self, ratio: float, replies: Sequence[Reply], *, seed: int = 0) -> None:
         """Answer a seeded-random fraction `ratio` of requests with one of `replies`."""
         self._script.set_faults(ratio, replies, seed=seed)
+
+    def set_capacity(self, max_concurrent: int | None, *, service_s: float = 0.0) -> None:
+        """Serve at most `max_concurrent` requests at once, each for `service_s` before its reply
+        is chosen; answer 503 at once to requests beyond them (None: no cap, no service time)."""
+        if max_concurrent is not None and max_concurrent < 1:
+            raise ValueError(f"capacity {max_concurrent} is below 1; use None for no cap")
+        if service_s < 0:
+            raise ValueError(f"service_s {service_s} is negative; use 0 or more")
+        self._capacity = None if max_concurrent is None else (max_concurrent, service_s)
 
     def echo(self, echo: Echo | None) -> None:
         """From now on error replies (3xx to 5xx) echo credentials as `echo` says; None stops."""
@@ -284,13 +298,36 @@ class TestDestination:
             received = await _read_request(conn, reader)
             if received is None:
                 return
-            keep_open = await self._answer(conn, writer, *received)
+            keep_open = await self._answer_within_capacity(conn, writer, *received)
             if not keep_open or (conn.our_state, conn.their_state) != (h11.DONE, h11.DONE):
                 return
             conn.start_next_cycle()
 
-    async def _answer(
+    async def _answer_within_capacity(
         self, conn: h11.Connection, writer: asyncio.StreamWriter, request: h11.Request, body: bytes
+    ) -> bool:
+        """`_answer`, after the service time within the capacity, or a 503 beyond it."""
+        if self._capacity is None:
+            return await self._answer(conn, writer, request, body)
+        max_concurrent, service_s = self._capacity
+        if self._in_service >= max_concurrent:
+            return await self._answer(conn, writer, request, body, over_capacity=True)
+        self._in_service += 1
+        self.max_serving = max(self.max_serving, self._in_service)
+        try:
+            await asyncio.sleep(service_s)
+            return await self._answer(conn, writer, request, body)
+        finally:
+            self._in_service -= 1
+
+    async def _answer(
+        self,
+        conn: h11.Connection,
+        writer: asyncio.StreamWriter,
+        request: h11.Request,
+        body: bytes,
+        *,
+        over_capacity: bool = False,
     ) -> bool:
         """Record and answer one request; False when the connection must close."""
         received_ms = time.time_ns() // 1_000_000
@@ -298,7 +335,7 @@ class TestDestination:
         payload = _decode_body(body, headers.get("content-encoding", ""))
         events = _parse_events(payload, headers.get("content-type", ""))
         ids = tuple(str(event[self._id_field]) for event in events if self._id_field in event)
-        decision = self._script.choose(ids, events)
+        decision = _OVER_CAPACITY if over_capacity else self._script.choose(ids, events)
         reply = decision.reply
         record = ReceivedRequest(
             received_ms=received_ms,

@@ -5,10 +5,10 @@ unit of work to start (`next_work`) and, if it needs them, its intake limits and
 commit. The `PartitionWorker` does the rest, the same way for every daemon:
 
 - one loop polls Kafka for only as many records as the handler has room for, takes each
-  partition's records in, then starts work while fewer than `max_in_flight` units run; each
-  unit is a task it keeps, and a finished unit's records are done (the commit watermark,
-  `OffsetTracker`, moves past them); a unit that raises stops the worker with that error;
-- a finished unit starts the next one at once, through the same `dispatch()` the loop uses;
+  partition's records in, then starts work while fewer than `max_in_flight` (or a moving
+  `limit()`) units run; each unit is a task it keeps; a finished unit's records are done (the
+  commit watermark, `OffsetTracker`, moves past them) and it starts the next one at once,
+  through the same `dispatch()`; a unit that raises stops the worker with that error;
 - a unit whose job returns an awaitable (what is left once the job no longer needs its slot:
   the broker's acknowledgement of an outcome's audit facts) gives its slot to the next unit
   and settles beside the running ones; its records are done only once that awaitable is, and
@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -80,7 +80,7 @@ class WorkerOptions:
     """How a daemon's worker consumes, bounds its work, commits and stops."""
 
     group_id: str
-    max_in_flight: int  # units of work running at once
+    max_in_flight: int  # units of work running at once (the ceiling of a moving `limit`)
     commit_interval_s: float
     shutdown_timeout_s: float  # drain deadline on revocation and on stop
     commit_every_records: int | None = None  # commit sooner once this many outcomes are new
@@ -89,6 +89,7 @@ class WorkerOptions:
     started_over_confirm_s: float = DEFAULT_CONFIRM_S
     consumer_options: Mapping[str, Any] = field(default_factory=dict)
     log_context: Mapping[str, str] = field(default_factory=dict)
+    limit: Callable[[], int] | None = None  # the bound now, when it moves (adaptive concurrency)
 
 
 class PartitionWorker:
@@ -193,7 +194,6 @@ class _Membership:
         self.restarts = RestartWatch(consumer, handler, self.tracker, seen, confirm_s, self.log)
 
     # --- the loop ---------------------------------------------------------------------
-
     async def poll_until_stopped(self) -> None:
         loop = asyncio.get_running_loop()
         options, stop, progress = self.options, self.stop, self.progress
@@ -268,13 +268,13 @@ class _Membership:
             self.poll_open = False
 
     # --- bounded work -----------------------------------------------------------------
-
     def dispatch(self) -> None:
-        """Start work while fewer than `max_in_flight` units run (and fewer than as many more
-        settle); the one way work starts."""
-        handler, tasks, running = self.handler, self.tasks, self.running
-        limit = self.options.max_in_flight
-        while len(running) < limit and len(tasks) < 2 * limit:
+        """Start work while fewer than `max_in_flight` units run, or than `limit()` when given
+        (and at most `max_in_flight` more settle); the one way work starts."""
+        handler, tasks, running, options = self.handler, self.tasks, self.running, self.options
+        limit = options.max_in_flight if options.limit is None else options.limit()
+        limit = max(1, min(limit, options.max_in_flight))
+        while len(running) < limit and len(tasks) < limit + options.max_in_flight:
             work = handler.next_work(poll_open=self.poll_open)
             if work is None:
                 return
@@ -333,7 +333,6 @@ class _Membership:
             await asyncio.wait(busy, timeout=remaining)
 
     # --- commits, rebalance, stop -----------------------------------------------------
-
     async def commit(self, partitions: set[TopicPartition] | None = None) -> None:
         """Commit what advanced (in `partitions`, or all owned); a failure is logged, not raised."""
         owned = self.consumer.assignment() - self.restarts.waiting.keys()  # not the old offsets
