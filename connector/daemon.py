@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -19,6 +20,7 @@ from connector.divert import Diverter
 from connector.handler import DeliveryHandler
 from connector.http_client import http_client
 from connector.intake import consumer_options
+from connector.rate_limits import RateLimits
 from hifi import audit, kafka
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
@@ -58,12 +60,12 @@ def _producer(settings: KafkaSettings) -> contextlib.AbstractAsyncContextManager
 
 
 def worker_options(
-    dest: Destination, *, until_idle_s: float | None, limiter: Limiter | None = None
+    dest: Destination, *, until_idle_s: float | None, limit: Callable[[], int] | None = None
 ) -> WorkerOptions:
     return WorkerOptions(
         group_id=dest.connector_group,
         max_in_flight=dest.max_in_flight,
-        limit=None if limiter is None else limiter.limit,
+        limit=limit,
         commit_interval_s=dest.commit_interval_s,
         # At high throughput what finished since the last commit is what a kill -9 delivers
         # again, so commit by count too.
@@ -112,7 +114,8 @@ class Connector:
             dest.name, audit=self.audit_topic is not None, lookups=dest.lookups is not None
         )
         self.limiter = Limiter.for_destination(dest)  # the in-flight bound, adapted per RTT
-        options = worker_options(dest, until_idle_s=until_idle_s, limiter=self.limiter)
+        self._rate_limits: RateLimits | None = None  # the deliverer's, once it runs
+        options = worker_options(dest, until_idle_s=until_idle_s, limit=self._in_flight_bound)
         self._worker = PartitionWorker(settings, options, ops=self.ops)
         self._stopping = asyncio.Event()
 
@@ -120,6 +123,12 @@ class Connector:
         """Stop intake and begin draining; safe to call from a signal handler."""
         self._stopping.set()
         self._worker.request_stop()
+
+    def _in_flight_bound(self) -> int:
+        """Units of work to run now: the concurrency limit, and beside it the units waiting for
+        rate-limit tokens (a unit that waits sends nothing, so it takes no request's place)."""
+        waiting = 0 if self._rate_limits is None else self._rate_limits.waiting
+        return self.limiter.limit() + waiting
 
     async def run(self) -> None:
         """Run until stopped; raises `HifiError` if Kafka fails for longer than its clients retry."""
@@ -145,6 +154,7 @@ class Connector:
             deliverer = Deliverer(
                 client, dest, diverter, trail=trail, auth=auth, limiter=self.limiter
             )
+            self._rate_limits = deliverer.rate_limits
             delivery = DeliveryHandler(
                 dest, deliverer, diverter, route_of=None if routes is None else routes.get
             )

@@ -122,6 +122,11 @@ class RateLimits:
         self._waiting_gauge = metrics.RATE_LIMIT_WAITING.labels(name)
         self._routes_gauge = metrics.RATE_LIMITED_ROUTES.labels(name)
 
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for their tokens now."""
+        return self._waiting
+
     async def take(self, batch: Batch) -> None:
         """Wait until one attempt of `batch` may be sent: its tenant route's tokens first, then
         the destination's. A cancelled wait gives its tokens back."""
