@@ -10,12 +10,37 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from devstack.broker import LocalBroker
 from devstack.destination import TestDestination
 from devstack.redis import local_redis
 from hifi.kafka.settings import KafkaSettings
 from tests.tiers import QuickTierGuard, group_for_xdist, mark_by_fixtures
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _uncached_loggers() -> Iterator[None]:
+    """`hifi.logging` caches each logger on first use (cheaper in the daemons); in one test
+    process a logger cached by one test would escape `structlog.testing.capture_logs` in the
+    next, so the tests' configuration never caches."""
+    configure = structlog.configure
+
+    def uncached(**settings: Any) -> None:
+        configure(**{**settings, "cache_logger_on_first_use": False})
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(structlog, "configure", uncached)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _structlog_defaults() -> Iterator[None]:
+    """Each test starts from structlog's defaults: a level or renderer one test configured in
+    this process (`hifi.logging`) never filters what the next one captures."""
+    yield
+    structlog.reset_defaults()
+
 
 TEST_BOOTSTRAP_ENV_VAR = "HIFI_TEST_BOOTSTRAP"
 
