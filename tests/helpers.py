@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
+import httpx
 import orjson
 from aiokafka import ConsumerRecord, TopicPartition
 
@@ -24,6 +25,7 @@ from hifi.envelope import Event, parse_records
 from hifi.errors import BrokerUnavailable
 from hifi.kafka import Headers
 from hifi.kafka.settings import KafkaSettings
+from hifi.ops_http import OpsServer
 
 __all__ = [
     "TAKEN_MS",
@@ -110,6 +112,15 @@ async def until(condition: Callable[[], bool], timeout_s: float, interval_s: flo
             return False
         await asyncio.sleep(interval_s)
     return True
+
+
+async def ops_status(ops: OpsServer | None) -> dict[str, Any]:
+    """The `/status` document of a daemon running in this process (its ops server)."""
+    assert ops is not None, "the daemon serves no ops port"
+    async with httpx.AsyncClient(timeout=10) as client:
+        found = await client.get(f"http://127.0.0.1:{ops.port}/status")
+    document: dict[str, Any] = found.json()
+    return document
 
 
 def make_event(

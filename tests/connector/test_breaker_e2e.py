@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import httpx
 import pytest
 import redis
 from prometheus_client import REGISTRY
@@ -15,7 +14,7 @@ from devstack.destination import Reply, TestDestination
 from devstack.kafka_tools import committed_offsets, dead_letters, produce_events, read_topic
 from hifi.kafka.settings import KafkaSettings
 from hifi.lookup_cache.redis_hash import RedisSettings
-from tests.helpers import events, make_destination, running, until
+from tests.helpers import events, make_destination, ops_status, running, until
 from tests.retrier.support import id_of
 from tests.tenants.support import TENANT_FIELD, entry, write_tenant_destination
 
@@ -44,18 +43,15 @@ def _keys(**overrides: object) -> dict[str, object]:
     }
 
 
-async def _status(connector: Connector) -> dict[str, object]:
-    assert connector.ops is not None
-    async with httpx.AsyncClient(timeout=10) as client:
-        found = await client.get(f"http://127.0.0.1:{connector.ops.port}/status")
-    document: dict[str, object] = found.json()
-    return document
+def _probes(destination: TestDestination) -> int:
+    """Probe requests refused so far: one event each, answered 401."""
+    return sum(1 for r in destination.requests if r.status == 401 and len(r.ids) == 1)
 
 
 async def test_401s_then_2xx_dead_letter_the_batches_in_flight_and_the_probes_only(
     kafka_settings: KafkaSettings, destination: TestDestination, catalog_dir: Path, unique: str
 ) -> None:
-    """A refused token for 3 s: the DLQ holds the batches that met it before the breaker opened
+    """A refused token for two probes: the DLQ holds the batches that met it before the breaker opened
     plus one event per probe (not the 1,000 of today); once it is accepted again every other
     event is delivered; nothing is lost."""
     sent = events(1000, prefix=unique)
@@ -65,17 +61,18 @@ async def test_401s_then_2xx_dead_letter_the_batches_in_flight_and_the_probes_on
     connector = Connector(dest, kafka_settings, metrics_port=0)
     async with running(connector):
         assert await until(lambda: _state(unique) == 2, 30)
-        status = await _status(connector)
-        assert status["breaker"]["destination"]["state"] in ("open", "half_open")  # type: ignore[index]
-        assert status["intake"]["paused"] is True  # type: ignore[index]
-        await asyncio.sleep(3.0)
+        status = await ops_status(connector.ops)
+        assert status["breaker"]["destination"]["state"] in ("open", "half_open")
+        assert status["intake"]["paused"] is True
+        # the token stays refused for two probes (after 1 s, then 2 s)
+        assert await until(lambda: _probes(destination) >= 2, 30)
         destination.reset_script()
         dead = await dead_letters(kafka_settings, unique)
         rest = [e["id"] for e in sent if e["id"] not in dead]
         assert await destination.wait_for_ids(rest, 60)
     dead = await dead_letters(kafka_settings, unique)
-    probes = sum(1 for r in destination.requests if r.status == 401 and len(r.ids) == 1)
-    assert 1 <= probes <= 4  # after 1, 2, 2 s of a 3 s fault
+    probes = _probes(destination)
+    assert 2 <= probes <= 4  # two while refused, and at most two more in flight as it ended
     assert len(dead) <= AT_MOST_BATCHES * BATCH + probes
     assert set(dead.values()) == {"http_4xx"}
     assert set(destination.delivered_ids()) | set(dead) == {e["id"] for e in sent}
@@ -164,8 +161,8 @@ async def test_one_tenant_of_ten_failing_opens_its_route_alone(
             ),
             30,
         )
-        breakers = (await _status(connector))["breaker"]
-        assert list(breakers["routes"]) == ["t3"]  # type: ignore[index]
+        breakers = (await ops_status(connector.ops))["breaker"]
+        assert list(breakers["routes"]) == ["t3"]
         assert _state(unique) == 0
         handed = {id_of(r) for r in await read_topic(kafka_settings, dest.retry_in_topic)}
         dead = await dead_letters(kafka_settings, unique)
