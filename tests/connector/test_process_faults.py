@@ -50,7 +50,8 @@ async def test_kill_9_then_restart_loses_nothing(
     )
     processes.append(first)
     try:
-        assert await destination.wait_for_ids([f"e-{i}" for i in range(0, 3000, 7)][:40], 60)
+        # Progress, not given ids: any batch may be handed off after its local attempts.
+        assert await until(lambda: len(set(destination.delivered_ids())) >= 300, 60)
     finally:
         first.send_signal(signal.SIGKILL)
         await wait_exit(first, 30)
