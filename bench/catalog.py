@@ -33,15 +33,24 @@ X-Api-Key = "{{api_key}}"
 
 
 def write_catalog(
-    directory: Path, *, url: str, topics: list[str], audit: bool = True, lookups: bool = False
+    directory: Path,
+    *,
+    url: str,
+    topics: list[str],
+    audit: bool = True,
+    lookups: bool = False,
+    concurrency: str | None = None,
 ) -> None:
     """`bench.toml`: the destination with every setting at its catalog default; `audit=False`
     adds `[accounting] audit = false` (no audit trail), for the trail's cost; `lookups=True`
-    routes each event by its tenant (`LOOKUPS`: `URL/{tenant}` with its `X-Api-Key`)."""
+    routes each event by its tenant (`LOOKUPS`: `URL/{tenant}` with its `X-Api-Key`);
+    `concurrency` sets `concurrency` ("fixed" or "adaptive") over its default."""
     directory.mkdir(parents=True, exist_ok=True)
     listed = ", ".join(f'"{topic}"' for topic in topics)
     target = f"{url.rstrip('/')}/{{tenant}}" if lookups else url
     text = f'url = "{target}"\nsource_topics = [{listed}]\n'
+    if concurrency is not None:
+        text += f'concurrency = "{concurrency}"\n'
     if not audit:
         text += "\n[accounting]\naudit = false\n"
     if lookups:

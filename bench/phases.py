@@ -127,9 +127,10 @@ class LiveSession:
         fault: str | None = None,
         lookups: Mapping[str, str] | None = None,
         tenants: load.Tenants | None = None,
+        concurrency: str | None = None,
     ) -> None:
         """`lookups`: connectors with tenant lookups and this environment; `tenants`: what the
-        load draws each event's tenant from."""
+        load draws each event's tenant from; `concurrency`: the destination's over its default."""
         self._work = work
         self._topics = topics
         self._partitions = partitions
@@ -137,6 +138,7 @@ class LiveSession:
         self._fault = fault
         self._lookups = lookups
         self._tenants = tenants
+        self._concurrency = concurrency
         self._stack = contextlib.ExitStack()
         self._tail = DeliveriesTail(work / "deliveries.ndjson")
         self._url = ""
@@ -172,7 +174,13 @@ class LiveSession:
         """
         topic = self._topics[index]
         catalog = self._work / f"catalog{index}"
-        write_catalog(catalog, url=self._url, topics=[topic], lookups=self._lookups is not None)
+        write_catalog(
+            catalog,
+            url=self._url,
+            topics=[topic],
+            lookups=self._lookups is not None,
+            concurrency=self._concurrency,
+        )
         with LocalBroker(log_path=self._work / f"broker-{topic}.log") as broker:
             settings = KafkaSettings(bootstrap=broker.bootstrap)
             await kafka_admin.ensure_topics(settings, [topic], partitions=self._partitions)

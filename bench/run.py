@@ -7,7 +7,8 @@ Phases, all in one run, each attempt and each live probe on a fresh embedded Tan
    then the audit trail's cost: the connector's throughput with the trail on and with it off
    (`[accounting] audit = false`), once each, back to back (every other phase runs with it on);
 3. lag: paced live load at 25, 50 and 75 % of (2), end-to-end lag from event time to receipt,
-   and the floor: the connector's intake alone (`bench.floor`, no HTTP) at 50 %, measured alike;
+   and at 50 % the floor (the connector's intake alone, `bench.floor`, no HTTP) and the connector
+   with `concurrency = "fixed"` (adaptive is the default), measured alike;
 4. scale rating: the highest offered rate whose p95 lag stays under 1 s, with 1 % of requests
    answered 503 (a bisection), confirmed without faults;
 5. tenant lookups (`bench.lookups`): 1,000 tenants with Zipf traffic on a redis-server of the
@@ -32,9 +33,9 @@ from statistics import median_low
 import click
 import orjson
 
-from bench import capacity, ceiling, load, lookups, machine, phases
-from bench.measure import Probe, next_probe_rate, scale_rating
-from bench.phases import LAG_LIMIT_MS, measured_probe
+from bench import capacity, ceiling, live, load, lookups, machine, phases
+from bench.measure import scale_rating
+from bench.phases import LAG_LIMIT_MS
 from bench.report import Row, render_table, say
 from devstack.broker import LocalBroker
 from hifi.kafka import admin as kafka_admin
@@ -51,8 +52,6 @@ TARGETS = {
     "p95_redis_down_ms_max": "1.25 x p95_redis_up_ms + 20",
     "arc_vs_best_fixed_min": capacity.TARGET_SHARE,
 }
-_SEARCH_HIGH = 1.25  # the search tries up to this multiple of the measured maximum
-_SEARCH_RESOLUTION = 0.1
 
 
 @dataclass(frozen=True)
@@ -181,61 +180,6 @@ async def _audit_cost(plan: Plan, work: Path) -> AuditCost:
     return AuditCost(on, on_cores, off, off_cores)
 
 
-async def _scale_search(
-    plan: Plan, work: Path, max_rate: float, rows: list[Row]
-) -> tuple[list[Probe], int]:
-    """Bisect for the highest rate whose p95 stays under 1 s with 1 % of requests answered 503."""
-    probes: list[Probe] = []
-    async with phases.LiveSession(
-        work / "scale",
-        topics=[f"bench.scale{i}" for i in range(plan.max_scale_probes)],
-        partitions=plan.partitions,
-        fault_ratio=0.01,
-        fault="503",
-    ) as session:
-        for index in range(plan.max_scale_probes):
-            rate = next_probe_rate(
-                probes,
-                LAG_LIMIT_MS,
-                first=max_rate,
-                high=max_rate * _SEARCH_HIGH,
-                resolution=_SEARCH_RESOLUTION,
-            )
-            if rate is None:
-                break
-            label = f"scale, 1% 503 @{rate:.0f}/s"
-            result, row = await measured_probe(session, label, index, rate, plan.scale_probe_s)
-            probes.append(result.probe)
-            rows.append(row)
-    return probes, session.peak_rss_kb
-
-
-async def _lag_probes(
-    plan: Plan,
-    work: Path,
-    offers: list[tuple[str, float]],
-    floor_rate: float,
-    rows: list[Row],
-) -> tuple[list[phases.LiveResult], phases.LiveResult, int]:
-    """Live probes without faults, one fresh broker and topic each, then the floor at `floor_rate`."""
-    results: list[phases.LiveResult] = []
-    async with phases.LiveSession(
-        work / "live",
-        topics=[f"bench.live{i}" for i in range(len(offers) + 1)],
-        partitions=plan.partitions,
-    ) as session:
-        for index, (label, rate) in enumerate(offers):
-            result, row = await measured_probe(session, label, index, rate, plan.lag_probe_s)
-            results.append(result)
-            rows.append(row)
-        label = f"floor: intake only, no HTTP @{floor_rate:.0f}/s"
-        floor, row = await measured_probe(
-            session, label, len(offers), floor_rate, plan.lag_probe_s, floor=True
-        )
-        rows.append(row)
-    return results, floor, session.peak_rss_kb
-
-
 async def _bench(plan: Plan, work: Path) -> dict[str, object]:
     attempts = [await _attempt(plan, work, i) for i in range(plan.repeats)]
     # Each attempt pairs a ceiling and a connector run on one topic, back to back; the median
@@ -268,7 +212,14 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
     peak_rss_kb += [audit.on.peak_rss_kb, audit.off.peak_rss_kb]
 
     say(f"4. scale rating with 1 % 503 (max measured {max_rate:.0f}/s)")
-    fault_probes, rss_kb = await _scale_search(plan, work, max_rate, rows)
+    fault_probes, rss_kb = await live.scale_search(
+        work,
+        max_rate,
+        rows,
+        partitions=plan.partitions,
+        probe_s=plan.scale_probe_s,
+        max_probes=plan.max_scale_probes,
+    )
     peak_rss_kb.append(rss_kb)
     fault_rating = scale_rating(fault_probes, LAG_LIMIT_MS)
 
@@ -276,9 +227,11 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
     offers = [(f"lag @{int(f * 100)}%", f * max_rate) for f in LAG_FRACTIONS]
     if fault_rating > 0:
         offers.append((f"rating check, no faults @{fault_rating:.0f}/s", fault_rating))
-    live, floor, rss_kb = await _lag_probes(plan, work, offers, max_rate * 0.50, rows)
+    lagged, references, rss_kb = await live.lag_probes(
+        work, offers, max_rate * 0.50, rows, partitions=plan.partitions, probe_s=plan.lag_probe_s
+    )
     peak_rss_kb.append(rss_kb)
-    rating = min(fault_rating, scale_rating([r.probe for r in live], LAG_LIMIT_MS))
+    rating = min(fault_rating, scale_rating([r.probe for r in lagged], LAG_LIMIT_MS))
 
     say("5. tenant lookups: 1,000 tenants, Zipf traffic, Redis up and stopped")
     lookup_plan = lookups.LookupPlan(plan.events, plan.partitions, plan.lag_probe_s)
@@ -287,7 +240,7 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
     say("7. capacity: adaptive against fixed concurrency at a destination of N = 8 and 64")
     arc = await capacity.run_phase(capacity.FULL, rows)
 
-    half = live[LAG_FRACTIONS.index(0.50)]
+    half = lagged[LAG_FRACTIONS.index(0.50)]
     ratio = max_rate / ceiling_rate
     rss_mb = max(peak_rss_kb) / 1024
     summary = summary_line(
@@ -309,7 +262,8 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
         "connector_events_per_s": max_rate,
         "ratio": ratio,
         "p95_at_half_ms": half.lag.p95_ms,
-        "p95_floor_at_half_ms": floor.lag.p95_ms,
+        "p95_floor_at_half_ms": references.floor.lag.p95_ms,
+        "p95_fixed_concurrency_at_half_ms": references.fixed.lag.p95_ms,
         "scale_rating_msgs": rating,
         "scale_rating_with_faults_msgs": fault_rating,
         "rss_mb": rss_mb,

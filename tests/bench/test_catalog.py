@@ -32,3 +32,12 @@ def test_the_lookup_phase_destination_differs_only_by_its_lookups(tmp_path: Path
     assert tenanted.templates().header_value_names == {"api_key"}
     differs = {"url", "headers", "lookups"}
     assert tenanted.model_dump(exclude=differs) == plain.model_dump(exclude=differs)
+
+
+def test_concurrency_is_the_default_unless_given(tmp_path: Path) -> None:
+    """The lag phase's reference probe runs the connector with `concurrency = "fixed"`."""
+    write_catalog(tmp_path / "d", url="http://127.0.0.1:1/", topics=["a"])
+    write_catalog(tmp_path / "f", url="http://127.0.0.1:1/", topics=["a"], concurrency="fixed")
+    default, fixed = Catalog(tmp_path / "d").load(DEST), Catalog(tmp_path / "f").load(DEST)
+    assert (default.concurrency, fixed.concurrency) == ("adaptive", "fixed")
+    assert fixed.model_dump(exclude={"concurrency"}) == default.model_dump(exclude={"concurrency"})
