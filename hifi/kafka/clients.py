@@ -32,6 +32,8 @@ from hifi.errors import (
     ConfigError,
     UnknownTopic,
 )
+from hifi.kafka import security
+from hifi.kafka.oauthbearer import OAuthBearerTokens
 from hifi.kafka.settings import KafkaSettings
 
 log = structlog.get_logger(__name__)
@@ -95,20 +97,23 @@ def _cause(exc: BaseException) -> str:
 
 
 def client_options(settings: KafkaSettings) -> dict[str, Any]:
-    """Connection and security options shared by every aiokafka client."""
+    """Connection and security options shared by every aiokafka client (the protocol; the TLS
+    context with the CA, hostname verification and client certificate; the SASL mechanism with
+    its credentials or token provider): every client hifi creates is built with them."""
     options: dict[str, Any] = {
         "bootstrap_servers": settings.bootstrap,
         "security_protocol": settings.security_protocol,
     }
-    if settings.security_protocol in ("SSL", "SASL_SSL"):
+    if settings.uses_tls:
         try:
-            options["ssl_context"] = ssl.create_default_context(cafile=settings.ca_file)
+            options["ssl_context"] = security.ssl_context(settings)
         except (ssl.SSLError, OSError) as exc:
-            raise ConfigError(
-                f"environment variable HIFI_KAFKA_CA_FILE: {settings.ca_file} is not a readable"
-                f" PEM certificate ({exc})"
-            ) from None
-    if settings.sasl_mechanism:
+            security.check_files(settings)  # names the variable and the file
+            raise ConfigError(f"kafka TLS settings: {exc}") from None
+    if settings.sasl_mechanism == "OAUTHBEARER":
+        options["sasl_mechanism"] = settings.sasl_mechanism
+        options["sasl_oauth_token_provider"] = OAuthBearerTokens(settings)
+    elif settings.sasl_mechanism:
         options["sasl_mechanism"] = settings.sasl_mechanism
         options["sasl_plain_username"] = settings.username
         options["sasl_plain_password"] = (
@@ -169,21 +174,28 @@ async def start_client(
     start: Callable[[], Awaitable[None]], settings: KafkaSettings, doing: str
 ) -> None:
     """Start a client (an aiokafka `start`) within `START_TIMEOUT_S`; a failure says what the
-    broker address does."""
-    ssl_context = client_options(settings).get("ssl_context")
+    broker address does (`hifi.probe`): a cause in the set-up (TLS trust, a client certificate,
+    the protocol, the SASL mechanism) is `BrokerAuthFailed`, exit 2."""
     try:
         async with asyncio.timeout(START_TIMEOUT_S):
             with kafka_errors(settings, doing):
                 await start()
     except TimeoutError:
-        cause = await probe.diagnose(settings.bootstrap, ssl_context)
-        raise BrokerUnavailable(
+        diagnosis = await _diagnose(settings)
+        failed = (
             f"kafka {settings.bootstrap}: {doing}: no Kafka answer within {START_TIMEOUT_S:g} s"
-            f" over {settings.security_protocol}: {cause}"
-        ) from None
+            f" over {settings.security_protocol}: {diagnosis}"
+        )
+        raise (BrokerAuthFailed if diagnosis.refused else BrokerUnavailable)(failed) from None
     except BrokerUnavailable as exc:
-        cause = await probe.diagnose(settings.bootstrap, ssl_context)
-        raise BrokerUnavailable(f"{exc}: {cause}") from exc
+        diagnosis = await _diagnose(settings)
+        failed = f"{exc}: {diagnosis}"
+        raise (BrokerAuthFailed if diagnosis.refused else BrokerUnavailable)(failed) from exc
+
+
+async def _diagnose(settings: KafkaSettings) -> probe.Diagnosis:
+    context = security.ssl_context(settings) if settings.uses_tls else None
+    return await probe.diagnose(settings, context)
 
 
 # --- topics -----------------------------------------------------------------------------
