@@ -32,7 +32,9 @@ def ssl_context(settings: KafkaSettings) -> ssl.SSLContext:
     context.check_hostname = settings.ssl_check_hostname
     if settings.cert_file:
         password = settings.key_password.get_secret_value() if settings.key_password else None
-        context.load_cert_chain(settings.cert_file, settings.key_file, password=password)
+        context.load_cert_chain(
+            settings.cert_file, settings.key_file, password=password or _no_password
+        )
     return context
 
 
@@ -62,12 +64,35 @@ def check_files(settings: KafkaSettings) -> None:
     _readable("cert_file", settings.cert_file)
     if settings.key_file:
         _readable("key_file", settings.key_file)
-    password = settings.key_password.get_secret_value() if settings.key_password else None
+    key = settings.key_file or settings.cert_file
+    encrypted = _encrypted(key)
+    if encrypted and settings.key_password is None:
+        raise ConfigError(
+            f"environment variable {_VARS['key_file']}: {key} is encrypted; set"
+            f" {_VARS['key_password']}"
+        )
+    password = settings.key_password.get_secret_value() if settings.key_password else _no_password
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     try:
         context.load_cert_chain(settings.cert_file, settings.key_file, password=password)
     except ssl.SSLError as exc:
+        if encrypted:
+            raise ConfigError(
+                f"environment variable {_VARS['key_password']}: does not decrypt the key {key}"
+            ) from None
         raise ConfigError(_chain_error(settings, exc)) from None
+
+
+def _no_password() -> str:
+    """Asked for a password the settings do not have: never OpenSSL's prompt on a terminal."""
+    raise ConfigError(f"environment variable {_VARS['key_password']}: needed, not set")
+
+
+def _encrypted(path: str) -> bool:
+    """Whether a PEM file holds an encrypted private key (PKCS#8 or the traditional form)."""
+    with open(path, "rb") as file:
+        text = file.read(1 << 20)
+    return b"-----BEGIN ENCRYPTED PRIVATE KEY-----" in text or b"Proc-Type: 4,ENCRYPTED" in text
 
 
 def _chain_error(settings: KafkaSettings, exc: ssl.SSLError) -> str:
@@ -78,16 +103,10 @@ def _chain_error(settings: KafkaSettings, exc: ssl.SSLError) -> str:
             f"environment variables {_VARS['cert_file']} and {_VARS['key_file']}: the key"
             f" {key} does not belong to the certificate {settings.cert_file}"
         )
-    if "BAD_DECRYPT" in reason.upper() or "bad decrypt" in reason:
-        return (
-            f"environment variable {_VARS['key_password']}: does not decrypt the key {key}"
-            if settings.key_password
-            else f"environment variable {_VARS['key_file']}: {key} is encrypted; set"
-            f" {_VARS['key_password']}"
-        )
-    which = "key_file" if settings.key_file and "KEY" in reason.upper() else "cert_file"
-    path = settings.key_file if which == "key_file" else settings.cert_file
-    return f"environment variable {_VARS[which]}: {path}: not a usable PEM file ({reason})"
+    return (
+        f"environment variable {_VARS['cert_file']}: {settings.cert_file} (with its key {key}):"
+        f" not a usable PEM certificate and key ({reason})"
+    )
 
 
 def _readable(field: str, path: str) -> None:
