@@ -67,16 +67,40 @@ def kafka_errors(settings: KafkaSettings, doing: str) -> Iterator[None]:
         ) from exc
     except aiokafka_errors.UnknownTopicOrPartitionError as exc:
         raise UnknownTopic(f"{where}: unknown topic or partition") from exc
+    except _SASL_REFUSED as exc:
+        raise BrokerAuthFailed(f"{where}: refused: {_login(settings)}: {_cause(exc)}") from exc
+    except aiokafka_errors.UnsupportedSaslMechanismError as exc:
+        raise BrokerAuthFailed(
+            f"{where}: refused: SASL mechanism {settings.sasl_mechanism} is not enabled on the"
+            f" broker (HIFI_KAFKA_SASL_MECHANISM): {_cause(exc)}"
+        ) from exc
     except _AUTH_ERRORS as exc:
         raise BrokerAuthFailed(f"{where}: refused: {_cause(exc)}") from exc
     except ssl.SSLError as exc:
-        raise BrokerAuthFailed(f"{where}: TLS failed: {exc.reason or exc}") from exc
+        raise BrokerAuthFailed(
+            f"{where}: TLS failed: {getattr(exc, 'reason', None) or exc}"
+        ) from exc
     except aiokafka_errors.KafkaError as exc:
         if exc.retriable or isinstance(exc, _TRANSIENT):
             raise BrokerUnavailable(f"{where}: {_cause(exc)}") from exc
         raise BrokerRefused(f"{where}: {_cause(exc)}") from exc
     except (OSError, TimeoutError) as exc:
         raise BrokerUnavailable(f"{where}: {_cause(exc)}") from exc
+
+
+_SASL_REFUSED = (
+    aiokafka_errors.SaslAuthenticationFailed,
+    aiokafka_errors.AuthenticationFailedError,
+)
+
+
+def _login(settings: KafkaSettings) -> str:
+    """Who was refused, for the message: never the password."""
+    if settings.sasl_mechanism == "OAUTHBEARER":
+        return f"authentication failed for OAuth client {settings.oauth_client_id!r} (OAUTHBEARER)"
+    if settings.sasl_mechanism is None:
+        return "authentication failed"
+    return f"authentication failed for user {settings.username!r} ({settings.sasl_mechanism})"
 
 
 # Not marked retriable by aiokafka, yet a later attempt can succeed: a commit refused during a
