@@ -44,10 +44,12 @@ async def throughput(
     timeout_s: float,
     audit: bool = True,
     lookups: Mapping[str, str] | None = None,
+    kafka_env: Mapping[str, str] | None = None,
 ) -> Throughput:
     """Start a connector on the pre-filled `topic` and measure from its first delivery to its
     last; `audit=False`: with the destination's audit trail off; `lookups`: with tenant
-    lookups, and this environment (where Redis is, where the snapshot goes)."""
+    lookups, and this environment (where Redis is, where the snapshot goes); `kafka_env`: the
+    `HIFI_KAFKA_*` of a secured broker (`KafkaSettings.environment()`)."""
     deliveries = work / "deliveries.ndjson"
     with processes.destination(deliveries, work / "destination.log") as url:
         write_catalog(work, url=url, topics=[topic], audit=audit, lookups=lookups is not None)
@@ -57,7 +59,7 @@ async def throughput(
             bootstrap=bootstrap,
             log_path=work / "connector.log",
             until_idle_s=_CONNECTOR_IDLE_S,
-            env=lookups,
+            env={**(lookups or {}), **(kafka_env or {})},
         )
         connector.start()
         requests = asyncio.create_task(_count_requests(connector))

@@ -6,6 +6,7 @@ Phases, all in one run, each attempt and each live probe on a fresh embedded Tan
    the same topic; 1 and 2 are repeated on fresh topics and the pair with the median ratio counts;
    then the audit trail's cost: the connector's throughput with the trail on and with it off
    (`[accounting] audit = false`), once each, back to back (every other phase runs with it on);
+   then TLS (`bench.tls_cost`): plaintext and through stunnel, once each (`tls_over_plain`);
 3. lag: paced live load at 25, 50 and 75 % of (2), end-to-end lag from event time to receipt,
    and at 50 % the floor (the connector's intake alone, `bench.floor`, no HTTP) and the connector
    with `concurrency = "fixed"` (adaptive is the default), measured alike;
@@ -33,7 +34,7 @@ from statistics import median_low
 import click
 import orjson
 
-from bench import capacity, ceiling, live, load, lookups, machine, phases
+from bench import capacity, ceiling, live, load, lookups, machine, phases, tls_cost
 from bench.measure import scale_rating
 from bench.phases import LAG_LIMIT_MS
 from bench.report import Row, render_table, say
@@ -208,6 +209,12 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
     ]
     audit = await _audit_cost(plan, work)
     rows += audit.rows(plan.events)
+
+    async def prefill(settings: KafkaSettings, topic: str, prefix: str) -> None:
+        await _prefill(plan, settings, topic, prefix)
+
+    tls = await tls_cost.run_phase(work / "tls", plan.events, prefill)
+    rows += tls.rows(plan.events)
     peak_rss_kb = [a.connector.peak_rss_kb for a in attempts]
     peak_rss_kb += [audit.on.peak_rss_kb, audit.off.peak_rss_kb]
 
@@ -250,6 +257,7 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
         rss_mb,
         lookups=tenants.fields(ceiling_rate),
         capacity=arc.fields(),
+        tls_over_plain=tls.tls_over_plain,
     )
     audit_line = (
         f"audit trail: on={audit.on.events_per_s:.0f}/s off={audit.off.events_per_s:.0f}/s "
@@ -275,6 +283,7 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
         },
         "lookups": tenants.report(ceiling_rate, max_rate),
         "capacity": arc.report(),
+        "tls": tls.report(),
         "audit_line": audit_line,
         "summary": summary,
         "table": render_table(rows),
@@ -289,12 +298,15 @@ def summary_line(
     *,
     lookups: str,
     capacity: str = "",
+    tls_over_plain: float | None = None,
 ) -> str:
-    """The last line of `make bench`; `lookups` and `capacity`: those phases' fields."""
+    """The last line of `make bench`; `lookups` and `capacity`: those phases' fields;
+    `tls_over_plain`: the TLS phase's ratio (left out when it was skipped)."""
     return (
         f"bench: ratio={ratio:.2f} p95_at_half_ms={p95_at_half_ms:.0f} "
         f"scale_rating_msgs={rating:.0f} rss_mb={rss_mb:.0f} {lookups}"
         + (f" {capacity}" if capacity else "")
+        + (f" tls_over_plain={tls_over_plain:.2f}" if tls_over_plain is not None else "")
     )
 
 
