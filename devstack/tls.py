@@ -54,8 +54,11 @@ class TlsKafka:
     ) -> None:
         self.mutual = mutual
         self.authentication = authentication
-        self._temporary = None if directory else tempfile.TemporaryDirectory(prefix="hifi-tls-")
-        self.directory = directory or Path(self._temporary.name)  # type: ignore[union-attr]
+        self._temporary: tempfile.TemporaryDirectory[str] | None = None
+        if directory is None:  # removed on exit; a given directory keeps the logs
+            self._temporary = tempfile.TemporaryDirectory(prefix="hifi-tls-")
+            directory = Path(self._temporary.name)
+        self.directory = directory
         self.ca = trustme.CA()
         self.ca_file = self.directory / "ca.pem"
         self.server_file = self.directory / "server.pem"
