@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv java browser systemd promtool podman demo test test-quick check lint typecheck image bench bench-auditor bench-dlq bench-rebalance bench-reconcile chaos clean
+.PHONY: help venv java browser systemd promtool stunnel podman demo test test-quick check lint typecheck image bench bench-auditor bench-dlq bench-rebalance bench-reconcile chaos clean
 
 help:
 	@echo "make demo   - run the connector and retrier against a local broker and a flaky destination"
@@ -54,6 +54,10 @@ systemd:
 promtool:
 	$(call debian,promtool,prometheus,the alert rules' tests)
 
+# Tansu serves no TLS: the Kafka TLS tests put Debian's stunnel4 in front of it (devstack/tls.py).
+stunnel:
+	$(call debian,stunnel4,stunnel4,the Kafka TLS tests)
+
 # The container image is built and run with Debian's podman, on a base mmdebstrap makes from
 # Debian's packages; where cgroups are in hybrid mode podman needs runc (crun refuses them).
 podman:
@@ -75,7 +79,7 @@ demo: $(STAMP)
 # Four, measured on a busy 2-core machine: most tests wait on I/O (4 workers 6:46, 3 workers 9:00).
 PYTEST_WORKERS ?= 4
 
-test: $(STAMP) java browser systemd promtool podman
+test: $(STAMP) java browser systemd promtool stunnel podman
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The inner loop: the tests that need no service; a guard fails any that reaches one.
@@ -107,7 +111,7 @@ typecheck: $(STAMP)
 
 check: lint typecheck test
 
-bench: $(STAMP)
+bench: $(STAMP) stunnel
 	$(BIN)/python -m bench.run
 
 bench-auditor: $(STAMP)

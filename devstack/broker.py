@@ -14,6 +14,7 @@ from typing import BinaryIO
 from devstack.ports import free_port
 
 _METADATA_API_KEY = 3
+_API_VERSIONS_API_KEY = 18  # served before SASL authentication too
 _CLIENT_ID = b"hifi-devstack"
 
 
@@ -33,8 +34,18 @@ def tansu_binary() -> Path:
 
 def metadata_answers(host: str, port: int, timeout_s: float = 1.0) -> bool:
     """True if a Kafka Metadata (v0) request to host:port gets a well-formed response."""
+    return _answers(host, port, _METADATA_API_KEY, struct.pack(">i", 0), timeout_s)
+
+
+def api_versions_answer(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    """True if a Kafka ApiVersions (v0) request to host:port gets a well-formed response (a
+    broker requiring SASL answers it before authentication, but no Metadata request)."""
+    return _answers(host, port, _API_VERSIONS_API_KEY, b"", timeout_s)
+
+
+def _answers(host: str, port: int, api_key: int, request: bytes, timeout_s: float) -> bool:
     client_id = struct.pack(">h", len(_CLIENT_ID)) + _CLIENT_ID
-    body = struct.pack(">hhi", _METADATA_API_KEY, 0, 1) + client_id + struct.pack(">i", 0)
+    body = struct.pack(">hhi", api_key, 0, 1) + client_id + request
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
             sock.sendall(struct.pack(">i", len(body)) + body)
@@ -65,11 +76,15 @@ class LocalBroker:
         startup_timeout_s: float = 30.0,
         log_path: Path | None = None,
         advertised_port: int | None = None,
+        authentication: bool = False,
     ) -> None:
         self.host = "127.0.0.1"
         self.port = port or free_port()
         # Advertise another port (a proxy's) so that every client connection goes through it.
         self.advertised_port = advertised_port or self.port
+        # Tansu's --authentication: SASL before any other request. It offers PLAIN (which
+        # accepts any password) and SCRAM (which no user of memory storage can pass).
+        self.authentication = authentication
         self._startup_timeout_s = startup_timeout_s
         self._log_path = log_path
         self._process: subprocess.Popen[bytes] | None = None
@@ -93,13 +108,15 @@ class LocalBroker:
                 advertised,
                 "--storage-engine",
                 "memory://tansu/",
+                *(["--authentication"] if self.authentication else []),
             ],
             stdout=self._log_file or subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + self._startup_timeout_s
-        while not metadata_answers(self.host, self.port):
+        answers = api_versions_answer if self.authentication else metadata_answers
+        while not answers(self.host, self.port):
             if self._process.poll() is not None:
                 raise RuntimeError(f"Tansu exited with {self._process.returncode} on {url}")
             if time.monotonic() > deadline:

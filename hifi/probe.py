@@ -89,6 +89,8 @@ class _Probe:
         except ConnectionRefusedError:
             return Diagnosis(f"connection to {self.where} refused: nothing listens there")
         except TimeoutError:
+            if self.context is not None and await self._answers_plaintext():
+                return self._plaintext_listener()  # it waits for the rest of a "request"
             return Diagnosis(
                 f"no TCP connection to {self.where} within {_TIMEOUT_S:g} s (wrong host, firewall?)"
             )
@@ -127,6 +129,9 @@ class _Probe:
         except (asyncio.IncompleteReadError, ConnectionError):
             if self.context is None and await self._speaks_tls():
                 return self._tls_listener()
+            alert = await self._tls12_alert() if self.context is not None else None
+            if alert is not None and alert.reason in _CLIENT_CERT_ALERTS:
+                return self._client_certificate_refused(alert)
             return Diagnosis(
                 f"{self.where} closed the connection on a Kafka request: not a Kafka listener?"
             )
@@ -144,13 +149,22 @@ class _Probe:
                 body = await reader.readexactly(size)
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
             return Diagnosis(
-                f"{self.where} does not take SASL on this listener: mechanism {mechanism} is not"
-                " enabled (is HIFI_KAFKA_SECURITY_PROTOCOL right?)",
+                f"{self.where} closed the connection on a SASL handshake for {mechanism}: the"
+                " mechanism is not enabled there, or the listener takes no SASL; check"
+                " HIFI_KAFKA_SASL_MECHANISM and HIFI_KAFKA_SECURITY_PROTOCOL",
                 refused=True,
             )
         error = struct.unpack(">h", body[4:6])[0] if len(body) >= 6 else -1
         if error == _UNSUPPORTED_SASL_MECHANISM:
-            offered = ", ".join(_strings(body[6:])) or "none"
+            listed = _strings(body[6:])
+            if listed == [mechanism]:  # it echoes the refused name (Tansu without SASL)
+                return Diagnosis(
+                    f"{self.where}: SASL mechanism {mechanism} is not enabled on the broker"
+                    " (it names no other: SASL may be off on this listener; is"
+                    " HIFI_KAFKA_SECURITY_PROTOCOL right?)",
+                    refused=True,
+                )
+            offered = ", ".join(listed) or "none"
             return Diagnosis(
                 f"{self.where}: SASL mechanism {mechanism} is not enabled on the broker (it"
                 f" offers: {offered}); HIFI_KAFKA_SASL_MECHANISM",
@@ -189,13 +203,16 @@ class _Probe:
         if reason in _CLIENT_CERT_ALERTS:
             return self._client_certificate_refused(exc)
         if await self._answers_plaintext():
-            return Diagnosis(
-                f"{self.where} answers Kafka in plaintext, not TLS: set"
-                " HIFI_KAFKA_SECURITY_PROTOCOL=PLAINTEXT or SASL_PLAINTEXT, or use its TLS port",
-                refused=True,
-            )
+            return self._plaintext_listener()
         return Diagnosis(
             f"TLS handshake with {self.where} failed ({reason}); is it a TLS listener?"
+        )
+
+    def _plaintext_listener(self) -> Diagnosis:
+        return Diagnosis(
+            f"{self.where} answers Kafka in plaintext, not TLS: set"
+            " HIFI_KAFKA_SECURITY_PROTOCOL=PLAINTEXT or SASL_PLAINTEXT, or use its TLS port",
+            refused=True,
         )
 
     def _client_certificate_refused(self, exc: BaseException) -> Diagnosis:
@@ -217,6 +234,26 @@ class _Probe:
             f"{self.where} is a TLS listener: set HIFI_KAFKA_SECURITY_PROTOCOL=SSL (or SASL_SSL)",
             refused=True,
         )
+
+    async def _tls12_alert(self) -> ssl.SSLError | None:
+        """The error a TLS 1.2 handshake with these settings ends with, None if it completes.
+        Over TLS 1.3 a server refuses a client certificate after the handshake, and may close
+        the connection before the client reads the alert; TLS 1.2 refuses it in the handshake."""
+        from hifi.kafka.security import ssl_context
+
+        context = ssl_context(self.settings)
+        context.maximum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            async with asyncio.timeout(_TIMEOUT_S):
+                _, writer = await asyncio.open_connection(
+                    self.host, self.port, ssl=context, server_hostname=self.host
+                )
+        except ssl.SSLError as exc:
+            return exc
+        except (OSError, TimeoutError):
+            return None
+        writer.close()
+        return None
 
     async def _speaks_tls(self) -> bool:
         """Whether the address completes a TLS handshake (any certificate)."""

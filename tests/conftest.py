@@ -77,6 +77,10 @@ def _started_broker(log_path: Path, attempts: int = 3) -> LocalBroker:
 
 @pytest.fixture(scope="session")
 def kafka_settings(kafka_bootstrap: str) -> KafkaSettings:
+    """How the tests' clients connect: with $HIFI_TEST_BOOTSTRAP, as `HIFI_KAFKA_*` says (TLS,
+    SASL: the variables the daemons started by the tests inherit too); else plaintext Tansu."""
+    if os.environ.get(TEST_BOOTSTRAP_ENV_VAR):
+        return KafkaSettings.from_env({**os.environ, "HIFI_KAFKA_BOOTSTRAP": kafka_bootstrap})
     return KafkaSettings(bootstrap=kafka_bootstrap)
 
 

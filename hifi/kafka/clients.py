@@ -76,6 +76,11 @@ def kafka_errors(settings: KafkaSettings, doing: str) -> Iterator[None]:
         ) from exc
     except _AUTH_ERRORS as exc:
         raise BrokerAuthFailed(f"{where}: refused: {_cause(exc)}") from exc
+    except KeyError as exc:
+        refusal = _scram_refusal(settings, exc)
+        if refusal is None:
+            raise
+        raise BrokerAuthFailed(f"{where}: refused: {refusal}") from exc
     except ssl.SSLError as exc:
         raise BrokerAuthFailed(
             f"{where}: TLS failed: {getattr(exc, 'reason', None) or exc}"
@@ -112,6 +117,31 @@ _TRANSIENT = (
     aiokafka_errors.KafkaTimeoutError,
     aiokafka_errors.KafkaConnectionError,
 )
+
+
+def _scram_refusal(settings: KafkaSettings, exc: KeyError) -> str | None:
+    """What a SCRAM refusal says, None if `exc` is not one. aiokafka 0.14 reads the broker's
+    final SCRAM message without a signature (RFC 5802's refusal, "e=unknown-user") as a
+    KeyError raised in `ScramAuthenticator.process_server_final_message`."""
+    traceback, frame = exc.__traceback__, None
+    while traceback is not None:
+        frame, traceback = traceback.tb_frame, traceback.tb_next
+    if (
+        frame is None
+        or frame.f_globals.get("__name__") != "aiokafka.conn"
+        or frame.f_code.co_name != "process_server_final_message"
+    ):
+        return None
+    answer = frame.f_locals.get("server_final")
+    said = (
+        f" (the broker answered {answer[:80]!r})"
+        if isinstance(answer, str) and answer.startswith("e=")
+        else ""
+    )
+    return (
+        f"SASL {settings.sasl_mechanism} authentication of user {settings.username!r}"
+        f" failed{said}; check HIFI_KAFKA_USERNAME and HIFI_KAFKA_PASSWORD"
+    )
 
 
 def _cause(exc: BaseException) -> str:

@@ -20,6 +20,7 @@ from auditor.ledger import Ledger
 from auditor.tables import live_rows
 from config.catalog import Catalog
 from config.destination import Destination
+from hifi import kafka
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from tests.helpers import write_destination
@@ -195,10 +196,11 @@ def sample(name: str, labels: Mapping[str, str]) -> float:
 
 async def recreate_topic(settings: KafkaSettings, topic: str, partitions: int = 1) -> None:
     """Delete `topic` and create it again under its name: its offsets start over at 0."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
-    await admin.start()
+    admin = AIOKafkaAdminClient(**kafka.client_options(settings))  # security settings too
     try:
-        await admin.delete_topics([topic])
+        await kafka.start_client(admin.start, settings, "connect admin client")
+        with kafka.kafka_errors(settings, f"delete topic {topic}"):
+            await admin.delete_topics([topic])
     finally:
         await admin.close()
     for _ in range(50):
