@@ -67,18 +67,9 @@ def kafka_errors(settings: KafkaSettings, doing: str) -> Iterator[None]:
         ) from exc
     except aiokafka_errors.UnknownTopicOrPartitionError as exc:
         raise UnknownTopic(f"{where}: unknown topic or partition") from exc
-    except _SASL_REFUSED as exc:
-        raise BrokerAuthFailed(f"{where}: refused: {_login(settings)}: {_cause(exc)}") from exc
-    except aiokafka_errors.UnsupportedSaslMechanismError as exc:
-        raise BrokerAuthFailed(
-            f"{where}: refused: SASL mechanism {settings.sasl_mechanism} is not enabled on the"
-            f" broker (HIFI_KAFKA_SASL_MECHANISM): {_cause(exc)}"
-        ) from exc
-    except _AUTH_ERRORS as exc:
-        raise BrokerAuthFailed(f"{where}: refused: {_cause(exc)}") from exc
-    except KeyError as exc:
-        refusal = _scram_refusal(settings, exc)
-        if refusal is None:
+    except (*_AUTH_ERRORS, KeyError) as exc:
+        refusal = _refusal(settings, exc)
+        if refusal is None:  # a KeyError that is not aiokafka's reading of a SCRAM refusal
             raise
         raise BrokerAuthFailed(f"{where}: refused: {refusal}") from exc
     except ssl.SSLError as exc:
@@ -97,6 +88,20 @@ _SASL_REFUSED = (
     aiokafka_errors.SaslAuthenticationFailed,
     aiokafka_errors.AuthenticationFailedError,
 )
+
+
+def _refusal(settings: KafkaSettings, exc: BaseException) -> str | None:
+    """What the broker refused, naming who (never a password); None: not a refusal."""
+    if isinstance(exc, KeyError):
+        return _scram_refusal(settings, exc)
+    if isinstance(exc, _SASL_REFUSED):
+        return f"{_login(settings)}: {_cause(exc)}"
+    if isinstance(exc, aiokafka_errors.UnsupportedSaslMechanismError):
+        return (
+            f"SASL mechanism {settings.sasl_mechanism} is not enabled on the broker"
+            f" (HIFI_KAFKA_SASL_MECHANISM): {_cause(exc)}"
+        )
+    return _cause(exc)
 
 
 def _login(settings: KafkaSettings) -> str:
@@ -243,8 +248,9 @@ async def start_client(
         raise (BrokerAuthFailed if diagnosis.refused else BrokerUnavailable)(failed) from None
     except BrokerUnavailable as exc:
         diagnosis = await _diagnose(settings)
-        failed = f"{exc}: {diagnosis}"
-        raise (BrokerAuthFailed if diagnosis.refused else BrokerUnavailable)(failed) from exc
+        if diagnosis.refused:  # the cause, without aiokafka's "Unable to bootstrap from [...]"
+            raise BrokerAuthFailed(f"kafka {settings.bootstrap}: {doing}: {diagnosis}") from exc
+        raise BrokerUnavailable(f"{exc}: {diagnosis}") from exc
 
 
 async def _diagnose(settings: KafkaSettings) -> probe.Diagnosis:

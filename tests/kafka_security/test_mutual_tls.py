@@ -106,12 +106,6 @@ async def test_a_key_password_that_does_not_decrypt_is_one_line_never_shown(
     assert wrong not in out + err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hifi/kafka/security.py: OpenSSL 3 says only 'PEM lib' for a key it cannot decrypt, so"
-    " a wrong password names HIFI_KAFKA_CERT_FILE, and a missing one (password=None: OpenSSL"
-    " asks the terminal) escapes check_files as OSError, a traceback",
-)
 @pytest.mark.parametrize("given", ["wrong", "missing"])
 async def test_a_key_password_that_is_wrong_or_missing_is_named(
     tls: TlsKafka, catalog_dir: Path, unique: str, tmp_path: Path, given: str
