@@ -39,13 +39,25 @@ class TlsCost:
 
     def rows(self, events: int) -> list[Row]:
         rows = [
-            Row("connector throughput, plaintext (once)", None, events, self.plain.delivered,
-                self.plain.events_per_s, *self.plain_cores)
+            Row(
+                "connector throughput, plaintext (once)",
+                None,
+                events,
+                self.plain.delivered,
+                self.plain.events_per_s,
+                *self.plain_cores,
+            )
         ]
         if self.tls is not None:
             rows.append(
-                Row("connector throughput, TLS via stunnel (once)", None, events,
-                    self.tls.delivered, self.tls.events_per_s, *self.tls_cores)
+                Row(
+                    "connector throughput, TLS via stunnel (once)",
+                    None,
+                    events,
+                    self.tls.delivered,
+                    self.tls.events_per_s,
+                    *self.tls_cores,
+                )
             )
         return rows
 

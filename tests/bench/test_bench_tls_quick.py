@@ -1,0 +1,37 @@
+"""The short version of `make bench`'s TLS phase: the same drain in plaintext and through stunnel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import load, tls_cost
+from devstack.tls import stunnel_missing
+from hifi.kafka import admin as kafka_admin
+from hifi.kafka.settings import KafkaSettings
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+EVENTS = 20_000
+
+
+async def _prefill(settings: KafkaSettings, topic: str, prefix: str) -> None:
+    await kafka_admin.ensure_topics(settings, [topic], partitions=2)
+    await load.prefill(settings, topic, partitions=2, events=EVENTS, prefix=prefix)
+
+
+async def test_both_drains_deliver_everything_and_the_ratio_is_measured(tmp_path: Path) -> None:
+    missing = stunnel_missing()
+    if missing:
+        pytest.skip(missing)
+    cost = await tls_cost.run_phase(tmp_path, EVENTS, _prefill)
+    assert cost.tls is not None
+    assert cost.plain.delivered >= EVENTS
+    assert cost.tls.delivered >= EVENTS
+    assert cost.tls_over_plain is not None
+    assert cost.tls_over_plain > 0
+    assert [row.phase for row in cost.rows(EVENTS)] == [
+        "connector throughput, plaintext (once)",
+        "connector throughput, TLS via stunnel (once)",
+    ]
