@@ -75,6 +75,16 @@ class LookupPhase:
     def events_per_request(self) -> float:
         return self.drain.delivered / self.drain.requests if self.drain.requests else 0.0
 
+    def cpu_per_request_us(self, plain: phases.Throughput) -> float | None:
+        """The connector's CPU per request on this phase's drain: its CPU from the first delivery
+        to the last, less what its events cost on the plain drain (`plain`'s CPU per event,
+        whose few requests are counted in), over its requests (docs/performance.md)."""
+        drain = self.drain
+        if not (drain.requests and drain.cpu_s and plain.cpu_s and plain.delivered):
+            return None
+        per_event_s = plain.cpu_s / plain.delivered
+        return (drain.cpu_s - drain.delivered * per_event_s) / drain.requests * 1e6
+
     def ratio(self, ceiling_events_per_s: float) -> float:
         return self.drain.events_per_s / ceiling_events_per_s if ceiling_events_per_s else 0.0
 
@@ -86,10 +96,11 @@ class LookupPhase:
         )
 
     def report(
-        self, ceiling_events_per_s: float, plain_events_per_s: float | None = None
+        self, ceiling_events_per_s: float, plain: phases.Throughput | None = None
     ) -> dict[str, object]:
-        """The phase for the JSON results; `plain_events_per_s`: the connector's rate on a plain
-        destination in the same run, for `over_plain` (what cutting per tenant costs)."""
+        """The phase for the JSON results; `plain`: the connector on a plain destination in the
+        same run, for `over_plain` (what cutting per tenant costs) and the CPU per request."""
+        plain_events_per_s = plain.events_per_s if plain is not None else None
         over_plain = self.drain.events_per_s / plain_events_per_s if plain_events_per_s else None
         return {
             "tenants": TENANTS,
@@ -101,6 +112,9 @@ class LookupPhase:
             "over_plain": over_plain,
             "events_per_s": self.drain.events_per_s,
             "events_per_request": self.events_per_request,
+            "cpu_per_request_us": None if plain is None else self.cpu_per_request_us(plain),
+            "cpu_per_event_us": self.drain.cpu_per_event_us,
+            "plain_cpu_per_event_us": None if plain is None else plain.cpu_per_event_us,
             "p95_redis_up_ms": self.up.lag.p95_ms,
             "p95_redis_down_ms": self.down.lag.p95_ms,
             "down_from_snapshot": self.down_from_snapshot,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +91,35 @@ def next_probe_rate(
     if upper - best <= resolution * upper:
         return None
     return (best + upper) / 2
+
+
+def read_cpu_s(pid: int, proc: Path = Path("/proc")) -> float | None:
+    """User + system CPU seconds of a live process so far; None if it is gone."""
+    try:
+        text = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()  # after "pid (comm)": state is field 3
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_between(samples: Sequence[tuple[float, float]], first_ms: float, last_ms: float) -> float:
+    """CPU seconds spent between two wall-clock times (ms), from (time ms, cpu s) samples of a
+    process, linearly interpolated; 0.0 with fewer than two samples."""
+    if len(samples) < 2 or last_ms <= first_ms:
+        return 0.0
+
+    def at(ms: float) -> float:
+        previous = samples[0]
+        for sample in samples:
+            if sample[0] >= ms:
+                span = sample[0] - previous[0]
+                share = (ms - previous[0]) / span if span > 0 else 1.0
+                return previous[1] + max(0.0, min(1.0, share)) * (sample[1] - previous[1])
+            previous = sample
+        return samples[-1][1]
+
+    return max(0.0, at(last_ms) - at(first_ms))
 
 
 def read_peak_rss_kb(pid: int, proc: Path = Path("/proc")) -> int | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bench import load, machine, processes
 from bench.catalog import DEST, write_catalog
-from bench.measure import LagSummary, Probe, delivery_rate, summarize_lag
+from bench.measure import LagSummary, Probe, cpu_between, delivery_rate, summarize_lag
 from bench.receipts import DeliveriesTail
 from bench.report import Row, say
 from devstack.broker import LocalBroker
@@ -32,6 +32,11 @@ class Throughput:
     events_per_s: float
     peak_rss_kb: int
     requests: int = 0  # requests answered 2xx, as the connector counted them (0: not scraped)
+    cpu_s: float = 0.0  # the connector's CPU from the first delivery to the last (0: not sampled)
+
+    @property
+    def cpu_per_event_us(self) -> float:
+        return self.cpu_s / self.delivered * 1e6 if self.delivered else 0.0
 
 
 async def throughput(
@@ -78,6 +83,7 @@ async def throughput(
         events_per_s=delivery_rate(received),
         peak_rss_kb=connector.peak_rss_kb,
         requests=connector.requests_2xx,
+        cpu_s=cpu_between(connector.cpu_samples, min(received), max(received)) if received else 0.0,
     )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from bench.floor import READY_LINE
-from bench.measure import read_peak_rss_kb
+from bench.measure import read_cpu_s, read_peak_rss_kb
 from devstack.ports import free_port
 
 _READY_TIMEOUT_S = 60.0
@@ -96,6 +96,8 @@ class ReaderProcess(abc.ABC):
         self._log_path = log_path
         self._process: subprocess.Popen[bytes] | None = None
         self.peak_rss_kb = 0
+        #: (wall-clock ms, CPU s) samples while it runs, for `measure.cpu_between`
+        self.cpu_samples: list[tuple[float, float]] = []
 
     def start(self) -> None:
         with open(self._log_path, "ab") as log:
@@ -111,9 +113,12 @@ class ReaderProcess(abc.ABC):
         return self._process is not None and self._process.poll() is None
 
     def sample_rss(self) -> None:
-        """Note the peak resident set (VmHWM) while the process is alive."""
+        """Note the peak resident set (VmHWM) and the CPU used so far while the process is alive."""
         if self.running():
             self.peak_rss_kb = max(self.peak_rss_kb, read_peak_rss_kb(self.pid) or 0)
+            cpu_s = read_cpu_s(self.pid)
+            if cpu_s is not None:
+                self.cpu_samples.append((time.time() * 1000, cpu_s))
 
     @abc.abstractmethod
     async def is_ready(self) -> bool:

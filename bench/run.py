@@ -258,6 +258,8 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
         lookups=tenants.fields(ceiling_rate),
         capacity=arc.fields(),
         tls_over_plain=tls.tls_over_plain,
+        cpu_per_request_us=tenants.cpu_per_request_us(median.connector),
+        p95_over_floor_ms=half.lag.p95_ms - references.floor.lag.p95_ms,
     )
     audit_line = (
         f"audit trail: on={audit.on.events_per_s:.0f}/s off={audit.off.events_per_s:.0f}/s "
@@ -281,7 +283,7 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
             "on_over_off": audit.on_over_off,
             "runs": asdict(audit),
         },
-        "lookups": tenants.report(ceiling_rate, max_rate),
+        "lookups": tenants.report(ceiling_rate, median.connector),
         "capacity": arc.report(),
         "tls": tls.report(),
         "audit_line": audit_line,
@@ -299,14 +301,23 @@ def summary_line(
     lookups: str,
     capacity: str = "",
     tls_over_plain: float | None = None,
+    cpu_per_request_us: float | None = None,
+    p95_over_floor_ms: float | None = None,
 ) -> str:
     """The last line of `make bench`; `lookups` and `capacity`: those phases' fields;
-    `tls_over_plain`: the TLS phase's ratio (left out when it was skipped)."""
+    `tls_over_plain`: the TLS phase's ratio; `cpu_per_request_us`: the connector's CPU per
+    request on the tenant drain; `p95_over_floor_ms`: p95 at half load less the floor's (each
+    left out when not measured)."""
+    extra = {
+        "tls_over_plain": None if tls_over_plain is None else f"{tls_over_plain:.2f}",
+        "cpu_per_request_us": None if cpu_per_request_us is None else f"{cpu_per_request_us:.0f}",
+        "p95_over_floor_ms": None if p95_over_floor_ms is None else f"{p95_over_floor_ms:.0f}",
+    }
     return (
         f"bench: ratio={ratio:.2f} p95_at_half_ms={p95_at_half_ms:.0f} "
         f"scale_rating_msgs={rating:.0f} rss_mb={rss_mb:.0f} {lookups}"
         + (f" {capacity}" if capacity else "")
-        + (f" tls_over_plain={tls_over_plain:.2f}" if tls_over_plain is not None else "")
+        + "".join(f" {name}={value}" for name, value in extra.items() if value is not None)
     )
 
 

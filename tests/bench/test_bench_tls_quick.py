@@ -31,6 +31,9 @@ async def test_both_drains_deliver_everything_and_the_ratio_is_measured(tmp_path
     assert cost.tls.delivered >= EVENTS
     assert cost.tls_over_plain is not None
     assert cost.tls_over_plain > 0
+    # the connector's CPU over its deliveries is sampled (the tenant phase's CPU per request)
+    assert 0 < cost.plain.cpu_s < 60
+    assert cost.plain.cpu_per_event_us > 0
     assert [row.phase for row in cost.rows(EVENTS)] == [
         "connector throughput, plaintext (once)",
         "connector throughput, TLS via stunnel (once)",

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+import os
+import time
 
 import pytest
 
+from bench import measure
 from bench.measure import (
     Probe,
     delivery_rate,
@@ -81,3 +84,25 @@ def test_parse_vm_hwm_reads_kilobytes() -> None:
     status = "Name:\tpython\nVmPeak:\t  300 kB\nVmHWM:\t  123456 kB\nVmRSS:\t 100 kB\n"
     assert parse_vm_hwm_kb(status) == 123456
     assert parse_vm_hwm_kb("Name:\tpython\n") is None
+
+
+def test_cpu_between_interpolates_the_samples() -> None:
+    """CPU seconds between two wall-clock times, read off (time ms, CPU s) samples."""
+    samples = [(0.0, 1.0), (1000.0, 1.5), (2000.0, 2.5)]
+    assert measure.cpu_between(samples, 500.0, 1500.0) == pytest.approx(0.75)
+    assert measure.cpu_between(samples, 0.0, 2000.0) == pytest.approx(1.5)
+    assert measure.cpu_between(samples, 1500.0, 9000.0) == pytest.approx(0.5)  # held at the end
+    assert measure.cpu_between(samples[:1], 0.0, 1000.0) == 0.0
+
+
+def test_read_cpu_s_counts_this_process() -> None:
+    """A busy loop moves this process's CPU seconds; a gone pid is None."""
+    before = measure.read_cpu_s(os.getpid())
+    assert before is not None
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:
+        pass
+    after = measure.read_cpu_s(os.getpid())
+    assert after is not None
+    assert after >= before + 0.03
+    assert measure.read_cpu_s(2**22 + 7) is None
