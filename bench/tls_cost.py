@@ -74,6 +74,7 @@ async def run_phase(work: Path, events: int, prefill: Prefill) -> TlsCost:
     """Drain `events` pre-filled by `prefill(settings, topic, prefix)` in plaintext, then
     through TLS, each on a fresh broker."""
     say("2c. TLS: connector throughput in plaintext, then through a TLS listener (once each)")
+    work.mkdir(parents=True, exist_ok=True)
     with LocalBroker(log_path=work / "broker-plain.log") as broker:
         plain, plain_cores = await _drain(
             work / "plain", KafkaSettings(bootstrap=broker.bootstrap), events, prefill, "plain"

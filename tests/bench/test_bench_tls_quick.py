@@ -25,7 +25,7 @@ async def test_both_drains_deliver_everything_and_the_ratio_is_measured(tmp_path
     missing = stunnel_missing()
     if missing:
         pytest.skip(missing)
-    cost = await tls_cost.run_phase(tmp_path, EVENTS, _prefill)
+    cost = await tls_cost.run_phase(tmp_path / "tls", EVENTS, _prefill)  # made if missing
     assert cost.tls is not None
     assert cost.plain.delivered >= EVENTS
     assert cost.tls.delivered >= EVENTS
