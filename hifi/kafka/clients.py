@@ -23,6 +23,7 @@ from typing import Any
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import errors as aiokafka_errors
+from aiokafka.conn import create_conn
 
 from hifi import probe
 from hifi.errors import (
@@ -30,6 +31,7 @@ from hifi.errors import (
     BrokerRefused,
     BrokerUnavailable,
     ConfigError,
+    TokenRefused,
     UnknownTopic,
 )
 from hifi.kafka import security
@@ -246,7 +248,16 @@ async def start_client(
             f" over {settings.security_protocol}: {diagnosis}"
         )
         raise (BrokerAuthFailed if diagnosis.refused else BrokerUnavailable)(failed) from None
+    except TokenRefused as exc:  # OAUTHBEARER: the token endpoint refused hifi's client
+        raise BrokerAuthFailed(
+            f"kafka {settings.bootstrap}: {doing}: no OAUTHBEARER token: {exc} (HIFI_KAFKA_OAUTH_*)"
+        ) from exc
     except BrokerUnavailable as exc:
+        refusal = await _login_refusal(settings)
+        if refusal is not None:
+            raise BrokerAuthFailed(
+                f"kafka {settings.bootstrap}: {doing}: refused: {refusal}"
+            ) from exc
         diagnosis = await _diagnose(settings)
         if diagnosis.refused:  # the cause, without aiokafka's "Unable to bootstrap from [...]"
             raise BrokerAuthFailed(f"kafka {settings.bootstrap}: {doing}: {diagnosis}") from exc
@@ -256,6 +267,41 @@ async def start_client(
 async def _diagnose(settings: KafkaSettings) -> probe.Diagnosis:
     context = security.ssl_context(settings) if settings.uses_tls else None
     return await probe.diagnose(settings, context)
+
+
+_LOGIN_TIMEOUT_S = 10.0
+
+
+async def _login_refusal(settings: KafkaSettings) -> str | None:
+    """Why the broker refused the SASL login, None if it did not (or there is none).
+
+    aiokafka's clients log a refused login and raise only "Unable to bootstrap" (the cause
+    lost); one connection made as they make theirs, to the first bootstrap address, raises it.
+    """
+    if settings.sasl_mechanism is None:
+        return None
+    host, _, port = settings.bootstrap.split(",")[0].strip().rpartition(":")
+    options = client_options(settings)
+    try:
+        async with asyncio.timeout(_LOGIN_TIMEOUT_S):
+            connection = await create_conn(
+                host.strip("[]") or "localhost",
+                int(port),
+                ssl_context=options.get("ssl_context"),
+                security_protocol=settings.security_protocol,
+                sasl_mechanism=settings.sasl_mechanism,
+                sasl_plain_username=options.get("sasl_plain_username"),
+                sasl_plain_password=options.get("sasl_plain_password"),
+                sasl_oauth_token_provider=options.get("sasl_oauth_token_provider"),
+            )
+    except aiokafka_errors.UnsupportedSaslMechanismError:
+        return None  # the probe names the mechanisms the broker offers
+    except (*_AUTH_ERRORS, KeyError) as exc:
+        return _refusal(settings, exc)
+    except (aiokafka_errors.KafkaError, OSError, TimeoutError, ValueError):
+        return None  # not a refusal: the probe tells what it is
+    connection.close()
+    return None
 
 
 # --- topics -----------------------------------------------------------------------------
