@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import heapq
+import itertools
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -51,6 +53,7 @@ from tenants.route import Route
 _SEPARATOR_BYTES = 1  # as `connector.rebatch` counts a body: a separator per event...
 _ARRAY_BRACKETS_BYTES = 2  # ...and the brackets of a JSON array
 _UNSEEN = object()
+_STALE_LENGTHS_MAX = 4096  # stale entries of `_by_length` beyond twice the queues: rebuilt
 OLDEST_WAIT_MAX_MS = 5_000  # a crowded buffer cuts the longest queue, unless one waited this long
 
 
@@ -71,12 +74,13 @@ class _Queue(list[Event]):
     """One route's events in intake order, their body bytes, and the bodies they are sent as
     when the route projects them."""
 
-    __slots__ = ("bodies", "route", "size_bytes")
+    __slots__ = ("bodies", "order", "route", "size_bytes")
     __hash__ = object.__hash__  # type: ignore[assignment]  # by identity, like its route
 
-    def __init__(self, route: Route) -> None:
+    def __init__(self, route: Route, order: int) -> None:
         super().__init__()
         self.route = route
+        self.order = order  # its place in the waiting order: smaller waited longer
         self.bodies: list[bytes] | None = [] if route.projects else None
         self.size_bytes = _ARRAY_BRACKETS_BYTES
 
@@ -134,6 +138,10 @@ class TenantPending:
         self.max_records = max_records
         self.max_bytes = max_bytes
         self._queues: OrderedDict[Route, _Queue] = OrderedDict()  # the longest waiting first
+        self._orders = itertools.count()  # each queue's `order`, as it joins the end
+        # (-length, order, queue) as each queue grew: the longest queue without a scan of all
+        # of them (stale entries are dropped when met, and all rebuilt when they pile up)
+        self._by_length: list[tuple[int, int, _Queue]] = []
         self._full: dict[Route, None] = {}  # routes whose queue holds a full batch, in order
         self._diverted: deque[Diversion] = deque()
         self._count = 0
@@ -170,7 +178,7 @@ class TenantPending:
                 if route is not None and route.passes_all:
                     queue = queues.get(route)
                     if queue is None:
-                        queue = queues[route] = _Queue(route)
+                        queue = queues[route] = _Queue(route, next(self._orders))
                 queue_of[tenant] = queue
             if queue is None:
                 slow.append(event)
@@ -183,8 +191,30 @@ class TenantPending:
                 full[queue.route] = None
         self._count += len(events)
         self._queued_bytes += queued_bytes
+        self._note_lengths(queue for queue in queue_of.values() if queue is not None)
         if slow:
             self._route_slowly(slow, seen)
+
+    def _note_lengths(self, grown: Iterable[_Queue]) -> None:
+        """Remember the length of queues that grew, for `_longest`."""
+        by_length, push = self._by_length, heapq.heappush
+        for queue in grown:
+            push(by_length, (-len(queue), queue.order, queue))
+        if len(by_length) > 2 * len(self._queues) + _STALE_LENGTHS_MAX:
+            self._by_length = [(-len(q), q.order, q) for q in self._queues.values()]
+            heapq.heapify(self._by_length)
+
+    def _longest(self) -> _Queue:
+        """The queue with the most events, the one that waited longest among equals (as
+        `max(queues, key=len)` in waiting order), in O(log n) amortized."""
+        by_length, queues = self._by_length, self._queues
+        while by_length:
+            negative_length, order, queue = by_length[0]
+            current = queues.get(queue.route) is queue and queue.order == order
+            if current and -negative_length == len(queue):
+                return queue
+            heapq.heappop(by_length)
+        return max(queues.values(), key=len)  # not reached: every queue noted its length
 
     @property
     def size_bytes(self) -> int:
@@ -243,8 +273,9 @@ class TenantPending:
         """Queue an event (counted already) as `body`; `extend` inlines this for plain routes."""
         queue = self._queues.get(route)
         if queue is None:
-            queue = self._queues[route] = _Queue(route)
+            queue = self._queues[route] = _Queue(route, next(self._orders))
         queue.append(event)
+        heapq.heappush(self._by_length, (-len(queue), queue.order, queue))
         if queue.bodies is not None:
             queue.bodies.append(body)
         queue.size_bytes += len(body) + _SEPARATOR_BYTES
@@ -283,6 +314,8 @@ class TenantPending:
         full = len(events) >= self.max_records or bool(queue)  # bool(queue): cut at a bound
         if queue:
             self._queues.move_to_end(route)  # what is left waits behind the other tenants
+            queue.order = next(self._orders)
+            self._note_lengths((queue,))
         else:
             del self._queues[route]
         return Batch(events, route, bodies, full=full)
@@ -295,7 +328,7 @@ class TenantPending:
         else:
             queue = next(iter(self._queues.values()))
             if crowded and _young(queue):
-                queue = max(self._queues.values(), key=len)
+                queue = self._longest()
         if holds_back is None or not holds_back(queue.route):
             return queue
         ready = [queue for queue in self._queues.values() if not holds_back(queue.route)]
@@ -321,6 +354,7 @@ class TenantPending:
         queues = list(self._queues.values())
         diverted = list(self._diverted)
         self._queues.clear()
+        self._by_length.clear()
         self._full.clear()
         self._diverted.clear()
         self._count = self._queued_bytes = self._diverted_bytes = 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -213,3 +214,31 @@ def test_the_connector_holds_a_tenant_backlog_and_cuts_its_longest_queue(
     assert work is not None
     work.job.close()  # not run: only its events matter here
     assert work.offsets == {TopicPartition("src", 0): list(range(1, 100))}  # big's, not old's
+
+
+def test_the_longest_queue_is_found_as_a_scan_would_find_it(dest: Destination) -> None:
+    """Crowded, the queue cut is the one a scan of every queue picks (the most events; among
+    equals, the one that waited longest), through random growth, cuts, partial cuts and
+    drops: the choice is kept without scanning a thousand queues per batch."""
+    rng = random.Random(29)
+    tenants = [f"t{i}" for i in range(40)]
+    routes = _routes(dest, **{tenant: {} for tenant in tenants})
+    pending = _pending(routes, max_records=7)
+    now_ms = int(time.time() * 1000)
+    start = 0
+    for step in range(400):
+        drawn = [rng.choice(tenants[: rng.randint(1, 40)]) for _ in range(rng.randint(1, 30))]
+        pending.extend(tenant_events(drawn, start=start, taken_ms=now_ms, partition=step % 3))
+        start += len(drawn)
+        for _ in range(rng.randint(0, 3)):
+            if not len(pending):
+                break
+            queues = list(pending._queues.values())
+            longest = max(queues, key=len)
+            assert pending._longest() is longest
+            chosen = pending._queues[next(iter(pending._full))] if pending._full else longest
+            expected = list(chosen[: pending.max_records])
+            assert pending.next_batch(crowded=True).events == expected
+        if step % 50 == 49:
+            pending.drop({TopicPartition("src", step % 3)})
+    assert len(pending._by_length) <= 2 * len(pending._queues) + 4096
