@@ -24,11 +24,11 @@ from tenacity import (
     RetryCallState,
     retry_if_exception_type,
     stop_after_attempt,
-    wait_random_exponential,
 )
 
 from config.destination import Destination
 from connector import metrics
+from connector.backoff import pause_s
 from connector.bearer import Bearer
 from connector.bisection import isolate
 from connector.breaker import Breaker, Breakers
@@ -53,7 +53,6 @@ __all__ = ["Deliverer", "classify", "parse_retry_after", "status_class"]
 log = structlog.get_logger(__name__)
 
 _GZIP_IN_THREAD_BYTES = 64 * 1024  # compress larger bodies off the event loop
-_BACKOFF_BASE_S = 0.1
 RECENT_FAILURES = 20
 _event_time_of = attrgetter("event_time_ms")
 _RESULTS = metrics.BATCH_RESULTS
@@ -92,9 +91,6 @@ class Deliverer:
         self._sleep = sleep
         self._trail = trail
         self._headers = dest.header_values()
-        self._jitter = wait_random_exponential(
-            multiplier=_BACKOFF_BASE_S, max=dest.local_retry_max_backoff_s
-        )
         self._failing = False
         self._dest_name = dest.name
         #: the last failures, newest last, for /status (texts masked and shortened)
@@ -200,8 +196,17 @@ class Deliverer:
         if self._dest.compression == "gzip":
             body = await self._gzip(body)
             headers["Content-Encoding"] = "gzip"
+        limit = attempts or self._dest.local_retry_attempts
+        try:  # the first attempt outside tenacity: most requests need no second
+            await self.rate_limits.take(batch)
+            return await self._send_once(url, body, headers, len(batch), breaker)
+        except DestinationUnavailable as exc:
+            if limit <= 1:
+                raise
+            self._note_retry(exc)
+            await self._sleep(pause_s(self._dest, exc, failed_attempts=1))
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(attempts or self._dest.local_retry_attempts),
+            stop=stop_after_attempt(limit - 1),
             wait=self._wait_s,
             retry=retry_if_exception_type(DestinationUnavailable),
             sleep=self._sleep,
@@ -284,16 +289,18 @@ class Deliverer:
         return DestinationUnavailable(error)
 
     def _wait_s(self, state: RetryCallState) -> float:
+        """tenacity's wait within the retries (its attempts count from the second)."""
         exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, DestinationUnavailable) and exc.retry_after_s is not None:
-            return min(exc.retry_after_s, self._dest.retry_after_max_s)
-        return float(self._jitter(state))
+        return pause_s(self._dest, exc, failed_attempts=state.attempt_number + 1)
 
     def _count_retry(self, state: RetryCallState) -> None:
+        self._note_retry(state.outcome.exception() if state.outcome else None)
+
+    def _note_retry(self, exc: BaseException | None) -> None:
+        """Count a local retry; the first of a failing spell is one warning."""
         metrics.LOCAL_RETRIES.labels(self._dest_name).inc()
         if not self._failing:
             self._failing = True
-            exc = state.outcome.exception() if state.outcome else None
             log.warning("destination_failing", error=str(exc))
 
     async def _gzip(self, body: bytes) -> bytes:
