@@ -55,6 +55,7 @@ def configure_logging(
             ],
         )
     )
+    handler.addFilter(_unretrieved_connection_errors)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(max(numeric_level, logging.WARNING))
@@ -62,3 +63,15 @@ def configure_logging(
     library_level = max(numeric_level, logging.WARNING) if libraries else logging.CRITICAL + 1
     for name in _LIBRARIES:
         logging.getLogger(name).setLevel(library_level)
+
+
+def _unretrieved_connection_errors(record: logging.LogRecord) -> bool:
+    """Drop asyncio's "Future exception was never retrieved" for a connection error: aiokafka
+    leaves the futures of a connection that failed (refused, reset, a TLS alert) unretrieved
+    after it has closed the connection and its client has reported the failure, and asyncio
+    says so whenever they are collected, as a traceback in the middle of a one-line error."""
+    if record.name != "asyncio" or not record.exc_info:
+        return True
+    error = record.exc_info[1]
+    unretrieved = str(record.msg).startswith("Future exception was never retrieved")
+    return not (unretrieved and isinstance(error, OSError | EOFError))
