@@ -45,6 +45,11 @@ async def read_topic(settings: KafkaSettings, topic: str, *, timeout_s: float = 
     return await kafka.read_topic(settings, topic, timeout_s=timeout_s)
 
 
+async def ids_in(settings: KafkaSettings, topic: str) -> set[str]:
+    """The `id` of every JSON event in `topic` (delivered, handed off or dead-lettered ones)."""
+    return {orjson.loads(record.value)["id"] for record in await read_topic(settings, topic)}
+
+
 async def committed_offsets(
     settings: KafkaSettings, group_id: str, topic: str
 ) -> dict[int, int | None]:

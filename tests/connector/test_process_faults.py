@@ -6,20 +6,15 @@ import signal
 import subprocess
 from pathlib import Path
 
-import orjson
 import pytest
 
 from devstack.destination import Reply, TestDestination
-from devstack.kafka_tools import committed_offsets, produce_events, read_topic
+from devstack.kafka_tools import committed_offsets, ids_in, produce_events
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from tests.helpers import events, make_destination, start_daemon, until, wait_exit
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-async def _ids_in(settings: KafkaSettings, topic: str) -> set[str]:
-    return {orjson.loads(r.value)["id"] for r in await read_topic(settings, topic)}
 
 
 async def test_kill_9_then_restart_loses_nothing(
@@ -64,8 +59,8 @@ async def test_kill_9_then_restart_loses_nothing(
     processes.append(second)
     assert await wait_exit(second, 120) == 0
     delivered = destination.delivered_ids()
-    dead = await _ids_in(kafka_settings, f"{unique}.dlq")
-    handed_off = await _ids_in(kafka_settings, f"{unique}.retry_in")
+    dead = await ids_in(kafka_settings, f"{unique}.dlq")
+    handed_off = await ids_in(kafka_settings, f"{unique}.retry_in")
     lost = {e["id"] for e in sent} - set(delivered) - dead - handed_off
     assert lost == set()
     assert dead <= poison  # only the poison is dead-lettered ...

@@ -11,15 +11,13 @@ import subprocess
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
-import orjson
 import pytest
 
 from devstack.destination import Reply, TestDestination
-from devstack.kafka_tools import produce_events, read_topic
+from devstack.kafka_tools import ids_in, produce_events
 from devstack.ports import free_port
 from devstack.tls import TlsKafka
 from hifi.kafka import admin as kafka_admin
-from hifi.kafka.settings import KafkaSettings
 from tests.auditor.support import audited_destination, tables
 from tests.helpers import events, start_daemon, until, wait_exit
 from tests.kafka_security.support import run_cli, started_tls
@@ -31,10 +29,6 @@ POISON = "e-25"
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsKafka]:
     yield from started_tls(tmp_path_factory)
-
-
-async def _ids(settings: KafkaSettings, topic: str) -> set[str]:
-    return {orjson.loads(r.value)["id"] for r in await read_topic(settings, topic)}
 
 
 async def test_connector_retrier_dlq_and_auditor_work_over_tls(
@@ -86,10 +80,10 @@ async def test_connector_retrier_dlq_and_auditor_work_over_tls(
 
     wanted = {e["id"] for e in sent} - {POISON}
     assert await destination.wait_for_ids(wanted, 90), (tmp_path / "retrier.log").read_text()
-    handed_off = await _ids(settings, dest.retry_in_topic)
+    handed_off = await ids_in(settings, dest.retry_in_topic)
     assert handed_off == {f"e-{i}" for i in range(10)}
-    assert await _ids(settings, dest.retry_out_topic) == handed_off  # the retrier took them
-    assert await _ids(settings, dest.dlq_topic) == {POISON}
+    assert await ids_in(settings, dest.retry_out_topic) == handed_off  # the retrier took them
+    assert await ids_in(settings, dest.dlq_topic) == {POISON}
 
     code, out, err = await run_cli(
         "retrier", "dlq", "list", "--dest", unique, "--catalog", str(catalog_dir),
