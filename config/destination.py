@@ -77,6 +77,9 @@ class Lookups(BaseModel):
     # so a long tail of tenants needs room for their batches to fill (docs/tenants.md)
     buffer_records: int = Field(default=100_000, ge=1_000, le=10_000_000)
     buffer_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024, le=8 * 1024**3)
+    # while the connector keeps up, a tenant's events wait at most this long for its batch to
+    # fill before they are sent (then for an in-flight slot); 0: sent whenever a slot is free
+    max_linger_s: float = Field(default=0.1, ge=0, le=60)
 
     @model_validator(mode="after")
     def _check_expiry(self) -> Self:

@@ -70,12 +70,14 @@ class DeliveryHandler(PartitionHandler):
                 max_records=dest.max_batch_records,
                 max_bytes=dest.max_batch_bytes,
                 holds_back=deliverer.rate_limits.holds_back,  # rate limits
+                max_linger_s=dest.lookups.max_linger_s,
             )
             # batches are cut per tenant: the tail of tenants needs room to fill theirs
             self._limit_records = max(self._limit_records, dest.lookups.buffer_records)
             self._limit_bytes = max(self._limit_bytes, dest.lookups.buffer_bytes)
         self._malformed: list[Unreadable] = []
         self._paused = False
+        self._behind = False  # a backlog: see `_backlog`
         self._in_flight = metrics.IN_FLIGHT.labels(dest.name)
         self._in_flight_requests = 0
         self._lag_in = metrics.LAG_IN.labels(dest.name)
@@ -123,7 +125,9 @@ class DeliveryHandler(PartitionHandler):
         # rate limits: every tenant route with events owes tokens; they wait queued, not in a slot
         if isinstance(pending, TenantPending) and not pending.sendable():
             return None
-        batch = pending.next_batch(crowded=self._holds(0.5))  # half full: a backlog
+        batch = pending.next_batch(crowded=self._backlog())
+        if batch is None:  # every tenant's events still wait for their batch to fill
+            return None
         route = None if batch.target is None else self._breakers.existing(batch.target.name)
         if route is not None and not route.closed:
             return Work(self._through_open_route(batch, route), batch.offsets())
@@ -136,11 +140,12 @@ class DeliveryHandler(PartitionHandler):
         breaker = self._breaker
         if not breaker.probe_due():
             return None
+        batch: Batch | None = None
         if self._dest.breaker_probe == "empty":
             batch = Batch([])
         elif self._pending:
-            batch = self._pending.next_batch(max_records=1)
-        else:
+            batch = self._pending.next_batch(max_records=1, linger=False)
+        if batch is None:
             return None
         breaker.begin_probe()
         return Work(self._probe(batch), batch.offsets())
@@ -184,6 +189,17 @@ class DeliveryHandler(PartitionHandler):
             self._paused = full
             metrics.PAUSED.labels(self._dest.name).set(int(full))
         return 0 if full else self._limit_records - len(pending)
+
+    def _backlog(self) -> bool:
+        """Whether the connector is behind: from the moment its buffer reaches its limit (records
+        wait in Kafka that it has no room for) until it falls below half of it. A connector
+        that keeps up never fills its buffer, whatever its load; one that is behind keeps it
+        full. The same half-full buffer is read either way by where it came from."""
+        if self._holds(1.0):
+            self._behind = True
+        elif self._behind and not self._holds(0.5):
+            self._behind = False
+        return self._behind
 
     def _holds(self, share: float) -> bool:
         """Whether the buffer holds at least `share` of its limit of records or of bytes."""

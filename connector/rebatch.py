@@ -108,10 +108,13 @@ class Pending(Protocol):
 
     def fills_a_batch(self) -> bool: ...
 
-    def next_batch(self, *, crowded: bool = False, max_records: int | None = None) -> Batch:
-        """The next request's events; `crowded`: the buffer holds a backlog (cut where it helps
+    def next_batch(
+        self, *, crowded: bool = False, max_records: int | None = None, linger: bool = True
+    ) -> Batch | None:
+        """The next request's events; `crowded`: the connector is behind (cut where it helps
         most rather than in intake order, if the holder has a choice); `max_records`: fewer
-        than a batch's bound (a breaker's probe)."""
+        than a batch's bound (a breaker's probe). None: what it holds waits to fill a batch
+        for a while yet (`linger`: if the holder lingers at all)."""
 
     def next_diversion(self) -> Diversion | None:
         """Events that leave the HTTP path, taken before any batch."""
@@ -138,8 +141,11 @@ class PendingEvents:
     def fills_a_batch(self) -> bool:
         return len(self._events) >= self.max_records or self.size_bytes >= self.max_bytes
 
-    def next_batch(self, *, crowded: bool = False, max_records: int | None = None) -> Batch:
-        """The next request's events, as many as both bounds allow, in intake order."""
+    def next_batch(
+        self, *, crowded: bool = False, max_records: int | None = None, linger: bool = True
+    ) -> Batch:
+        """The next request's events, as many as both bounds allow, in intake order (it never
+        lingers: a plain destination's batches fill while the in-flight slots are taken)."""
         batch = take_batch(
             self._events, max_records=max_records or self.max_records, max_bytes=self.max_bytes
         )

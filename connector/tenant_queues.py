@@ -6,15 +6,16 @@ different tenants, or of two versions of one tenant's entry, never share a reque
 
 - a route whose queue holds a full batch (`max_batch_records` or `max_batch_bytes`) is cut
   first, at once, even while a poll is still being taken in;
-- otherwise, while the buffer is crowded (a backlog: at least half of `[lookups]`
-  `buffer_records` or `buffer_bytes` taken in), the longest queue is cut whole, so a long tail
-  of tenants shares the buffer in batches as large as it allows instead of a request per
-  tenant per poll; unless the queue that waited longest has waited `OLDEST_WAIT_MAX_MS`: then
-  it goes first, so no tenant waits behind the others' backlog for long (and the committed
-  offsets, which stop at the oldest unfinished event, keep moving);
-- otherwise the queue that waited longest is cut whole (a queue cut in part goes to the back):
-  a tenant's events wait for a free in-flight slot, not for a timer, so under load queues grow
-  into larger batches and when idle they go at once.
+- otherwise, under a backlog (`crowded`: the connector is behind, `connector.handler`), the
+  longest queue is cut whole, so a long tail of tenants shares the buffer in batches as large
+  as it allows instead of a request per tenant per poll; unless the queue that waited longest
+  has waited `OLDEST_WAIT_MAX_MS`: then it goes first, so no tenant waits behind the others'
+  backlog for long (and the committed offsets, which stop at the oldest unfinished event, keep
+  moving);
+- otherwise (the connector keeps up) the queue that waited longest is cut whole once its first
+  event has waited `max_linger_s` (`[lookups]`): a tenant's events wait at most that long for
+  its batch to fill, then for a free in-flight slot (a queue cut in part goes to the back).
+  Until then nothing is cut (`next_batch` returns None).
 
 A route its rate limits hold back (`holds_back`: it owes tokens, `connector.rate_limits`) is
 passed over while another route has events, so a limited tenant's waiting does not take the
@@ -129,10 +130,13 @@ class TenantPending:
         max_records: int,
         max_bytes: int,
         holds_back: Callable[[Route], bool] | None = None,
+        max_linger_s: float = 0.0,
     ) -> None:
         """`route_of`: the lookup cache's `get`; `holds_back`: whether a route's rate limits
-        hold its next batch back now."""
+        hold its next batch back now; `max_linger_s`: how long a queue short of a full batch
+        waits for more events while the connector keeps up."""
         self._route_of = route_of
+        self._max_linger_ms = max_linger_s * 1000
         self._holds_back = holds_back
         self._tenant_field = tenant_field
         self.max_records = max_records
@@ -299,11 +303,16 @@ class TenantPending:
         self._diverted_bytes -= sum(map(len, map(_value_of, diversion.events)))
         return diversion
 
-    def next_batch(self, *, crowded: bool = False, max_records: int | None = None) -> Batch:
+    def next_batch(
+        self, *, crowded: bool = False, max_records: int | None = None, linger: bool = True
+    ) -> Batch | None:
         """A full batch of a route if one has it; else, `crowded`, the events of the longest
         queue (unless the oldest waited too long); else those of the route that waited longest
-        (all of them, within the bounds); `max_records`: fewer than the bound."""
-        queue = self._choose(crowded, self._holds_back)
+        (all of them, within the bounds), once they waited `max_linger_s` (None before, unless
+        `linger` is False); `max_records`: fewer than the bound."""
+        queue = self._choose(crowded, self._holds_back, linger)
+        if queue is None:
+            return None
         route = queue.route
         before_bytes = queue.size_bytes
         events, bodies = queue.take(max_records or self.max_records, self.max_bytes)
@@ -320,27 +329,34 @@ class TenantPending:
             del self._queues[route]
         return Batch(events, route, bodies, full=full)
 
-    def _choose(self, crowded: bool, holds_back: Callable[[Route], bool] | None) -> _Queue:
+    def _choose(
+        self, crowded: bool, holds_back: Callable[[Route], bool] | None, linger: bool
+    ) -> _Queue | None:
         """The queue `next_batch` cuts: its first choice unless its route's rate limits hold it
-        back; then the same choice among the routes they do not (all held back: the first)."""
+        back; then the same choice among the routes they do not (all held back: the first).
+        None: the choice is a queue still within its linger."""
         if self._full:
             queue = self._queues[next(iter(self._full))]
         else:
             queue = next(iter(self._queues.values()))
             if crowded and _young(queue):
                 queue = self._longest()
-        if holds_back is None or not holds_back(queue.route):
-            return queue
-        ready = [queue for queue in self._queues.values() if not holds_back(queue.route)]
-        if not ready:
-            return queue
-        full = [queue for queue in ready if queue.route in self._full]
-        if full:
-            return full[0]
-        queue = ready[0]
-        if crowded and _young(queue):
-            queue = max(ready, key=len)
+        if holds_back is not None and holds_back(queue.route):
+            ready = [queue for queue in self._queues.values() if not holds_back(queue.route)]
+            full = [queue for queue in ready if queue.route in self._full]
+            if full:
+                return full[0]
+            if ready:
+                queue = ready[0]
+                if crowded and _young(queue):
+                    queue = max(ready, key=len)
+        if linger and not crowded and queue.route not in self._full and self._lingers(queue):
+            return None
         return queue
+
+    def _lingers(self, queue: _Queue) -> bool:
+        """Whether the first event of `queue` has waited less than `max_linger_s`."""
+        return time.time() * 1000 - queue[0].taken_ms < self._max_linger_ms
 
     def sendable(self) -> bool:
         """Whether a route with events is not held back by its rate limits."""

@@ -29,7 +29,7 @@ def _error(catalog_dir: Path, text: str) -> str:
 
 def test_defaults_and_templates(catalog_dir: Path) -> None:
     """Only tenant_field is required; the intervals default to 120 s, 30 days and 300 s, the
-    buffer to 100,000 events and 64 MiB, and
+    buffer to 100,000 events and 64 MiB, the linger to 0.1 s, and
     the url and header values are parsed as templates with the entry values they need."""
     text = HEAD + '[lookups]\ntenant_field = "customer"\n[headers]\nX-Key = "{api_key} ${TOKEN}"\n'
     dest = _load(catalog_dir, text).load("d")
@@ -38,6 +38,7 @@ def test_defaults_and_templates(catalog_dir: Path) -> None:
     assert (dest.lookups.refresh_after_s, dest.lookups.expire_after_s) == (120, 2_592_000)
     assert dest.lookups.bulk_refresh_s == 300
     assert (dest.lookups.buffer_records, dest.lookups.buffer_bytes) == (100_000, 64 * 1024 * 1024)
+    assert dest.lookups.max_linger_s == 0.1
     templates = dest.templates()
     assert templates.value_names == {"api_key"}
     assert (
@@ -84,6 +85,14 @@ def test_without_lookups_braces_stay_literal(catalog_dir: Path) -> None:
         (
             'tenant_field = "c"\nbuffer_records = 1',
             "buffer_records': Input should be greater than or equal to 1000",
+        ),
+        (
+            'tenant_field = "c"\nmax_linger_s = -0.5',
+            "max_linger_s': Input should be greater than or equal to 0",
+        ),
+        (
+            'tenant_field = "c"\nmax_linger_s = 61',
+            "max_linger_s': Input should be less than or equal to 60",
         ),
     ],
 )

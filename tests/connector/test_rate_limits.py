@@ -172,16 +172,16 @@ def test_the_connector_passes_over_a_tenant_that_owes_tokens(catalog_dir: Path) 
         holds_back=limits.holds_back,
     )
     pending.extend(tenant_events(["slow"] * 30 + ["fast"] * 20))
-    first = pending.next_batch()
+    first = _cut(pending)
     assert first.target is routes["slow"]
     limits.cut(first)
-    assert [pending.next_batch().target for _ in range(2)] == [routes["fast"]] * 2
+    assert [_cut(pending).target for _ in range(2)] == [routes["fast"]] * 2
     assert not pending.sendable()  # slow's batch was cut and has not taken its tokens
     limits.release(first)
     assert pending.sendable()
     limits.cut(first)
     asyncio.run(limits.take(first))  # takes the burst's 10 tokens, nothing owed yet
-    second = pending.next_batch()
+    second = _cut(pending)
     assert second.target is routes["slow"]
     asyncio.run(limits.take(second))  # 10 more: owed for 1 s
     assert not pending.sendable()
@@ -231,3 +231,10 @@ def test_bad_rate_limits_are_one_line_errors(
     assert key in message
     assert problem in message
     assert "\n" not in message
+
+
+def _cut(pending: TenantPending) -> Batch:
+    """The next batch (this pending never lingers: `max_linger_s` 0)."""
+    batch = pending.next_batch()
+    assert batch is not None
+    return batch

@@ -40,11 +40,18 @@ def _routes(dest: Destination, **entries: dict[str, Any]) -> dict[str, Route]:
     }
 
 
+def _cut(pending: TenantPending, *, crowded: bool = False) -> Batch:
+    """The next batch, which the test knows is due."""
+    batch = pending.next_batch(crowded=crowded)
+    assert batch is not None
+    return batch
+
+
 def _drain(pending: TenantPending) -> list[Batch]:
     batches = []
     while len(pending):
         assert pending.next_diversion() is None
-        batches.append(pending.next_batch())
+        batches.append(_cut(pending))
     return batches
 
 
@@ -85,18 +92,18 @@ def test_a_crowded_buffer_cuts_the_longest_queue_unless_the_oldest_waited_too_lo
     pending.extend(tenant_events(["a", "b", "b", "c", "b", "c"], taken_ms=now_ms))
     sizes = [len(e.value) + 1 for e in tenant_events(["a", "b", "b", "c", "b", "c"])]
     assert pending.size_bytes == sum(sizes)
-    assert [e.id for e in pending.next_batch(crowded=True).events] == ["e1", "e2", "e4"]
+    assert [e.id for e in _cut(pending, crowded=True).events] == ["e1", "e2", "e4"]
     assert pending.size_bytes == sum(sizes) - sizes[1] - sizes[2] - sizes[4]
-    assert [e.id for e in pending.next_batch(crowded=False).events] == ["e0"]  # the oldest
+    assert [e.id for e in _cut(pending).events] == ["e0"]  # the oldest
     stale = now_ms - OLDEST_WAIT_MAX_MS - 1
     pending.extend(tenant_events(["a"], start=10, taken_ms=stale))
     pending.extend(tenant_events(["b", "b", "b"], start=11, taken_ms=now_ms))
     # c (two events) is older than a's queue, which is older than b's: none waited too long yet
-    assert [e.id for e in pending.next_batch(crowded=True).events] == ["e11", "e12", "e13"]
-    assert [e.id for e in pending.next_batch(crowded=True).events] == ["e3", "e5"]
+    assert [e.id for e in _cut(pending, crowded=True).events] == ["e11", "e12", "e13"]
+    assert [e.id for e in _cut(pending, crowded=True).events] == ["e3", "e5"]
     pending.extend(tenant_events(["b", "b"], start=20, taken_ms=now_ms))
-    assert [e.id for e in pending.next_batch(crowded=True).events] == ["e10"]  # waited too long
-    assert [e.id for e in pending.next_batch(crowded=True).events] == ["e20", "e21"]
+    assert [e.id for e in _cut(pending, crowded=True).events] == ["e10"]  # waited too long
+    assert [e.id for e in _cut(pending, crowded=True).events] == ["e20", "e21"]
     assert (len(pending), pending.size_bytes) == (0, 0)
 
 
@@ -183,37 +190,77 @@ def test_revoked_partitions_are_forgotten(dest: Destination) -> None:
     assert [[e.id for e in b.events] for b in _drain(pending)] == [["e10"]]
 
 
-def test_the_connector_holds_a_tenant_backlog_and_cuts_its_longest_queue(
+def test_a_tenant_lingers_until_its_batch_fills_or_its_time_is_up(dest: Destination) -> None:
+    """While the connector keeps up, a queue short of a full batch waits `max_linger_s` from its
+    first event; a full one goes at once; a breaker's probe (`linger=False`) does not wait.
+    Once the oldest queue is due it goes first, whole, and the next lingers again."""
+    routes = _routes(dest, a={}, b={})
+    pending = TenantPending(
+        routes.get, tenant_field="customer", max_records=3, max_bytes=1 << 20, max_linger_s=0.2
+    )
+    now_ms = int(time.time() * 1000)
+    pending.extend(tenant_events(["a", "b"], taken_ms=now_ms - 50))
+    assert pending.next_batch() is None  # both waited 50 ms of their 200
+    probe = pending.next_batch(max_records=1, linger=False)
+    assert probe is not None
+    assert [e.id for e in probe.events] == ["e0"]
+    pending.extend(tenant_events(["b", "b"], start=10, taken_ms=now_ms))
+    assert [e.id for e in _cut(pending).events] == ["e1", "e10", "e11"]  # full: at once
+    pending.extend(tenant_events(["a"], start=20, taken_ms=now_ms - 250))
+    pending.extend(tenant_events(["b"], start=30, taken_ms=now_ms))
+    assert [e.id for e in _cut(pending).events] == ["e20"]  # waited 250 ms: due
+    assert pending.next_batch() is None  # b's first event has just arrived
+    assert [e.id for e in _cut(pending, crowded=True).events] == ["e30"]  # behind: no linger
+    assert len(pending) == 0
+
+
+def _records(events: list[Any], start: int = 0) -> list[ConsumerRecord[Any, Any]]:
+    now_ms = int(time.time() * 1000)
+    return [
+        ConsumerRecord("src", 0, start + offset, now_ms, 0, None, event.value, None, 3, 0, ())
+        for offset, event in enumerate(events)
+    ]
+
+
+def test_the_connector_cuts_the_longest_queue_only_while_it_is_behind(
     catalog_dir: Path,
 ) -> None:
-    """The connector's intake of a tenant destination: room for `[lookups]` `buffer_records`
-    (not the plain two windows of in-flight batches), and once half of it is taken in, the
-    tenant with most events waiting is sent first rather than the one that waited longest."""
+    """A tenant destination's intake has room for `[lookups]` `buffer_records` (not the plain
+    two windows of in-flight batches). A half-full buffer is not a backlog: the tenant that
+    waited longest goes first. A full one is: the tenant with most events waiting goes first,
+    until the buffer falls below half its limit."""
     dest = write_tenant_destination(
         catalog_dir,
         "tv",
         "https://c.test/{region}/{tenant}",
         "src",
-        lookups="buffer_records = 1000\n",
+        lookups="buffer_records = 1000\nmax_linger_s = 0.0\n",
         extra="max_in_flight = 1\nmax_batch_records = 100\n",
     )
-    tenants = ["old", "big"] + [f"t{i}" for i in range(50)]
+    tenants = ["old", "big"] + [f"t{i}" for i in range(100)]
     routes = _routes(dest, **{tenant: {} for tenant in tenants})
     deliverer = Mock(rate_limits=RateLimits(dest))  # no limits: nothing is held back
     delivery = DeliveryHandler(dest, deliverer, Mock(), route_of=routes.get)
     assert delivery.room() == 1000  # the plain buffer would be 1 x 100 x 2
-    backlog = ["old"] + ["big"] * 99 + [f"t{i}" for i in range(50) for _ in range(8)]
-    now_ms = int(time.time() * 1000)
-    records = [
-        ConsumerRecord("src", 0, offset, now_ms, 0, None, event.value, None, 3, 0, ())
-        for offset, event in enumerate(tenant_events(backlog, taken_ms=now_ms))
-    ]
-    delivery.take(TopicPartition("src", 0), records)
+    tp = TopicPartition("src", 0)
+
+    def next_offsets() -> list[int]:
+        work = delivery.next_work(poll_open=False)
+        assert work is not None
+        work.job.close()  # not run: only its events matter here
+        return list(work.offsets[tp])
+
+    half = ["old"] + ["big"] * 99 + [f"t{i}" for i in range(50) for _ in range(8)]
+    delivery.take(tp, _records(tenant_events(half)))
     assert delivery.room() == 500
-    work = delivery.next_work(poll_open=False)
-    assert work is not None
-    work.job.close()  # not run: only its events matter here
-    assert work.offsets == {TopicPartition("src", 0): list(range(1, 100))}  # big's, not old's
+    assert next_offsets() == [0]  # keeping up: old's, the longest waiting
+    rest = [f"t{i}" for i in range(50, 100) for _ in range(10)] + ["old"]
+    delivery.take(tp, _records(tenant_events(rest, start=500), start=500))
+    assert delivery.room() == 0  # full: behind
+    assert next_offsets() == list(range(1, 100))  # big's, the longest
+    while delivery.room() <= 500:  # behind until under half: the 10-event queues first
+        assert len(next_offsets()) == 10
+    assert next_offsets() == list(range(100, 108))  # keeping up again: t0's waited longest
 
 
 def test_the_longest_queue_is_found_as_a_scan_would_find_it(dest: Destination) -> None:
@@ -238,7 +285,7 @@ def test_the_longest_queue_is_found_as_a_scan_would_find_it(dest: Destination) -
             assert pending._longest() is longest
             chosen = pending._queues[next(iter(pending._full))] if pending._full else longest
             expected = list(chosen[: pending.max_records])
-            assert pending.next_batch(crowded=True).events == expected
+            assert _cut(pending, crowded=True).events == expected
         if step % 50 == 49:
             pending.drop({TopicPartition("src", step % 3)})
     assert len(pending._by_length) <= 2 * len(pending._queues) + 4096
