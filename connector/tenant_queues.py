@@ -47,12 +47,11 @@ from aiokafka import TopicPartition
 
 from connector.divert import Diversion
 from connector.rebatch import Batch
+from connector.tenant_queue import SEPARATOR_BYTES, TenantQueue
 from hifi.envelope import Event
 from hifi.vocabulary import Outcome, Reason
 from tenants.route import Route
 
-_SEPARATOR_BYTES = 1  # as `connector.rebatch` counts a body: a separator per event...
-_ARRAY_BRACKETS_BYTES = 2  # ...and the brackets of a JSON array
 _UNSEEN = object()
 _STALE_LENGTHS_MAX = 4096  # stale entries of `_by_length` beyond twice the queues: rebuilt
 OLDEST_WAIT_MAX_MS = 5_000  # a crowded buffer cuts the longest queue, unless one waited this long
@@ -69,50 +68,6 @@ class _Fate(enum.Enum):
 
 
 _value_of = attrgetter("value")
-
-
-class _Queue(list[Event]):
-    """One route's events in intake order, their body bytes, and the bodies they are sent as
-    when the route projects them."""
-
-    __slots__ = ("bodies", "order", "route", "size_bytes")
-    __hash__ = object.__hash__  # type: ignore[assignment]  # by identity, like its route
-
-    def __init__(self, route: Route, order: int) -> None:
-        super().__init__()
-        self.route = route
-        self.order = order  # its place in the waiting order: smaller waited longer
-        self.bodies: list[bytes] | None = [] if route.projects else None
-        self.size_bytes = _ARRAY_BRACKETS_BYTES
-
-    def take(self, max_records: int, max_bytes: int) -> tuple[list[Event], list[bytes] | None]:
-        """The first events within both bounds (always at least one), and their bodies."""
-        bodies = self.bodies
-        taken: list[bytes] | None = None
-        if len(self) <= max_records and self.size_bytes <= max_bytes:  # all of them
-            events = self[:]
-            self.clear()
-            self.size_bytes = _ARRAY_BRACKETS_BYTES
-            if bodies is not None:
-                taken = bodies[:]
-                bodies.clear()
-            return events, taken
-        size, count = _ARRAY_BRACKETS_BYTES, 0
-        for index in range(min(max_records, len(self))):
-            body = self[index].value if bodies is None else bodies[index]
-            added = len(body) + _SEPARATOR_BYTES
-            if count and size + added > max_bytes:
-                break
-            size += added
-            count += 1
-        events = self[:count]
-        del self[:count]
-        taken = None
-        if bodies is not None:
-            taken = bodies[:count]
-            del bodies[:count]
-        self.size_bytes -= size - _ARRAY_BRACKETS_BYTES
-        return events, taken
 
 
 class TenantPending:
@@ -141,11 +96,11 @@ class TenantPending:
         self._tenant_field = tenant_field
         self.max_records = max_records
         self.max_bytes = max_bytes
-        self._queues: OrderedDict[Route, _Queue] = OrderedDict()  # the longest waiting first
+        self._queues: OrderedDict[Route, TenantQueue] = OrderedDict()  # the longest waiting first
         self._orders = itertools.count()  # each queue's `order`, as it joins the end
         # (-length, order, queue) as each queue grew: the longest queue without a scan of all
         # of them (stale entries are dropped when met, and all rebuilt when they pile up)
-        self._by_length: list[tuple[int, int, _Queue]] = []
+        self._by_length: list[tuple[int, int, TenantQueue]] = []
         self._full: dict[Route, None] = {}  # routes whose queue holds a full batch, in order
         self._diverted: deque[Diversion] = deque()
         self._count = 0
@@ -166,7 +121,7 @@ class TenantPending:
         queue_of: dict[object, Any] = {}  # this call's queues by tenant (None: the slow path)
         route_of, queues, full = self._route_of, self._queues, self._full
         max_records, max_bytes = self.max_records, self.max_bytes
-        unseen, separator_bytes = _UNSEEN, _SEPARATOR_BYTES
+        unseen, separator_bytes = _UNSEEN, SEPARATOR_BYTES
         slow: list[Event] = []
         queued_bytes = 0
         for event in events:
@@ -182,7 +137,7 @@ class TenantPending:
                 if route is not None and route.passes_all:
                     queue = queues.get(route)
                     if queue is None:
-                        queue = queues[route] = _Queue(route, next(self._orders))
+                        queue = queues[route] = TenantQueue(route, next(self._orders))
                 queue_of[tenant] = queue
             if queue is None:
                 slow.append(event)
@@ -199,7 +154,7 @@ class TenantPending:
         if slow:
             self._route_slowly(slow, seen)
 
-    def _note_lengths(self, grown: Iterable[_Queue]) -> None:
+    def _note_lengths(self, grown: Iterable[TenantQueue]) -> None:
         """Remember the length of queues that grew, for `_longest`."""
         by_length, push = self._by_length, heapq.heappush
         for queue in grown:
@@ -208,7 +163,7 @@ class TenantPending:
             self._by_length = [(-len(q), q.order, q) for q in self._queues.values()]
             heapq.heapify(self._by_length)
 
-    def _longest(self) -> _Queue:
+    def _longest(self) -> TenantQueue:
         """The queue with the most events, the one that waited longest among equals (as
         `max(queues, key=len)` in waiting order), in O(log n) amortized."""
         by_length, queues = self._by_length, self._queues
@@ -277,13 +232,13 @@ class TenantPending:
         """Queue an event (counted already) as `body`; `extend` inlines this for plain routes."""
         queue = self._queues.get(route)
         if queue is None:
-            queue = self._queues[route] = _Queue(route, next(self._orders))
+            queue = self._queues[route] = TenantQueue(route, next(self._orders))
         queue.append(event)
         heapq.heappush(self._by_length, (-len(queue), queue.order, queue))
         if queue.bodies is not None:
             queue.bodies.append(body)
-        queue.size_bytes += len(body) + _SEPARATOR_BYTES
-        self._queued_bytes += len(body) + _SEPARATOR_BYTES
+        queue.size_bytes += len(body) + SEPARATOR_BYTES
+        self._queued_bytes += len(body) + SEPARATOR_BYTES
         if len(queue) >= self.max_records or queue.size_bytes >= self.max_bytes:
             self._full[route] = None
 
@@ -331,7 +286,7 @@ class TenantPending:
 
     def _choose(
         self, crowded: bool, holds_back: Callable[[Route], bool] | None, linger: bool
-    ) -> _Queue | None:
+    ) -> TenantQueue | None:
         """The queue `next_batch` cuts: its first choice unless its route's rate limits hold it
         back; then the same choice among the routes they do not (all held back: the first).
         None: the choice is a queue still within its linger."""
@@ -354,7 +309,7 @@ class TenantPending:
             return None
         return queue
 
-    def _lingers(self, queue: _Queue) -> bool:
+    def _lingers(self, queue: TenantQueue) -> bool:
         """Whether the first event of `queue` has waited less than `max_linger_s`."""
         return time.time() * 1000 - queue[0].taken_ms < self._max_linger_ms
 
@@ -396,6 +351,6 @@ def _tenant_id(raw: object) -> str | None:
     return None
 
 
-def _young(queue: _Queue) -> bool:
+def _young(queue: TenantQueue) -> bool:
     """Whether the first event of `queue` has waited less than `OLDEST_WAIT_MAX_MS`."""
     return time.time() * 1000 - queue[0].taken_ms < OLDEST_WAIT_MAX_MS

@@ -1,0 +1,31 @@
+"""The house rules a review would otherwise have to catch: a product module holds one concept in
+at most 400 lines (the README's Development section); the README stays a front page."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PRODUCT = ("hifi", "config", "tenants", "connector", "auditor", "retrier", "spark_batch")
+MODULE_LINES_MAX = 400
+
+
+def test_no_product_module_is_over_400_lines() -> None:
+    sizes = {
+        str(path.relative_to(ROOT)): len(path.read_text().splitlines())
+        for package in PRODUCT
+        for path in (ROOT / package).rglob("*.py")
+    }
+    assert len(sizes) > 100  # the packages were found
+    assert {path: lines for path, lines in sizes.items() if lines > MODULE_LINES_MAX} == {}
+
+
+def test_the_readme_stays_a_front_page() -> None:
+    """What hifi is, the chain, the quickstart, the keys most used and a table of `docs/`, in at
+    most 150 lines; every document it links exists."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    linked = set(re.findall(r"\]\((docs/[^)#]+)", text))
+    assert {"docs/cli.md", "docs/operations.md", "docs/performance.md"} <= linked
+    assert sorted(path for path in linked if not (ROOT / path).exists()) == []
