@@ -29,3 +29,32 @@ def test_the_readme_stays_a_front_page() -> None:
     linked = set(re.findall(r"\]\((docs/[^)#]+)", text))
     assert {"docs/cli.md", "docs/operations.md", "docs/performance.md"} <= linked
     assert sorted(path for path in linked if not (ROOT / path).exists()) == []
+
+
+def test_performance_md_holds_the_current_figures_only() -> None:
+    """The current figures, how to reproduce each and what limits them, in at most 250 lines;
+    the dated runs belong in `performance-history.md`."""
+    assert len((ROOT / "docs" / "performance.md").read_text().splitlines()) <= 250
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    kept = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return kept.replace(" ", "-")
+
+
+def test_links_between_documents_reach_their_headings() -> None:
+    """Every `[..](doc.md#anchor)` in the README and `docs/` names a file that exists and, with an
+    anchor, one of its headings: moving a section cannot leave a dead link behind."""
+    documents = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = []
+    for document in documents:
+        for target, anchor in re.findall(r"\]\(([\w./-]*\.md)?#?([\w-]*)\)", document.read_text()):
+            path = (document.parent / target) if target else document
+            if not path.exists():
+                broken.append(f"{document.name}: {target}")
+                continue
+            headings = re.findall(r"^#+ (.+)$", path.read_text(), flags=re.MULTILINE)
+            if anchor and anchor not in {_slug(heading) for heading in headings}:
+                broken.append(f"{document.name}: {target}#{anchor}")
+    assert broken == []
