@@ -1,8 +1,8 @@
 """Delivery of one batch over HTTP: send, classify, retry locally, isolate rejected events, hand off the rest.
 
 This is the HTTP boundary: statuses and client exceptions become `hifi.errors` types here. The
-client is httpx with aiohttp's transport (`connector.http_client`), whose exceptions arrive as
-the `__cause__` of httpx ones.
+client is httpx over the connector's transport (`connector.http_client`, `connector.http1`),
+which raises httpx's exceptions: `httpx.ConnectError` when no request reached the destination.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable
 from operator import attrgetter
 from typing import Any
 
-import aiohttp
 import httpx
 import structlog
 from tenacity import (
@@ -277,14 +276,13 @@ class Deliverer:
 
     def _unavailable(self, exc: httpx.TransportError | TimeoutError) -> DestinationUnavailable:
         """A request that got no reply: counted as a timeout or a connection failure."""
-        cause = exc.__cause__ if isinstance(exc.__cause__, aiohttp.ClientError) else exc
-        name = type(cause).__name__
-        if isinstance(cause, TimeoutError | httpx.TimeoutException):
+        name = type(exc).__name__
+        if isinstance(exc, TimeoutError | httpx.TimeoutException):
             metrics.REQUESTS.labels(self._dest_name, "timeout").inc()
             return DestinationUnavailable(f"timeout after {self._dest.request_timeout_s}s ({name})")
         metrics.REQUESTS.labels(self._dest_name, "connection").inc()
-        error = short_error(f"connection error: {name}: {cause}")
-        if isinstance(cause, aiohttp.ClientConnectorError | httpx.ConnectError):
+        error = short_error(f"connection error: {name}: {exc}")
+        if isinstance(exc, httpx.ConnectError):
             return Unreachable(error)  # refused, DNS or TLS: no request reached it
         return DestinationUnavailable(error)
 

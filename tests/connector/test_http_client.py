@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from prometheus_client import REGISTRY
 
 from config.destination import Destination
@@ -16,8 +15,6 @@ from connector.rebatch import Batch
 from devstack.destination import Reply, TestDestination
 from devstack.ports import free_port
 from tests.helpers import FakeKafka, Sleeps, make_destination, make_event
-
-pytestmark = pytest.mark.integration
 
 
 def _requests(dest: Destination, status_class: str) -> float:
