@@ -8,6 +8,7 @@ which raises httpx's exceptions: `httpx.ConnectError` when no request reached th
 from __future__ import annotations
 
 import asyncio
+import functools
 import gzip
 import time
 import uuid
@@ -253,7 +254,7 @@ class Deliverer:
             # httpx bounds each phase (connect, write, read); this bounds the attempt as a whole,
             # so a destination that trickles its reply cannot hold an in-flight slot for ever.
             async with asyncio.timeout(self._dest.request_timeout_s):
-                response = await self._client.post(url, content=body, headers=headers)
+                response = await self._client.post(_url_of(url), content=body, headers=headers)
         except httpx.TooManyRedirects as exc:
             metrics.REQUESTS.labels(self._dest_name, "3xx").inc()
             raise DestinationRejected(
@@ -379,6 +380,12 @@ class Deliverer:
         if reason is not None:
             entry["reason"] = reason
         self.recent_failures.append(entry)
+
+
+@functools.lru_cache(maxsize=1024)
+def _url_of(url: str) -> httpx.URL:
+    """The parsed URL (httpx parses a `str` URL again on every request); one per tenant route."""
+    return httpx.URL(url)
 
 
 def _route_of(batch: Batch) -> str | None:

@@ -2,10 +2,42 @@
 
 from __future__ import annotations
 
+from http.cookiejar import CookieJar
+from typing import Any
+
 import httpx
 
 from config.destination import Destination
 from connector.http1 import Http1Transport
+
+
+class _Cookieless(httpx.Cookies):
+    """A jar that keeps no cookie a reply sets; cookies given to it are still sent."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return None
+
+
+class DestinationClient(httpx.AsyncClient):
+    """httpx's client, except that a destination's `Set-Cookie` is neither kept nor sent back.
+
+    The connector posts batches and holds no session; httpx would otherwise wrap every reply
+    and its request for `http.cookiejar` (a fifth of the client's CPU per request).
+    """
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        self._cookieless = _Cookieless(settings.get("cookies"))
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        return self._cookieless
+
+    @cookies.setter
+    def cookies(
+        self, cookies: httpx.Cookies | CookieJar | dict[str, str] | list[tuple[str, str]]
+    ) -> None:
+        self._cookieless = _Cookieless(cookies)
 
 
 def http_client(
@@ -20,7 +52,7 @@ def http_client(
     limits = httpx.Limits(
         max_connections=dest.max_in_flight, max_keepalive_connections=dest.max_in_flight
     )
-    return httpx.AsyncClient(
+    return DestinationClient(
         timeout=httpx.Timeout(dest.request_timeout_s),
         follow_redirects=dest.follow_redirects,
         # httpcore's pool re-polls every idle socket and takes anyio locks on each request

@@ -68,12 +68,14 @@ class Http1Transport(httpx.AsyncBaseTransport):
         extensions = {"http_version": reply.http_version}
         if reply.reason:  # else httpx gives the status's standard phrase
             extensions["reason_phrase"] = reply.reason
-        return httpx.Response(
+        response = httpx.Response(
             reply.status,
             headers=reply.headers,
             stream=httpx.ByteStream(reply.body),
             extensions=extensions,
         )
+        response.read()  # the body is here already: httpx's client then skips its async read
+        return response
 
     async def aclose(self) -> None:
         """Close every connection; the transport serves no request afterwards."""
