@@ -104,7 +104,11 @@ class Http1Connection(asyncio.Protocol):
                 self._read_timer = self._loop.call_at(
                     now_s + read_timeout_s, self._check_read, read_timeout_s
                 )
-            return await reply
+            result = await reply
+            if result.reusable and self._transport.get_write_buffer_size():
+                self.closed = True  # answered before it took the whole request: out of step
+                result.reusable = False
+            return result
         finally:
             self._reply = None
             if self._read_timer is not None:

@@ -74,6 +74,9 @@ class _Writes(asyncio.Transport):
     def is_closing(self) -> bool:
         return False
 
+    def get_write_buffer_size(self) -> int:
+        return 0
+
 
 async def test_request_head_and_small_body_are_one_write() -> None:
     """The request line, headers and a small body leave in one `transport.write`."""
@@ -225,6 +228,26 @@ async def test_a_long_reply_body_is_cut_and_its_connection_closed() -> None:
     assert server.opened == 2
 
 
+async def test_a_reply_before_the_whole_request_was_taken_retires_the_connection() -> None:
+    """A server that answers (413) without reading a large body: the reply is returned, and
+    the connection, still holding unsent bytes, is not reused."""
+
+    async def early(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer
+    ) -> None:
+        server.heads.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        if len(server.heads) == 1:
+            await asyncio.sleep(30)  # reads nothing more
+        await until_eof(reader)
+
+    async with RawServer(early) as server, _client(Http1Transport()) as client:
+        first = await client.post(server.url, content=b"x" * (32 * 1024 * 1024))
+        second = await client.post(server.url, content=b"x")
+    assert (first.status_code, second.status_code, server.opened) == (413, 413, 2)
+
+
 async def test_idle_connection_closed_by_the_server_is_not_reused() -> None:
     """A server that closes a keep-alive connection while it is idle: the next request goes
     out on a new connection, without an error."""
@@ -265,7 +288,7 @@ async def test_bytes_sent_on_an_idle_connection_retire_it() -> None:
 async def test_idle_connections_past_keepalive_expiry_are_closed_not_reused() -> None:
     """An idle connection older than `keepalive_expiry` is closed when next met; a new one
     serves the request."""
-    limits = httpx.Limits(keepalive_expiry=0.1)
+    limits = httpx.Limits(keepalive_expiry=0.3)
 
     async def handle(
         reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer
@@ -277,7 +300,7 @@ async def test_idle_connections_past_keepalive_expiry_are_closed_not_reused() ->
         await client.post(server.url, content=b"a")
         await client.post(server.url, content=b"b")
         assert server.opened == 1
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.6)
         await client.post(server.url, content=b"c")
         await asyncio.sleep(0.05)
         assert (server.opened, server.eofs) == (2, 1)

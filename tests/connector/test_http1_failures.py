@@ -97,14 +97,14 @@ async def test_read_timeout_bounds_each_wait_not_the_whole_reply() -> None:
         await server.read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
         for _ in range(6):
-            await asyncio.sleep(0.08)
+            await asyncio.sleep(0.1)
             writer.write(b"1\r\nx\r\n")
         writer.write(b"0\r\n\r\n")
         await until_eof(reader)
 
     async with (
         RawServer(trickle) as server,
-        _client(timeout=httpx.Timeout(5.0, read=0.25)) as client,
+        _client(timeout=httpx.Timeout(5.0, read=0.5)) as client,
     ):
         response = await client.post(server.url, content=b"a")
     assert response.text == "xxxxxx"
