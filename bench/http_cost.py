@@ -6,8 +6,9 @@ JSON batch of `EVENTS_PER_BATCH` events (~2 KB), against devstack's destination 
 process (its CPU is not counted). Each variant runs twice, alternated, in one run:
 - `post`: `client.post(url, content=..., headers=...)` on the client as the connector builds it;
 - `deliverer`: the connector's own call path, `Deliverer.deliver` of one batch (encoding,
-  headers, metrics, classification), Kafka a fake that is never called.
-The ratios new/old are printed per round, and the last line sums them up.
+  headers, metrics, classification), Kafka a fake that is never called; the old stack's runs
+  today's `Deliverer` over the old client, so its ratio is what the client stack changes.
+The ratios new/old are printed per round; the last line has each variant's lower figure.
 
 `python -m bench.http_cost [--requests N]`
 """
