@@ -1,13 +1,14 @@
 """Delivery of one batch over HTTP: send, classify, retry locally, isolate rejected events, hand off the rest.
 
 This is the HTTP boundary: statuses and client exceptions become `hifi.errors` types here. The
-client is httpx with aiohttp's transport (`connector.http_client`), whose exceptions arrive as
-the `__cause__` of httpx ones.
+client is httpx over the connector's transport (`connector.http_client`, `connector.http1`),
+which raises httpx's exceptions: `httpx.ConnectError` when no request reached the destination.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import gzip
 import time
 import uuid
@@ -16,7 +17,6 @@ from collections.abc import Awaitable, Callable
 from operator import attrgetter
 from typing import Any
 
-import aiohttp
 import httpx
 import structlog
 from tenacity import (
@@ -254,7 +254,7 @@ class Deliverer:
             # httpx bounds each phase (connect, write, read); this bounds the attempt as a whole,
             # so a destination that trickles its reply cannot hold an in-flight slot for ever.
             async with asyncio.timeout(self._dest.request_timeout_s):
-                response = await self._client.post(url, content=body, headers=headers)
+                response = await self._client.post(_url_of(url), content=body, headers=headers)
         except httpx.TooManyRedirects as exc:
             metrics.REQUESTS.labels(self._dest_name, "3xx").inc()
             raise DestinationRejected(
@@ -277,14 +277,13 @@ class Deliverer:
 
     def _unavailable(self, exc: httpx.TransportError | TimeoutError) -> DestinationUnavailable:
         """A request that got no reply: counted as a timeout or a connection failure."""
-        cause = exc.__cause__ if isinstance(exc.__cause__, aiohttp.ClientError) else exc
-        name = type(cause).__name__
-        if isinstance(cause, TimeoutError | httpx.TimeoutException):
+        name = type(exc).__name__
+        if isinstance(exc, TimeoutError | httpx.TimeoutException):
             metrics.REQUESTS.labels(self._dest_name, "timeout").inc()
             return DestinationUnavailable(f"timeout after {self._dest.request_timeout_s}s ({name})")
         metrics.REQUESTS.labels(self._dest_name, "connection").inc()
-        error = short_error(f"connection error: {name}: {cause}")
-        if isinstance(cause, aiohttp.ClientConnectorError | httpx.ConnectError):
+        error = short_error(f"connection error: {name}: {exc}")
+        if isinstance(exc, httpx.ConnectError):
             return Unreachable(error)  # refused, DNS or TLS: no request reached it
         return DestinationUnavailable(error)
 
@@ -381,6 +380,12 @@ class Deliverer:
         if reason is not None:
             entry["reason"] = reason
         self.recent_failures.append(entry)
+
+
+@functools.lru_cache(maxsize=1024)
+def _url_of(url: str) -> httpx.URL:
+    """The parsed URL (httpx parses a `str` URL again on every request); one per tenant route."""
+    return httpx.URL(url)
 
 
 def _route_of(batch: Batch) -> str | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from prometheus_client import REGISTRY
 
 from config.destination import Destination
@@ -15,9 +14,8 @@ from connector.http_client import http_client
 from connector.rebatch import Batch
 from devstack.destination import Reply, TestDestination
 from devstack.ports import free_port
+from tests.connector.loopback_http import RawServer, answer
 from tests.helpers import FakeKafka, Sleeps, make_destination, make_event
-
-pytestmark = pytest.mark.integration
 
 
 def _requests(dest: Destination, status_class: str) -> float:
@@ -62,3 +60,16 @@ async def test_refused_connections_hand_the_batch_to_the_retrier(
     assert kafka.ids(dest.retry_in_topic) == ["e1"]
     assert _requests(dest, "connection") == 3.0
     assert _requests(dest, "timeout") == 0.0
+
+
+async def test_cookies_a_destination_sets_are_not_sent_back(catalog_dir: Path, unique: str) -> None:
+    """The connector keeps no session: a `Set-Cookie` in a reply is not returned with the next
+    request."""
+    reply = b"HTTP/1.1 200 OK\r\nSet-Cookie: lb=node-2; Path=/\r\nContent-Length: 2\r\n\r\nok"
+    async with RawServer(answer([reply])) as server:
+        dest = _dest(catalog_dir, unique, server.url)
+        async with http_client(dest) as client:
+            first = await client.post(server.url, content=b"[]")
+            await client.post(server.url, content=b"[]")
+    assert first.headers["set-cookie"] == "lb=node-2; Path=/"
+    assert [b"cookie:" in head.lower() for head in server.heads] == [False, False]

@@ -19,8 +19,6 @@ from connector.rebatch import Batch
 from devstack.destination import TestDestination
 from tests.helpers import FakeKafka, Sleeps, make_destination, make_event
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def ca() -> trustme.CA:

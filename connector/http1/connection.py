@@ -1,0 +1,286 @@
+"""One HTTP/1.1 connection: an asyncio protocol that writes a request and parses its response.
+
+The response is parsed by httptools (llhttp) as it arrives, in the event loop's callbacks, and
+handed to the awaiting request whole: no task, no stream object, no lock per exchange. One
+exchange at a time; the pool (`connector.http1.pool`) decides who has the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import httptools
+import httpx
+
+__all__ = ["Http1Connection", "Origin", "Reply"]
+
+Origin = tuple[str, str, int]
+"""(scheme, host, port): the connections that can serve a request."""
+
+_NO_BODY_STATUSES = frozenset({204, 304})
+_FRAMING_HEADERS = frozenset({b"content-length", b"transfer-encoding"})
+_ONE_WRITE_BYTES = 256 * 1024
+
+
+@dataclass(slots=True)
+class Reply:
+    """A complete response as read from the wire (its body cut at the connection's cap)."""
+
+    status: int
+    reason: bytes
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+    http_version: bytes
+    #: the connection may serve another request (keep-alive, fully read, not closing)
+    reusable: bool
+
+
+class Http1Connection(asyncio.Protocol):
+    """A keep-alive connection to one origin; `exchange` sends one request and reads its reply.
+
+    It is never reused once `closed` is set: the peer closed it (EOF, reset), it sent bytes
+    nobody asked for, a response broke the parser, or a body was cut at `max_body_bytes`.
+    """
+
+    def __init__(self, origin: Origin, max_body_bytes: int) -> None:
+        self.origin = origin
+        self.closed = False
+        self.idle_since_s = 0.0  # monotonic time it was last put back idle (the pool's)
+        self._loop = asyncio.get_running_loop()
+        self._max_body_bytes = max_body_bytes
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._stale_parser = False  # after a HEAD reply: the parser still expects its body
+        self._reply: asyncio.Future[Reply] | None = None
+        self._head_only = False
+        self._interim = False  # a 1xx reply is being parsed: skipped
+        self._headers_done = False
+        self._reason = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._chunks: list[bytes] = []
+        self._kept_bytes = 0
+        self._cut = False
+        self._last_read_s = 0.0
+        self._read_timer: asyncio.TimerHandle | None = None
+        self._drained: asyncio.Future[None] | None = None  # set while writing is paused
+        self._lost: asyncio.Future[None] | None = None  # made by `wait_lost`
+        self._gone = False  # connection_lost was called
+
+    @property
+    def usable(self) -> bool:
+        """Whether a request may be written to it now (open, and not closing)."""
+        transport = self._transport
+        return not self.closed and transport is not None and not transport.is_closing()
+
+    async def exchange(
+        self,
+        head: bytes,
+        body: bytes,
+        *,
+        head_only: bool,
+        write_timeout_s: float | None,
+        read_timeout_s: float | None,
+    ) -> Reply:
+        """Write a request and return its response. The head (request line and headers) is
+        one write, with the body when it is small (a large one is not copied onto it).
+
+        Raises httpx's `WriteTimeout`, `ReadTimeout`, `RemoteProtocolError` or `ReadError`;
+        after any exception the connection must be closed (`abort`)."""
+        assert self._transport is not None
+        reply: asyncio.Future[Reply] = self._loop.create_future()
+        self._start(reply, head_only)
+        try:
+            if len(body) <= _ONE_WRITE_BYTES:
+                self._transport.write(head + body)
+            else:
+                self._transport.write(head)
+                self._transport.write(body)
+            if self._drained is not None:  # the write buffer is above its high-water mark
+                await self._drain(reply, write_timeout_s)
+            if read_timeout_s is not None and not reply.done():
+                self._last_read_s = now_s = self._loop.time()
+                self._read_timer = self._loop.call_at(
+                    now_s + read_timeout_s, self._check_read, read_timeout_s
+                )
+            result = await reply
+            if result.reusable and self._transport.get_write_buffer_size():
+                self.closed = True  # answered before it took the whole request: out of step
+                result.reusable = False
+            return result
+        finally:
+            self._reply = None
+            if self._read_timer is not None:
+                self._read_timer.cancel()
+                self._read_timer = None
+
+    def close(self) -> None:
+        """Close after what is written is flushed (a clean end: expired, or told to close)."""
+        self.closed = True
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        """Drop the connection at once: its state is unknown (an error, a timeout, cancelled)."""
+        self.closed = True
+        if self._transport is not None:
+            self._transport.abort()
+
+    async def wait_lost(self) -> None:
+        """Return once the connection is gone (after `close` or `abort`)."""
+        if self._gone:
+            return
+        if self._lost is None:
+            self._lost = self._loop.create_future()
+        await self._lost
+
+    # --- asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        reply = self._reply
+        if reply is None or reply.done():
+            self.abort()  # bytes nobody asked for: the stream is out of step
+            return
+        self._last_read_s = self._loop.time()
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(httpx.RemoteProtocolError("the server switched protocols; not supported"))
+        except httptools.HttpParserError as exc:
+            error = httpx.RemoteProtocolError(f"malformed HTTP response: {exc}")
+            error.__cause__ = exc
+            self._fail(error)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = self._gone = True
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
+        reply = self._reply
+        if reply is None or reply.done():
+            return
+        if self._headers_done and self._ends_at_close():
+            self._finish(reusable=False)  # a body delimited by the end of the connection
+            return
+        if exc is None:
+            self._fail(httpx.RemoteProtocolError("server disconnected before a complete response"))
+            return
+        error = httpx.ReadError(f"connection lost before a complete response: {exc}")
+        error.__cause__ = exc
+        self._fail(error)
+
+    def pause_writing(self) -> None:
+        if self._drained is None:
+            self._drained = self._loop.create_future()
+
+    def resume_writing(self) -> None:
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
+
+    # --- httptools callbacks ------------------------------------------------------------------
+
+    def on_status(self, reason: bytes) -> None:
+        self._reason = reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        if 100 <= self._parser.get_status_code() < 200:
+            self._interim = True  # 100 Continue, 103 Early Hints: the real reply follows
+            self._headers = []
+            return
+        self._headers_done = True
+        if self._head_only:  # no body follows, whatever Content-Length says
+            self._stale_parser = True
+            self._finish(reusable=self._parser.should_keep_alive())
+
+    def on_body(self, body: bytes) -> None:
+        if self._cut or self._head_only:
+            return
+        room = self._max_body_bytes - self._kept_bytes
+        if len(body) > room:  # read for an error message only: keep the start, drop the rest
+            self._chunks.append(body[:room])
+            self._kept_bytes += room
+            self._cut = True
+            self.closed = True
+            self._finish(reusable=False)
+            return
+        self._chunks.append(body)
+        self._kept_bytes += len(body)
+
+    def on_message_complete(self) -> None:
+        if self._interim:
+            self._interim = False
+            return
+        if self._cut or self._head_only:
+            return
+        self._finish(reusable=self._parser.should_keep_alive())
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _start(self, reply: asyncio.Future[Reply], head_only: bool) -> None:
+        if self._stale_parser:
+            self._parser = httptools.HttpResponseParser(self)
+            self._stale_parser = False
+        self._reply = reply
+        self._head_only = head_only
+        self._interim = self._headers_done = self._cut = False
+        self._reason = b""
+        self._headers = []
+        self._chunks = []
+        self._kept_bytes = 0
+
+    def _finish(self, *, reusable: bool) -> None:
+        reply = self._reply
+        if reply is None or reply.done():
+            self.closed = True  # a second message on one request: out of step
+            return
+        body = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        version = b"HTTP/1.0" if self._parser.get_http_version() == "1.0" else b"HTTP/1.1"
+        status = self._parser.get_status_code()
+        reply.set_result(
+            Reply(status, self._reason, self._headers, body, version, reusable and not self.closed)
+        )
+
+    def _fail(self, error: httpx.TransportError) -> None:
+        self.closed = True
+        reply = self._reply
+        if reply is not None and not reply.done():
+            reply.set_exception(error)
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _ends_at_close(self) -> bool:
+        """Whether the response being read has its body delimited by the end of the connection."""
+        if self._head_only or self._parser.get_status_code() in _NO_BODY_STATUSES:
+            return False
+        return not any(name.lower() in _FRAMING_HEADERS for name, _ in self._headers)
+
+    async def _drain(self, reply: asyncio.Future[Reply], timeout_s: float | None) -> None:
+        """Wait until the transport took the request, or the reply (or a failure) came first."""
+        assert self._drained is not None
+        either: list[asyncio.Future[Any]] = [self._drained, reply]
+        try:
+            async with asyncio.timeout(timeout_s):
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        except TimeoutError as exc:
+            raise httpx.WriteTimeout(f"request not written within {timeout_s}s") from exc
+
+    def _check_read(self, timeout_s: float) -> None:
+        """The read timer: fail the reply when nothing arrived for `timeout_s`, else re-arm."""
+        reply = self._reply
+        if reply is None or reply.done():
+            return
+        due_s = self._last_read_s + timeout_s
+        if self._loop.time() >= due_s:
+            self._fail(httpx.ReadTimeout(f"no response data for {timeout_s}s"))
+            return
+        self._read_timer = self._loop.call_at(due_s, self._check_read, timeout_s)
