@@ -9,8 +9,8 @@ Caffeine's refresh-after-write and expire-after-write, for asyncio (docs/tenants
 - `get(key)` is a dict read and never awaits anything. After `refresh_after_s` since the key
   was loaded (up to `jitter` of it earlier) the read still returns the value at once and queues
   the key for one background reload: single-flight (a key is queued or loading once), batched
-  (one read of up to `reload_batch` keys), at most `reloaders` reads at once, each a task the
-  cache keeps and cancels when it stops.
+  (one read of up to `reload_batch` keys, gathered for `reload_gather_s`), at most `reloaders`
+  reads at once, each a task the cache keeps and cancels when it stops.
 - every `bulk_refresh_s` (jittered) every entry is loaded again, so changes and removals reach
   every process; a key the source no longer holds is dropped then. An empty (or missing) hash
   while entries are held is taken for a source that lost its data, not for "no entries": a
@@ -160,9 +160,12 @@ class RefreshAheadCache(Generic[V]):
         return loaded
 
     async def _reload_queued(self) -> None:
-        """One reloader: read the queued keys in batches, as long as there are some."""
+        """One reloader: read the queued keys in batches, as long as there are some; a batch
+        not yet full waits `reload_gather_s` for the keys falling due after the first."""
         while True:
             await self._wake.wait()
+            if len(self._wanted) < self.settings.reload_batch:
+                await asyncio.sleep(self.settings.reload_gather_s)
             if not await self._loops.guarded(self.reload_due()):
                 self._wake.clear()
 

@@ -29,6 +29,9 @@ class CacheSettings:
     jitter: float = 0.1  # refreshes come up to this fraction of their interval early
     reloaders: int = 2  # background reads of due keys at once, at most
     reload_batch: int = 100  # keys per background read
+    # a reloader woken by a due key waits this long for more (unless a batch is due already):
+    # keys fall due one by one, and a read per key would cost a round trip each
+    reload_gather_s: float = 0.1
     retry_min_s: float = 0.5  # a failed full load is tried again after this, doubling...
     retry_max_s: float = 30.0  # ...up to this (and never later than bulk_refresh_s)
 

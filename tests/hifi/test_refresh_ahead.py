@@ -236,6 +236,22 @@ async def test_running_cache_reloads_due_keys_in_the_background() -> None:
     assert source.full_reads == 1
 
 
+async def test_keys_falling_due_apart_are_gathered_into_one_read() -> None:
+    """Keys read past refresh_after_s one after another, within `reload_gather_s`, share one
+    read of the source instead of a round trip each."""
+    keys = [f"k{i}" for i in range(20)]
+    clock, source = Clock(), Hash({key: b"v1" for key in keys})
+    cache = make(source, clock)
+    async with cache.running():
+        await asyncio.wait_for(cache.loaded.wait(), 5)
+        clock.now_s += 10
+        for key in keys:
+            assert cache.get(key) == "v1"
+            await asyncio.sleep(SETTINGS.reload_gather_s / 100)
+        assert await until(lambda: sum(map(len, source.key_reads)) == len(keys), 5, 0.01)
+    assert len(source.key_reads) <= 2  # each reloader's first wait gathers what follows it
+
+
 async def test_accepted_sees_new_values_before_reads_do() -> None:
     """The `accepted` hook gets every newly decoded value of a load, once, before it is served."""
     clock, source = Clock(), Hash({"a": b"v1"})
