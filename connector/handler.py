@@ -33,6 +33,8 @@ from tenants.route import Route
 log = structlog.get_logger(__name__)
 
 _MALFORMED_PER_WORK = 500
+BEHIND_SHARE = 0.75  # of the buffer's limit: a tenant destination is behind from here...
+CAUGHT_UP_SHARE = 0.25  # ...until its buffer falls below this
 _event_time_of = attrgetter("event_time_ms")
 
 
@@ -78,6 +80,9 @@ class DeliveryHandler(PartitionHandler):
         self._malformed: list[Unreadable] = []
         self._paused = False
         self._behind = False  # a backlog: see `_backlog`
+        # keeping up, a tenant destination's batches fill while they linger: a request need
+        # not keep its slot until its audit facts are acknowledged to let the next one grow
+        self._lingers = dest.lookups is not None and dest.lookups.max_linger_s > 0
         self._in_flight = metrics.IN_FLIGHT.labels(dest.name)
         self._in_flight_requests = 0
         self._lag_in = metrics.LAG_IN.labels(dest.name)
@@ -191,13 +196,14 @@ class DeliveryHandler(PartitionHandler):
         return 0 if full else self._limit_records - len(pending)
 
     def _backlog(self) -> bool:
-        """Whether the connector is behind: from the moment its buffer reaches its limit (records
-        wait in Kafka that it has no room for) until it falls below half of it. A connector
-        that keeps up never fills its buffer, whatever its load; one that is behind keeps it
-        full. The same half-full buffer is read either way by where it came from."""
-        if self._holds(1.0):
+        """Whether the connector is behind: from the moment its buffer holds `BEHIND_SHARE` of
+        its limit (records wait in Kafka faster than it sends them) until it falls below
+        `CAUGHT_UP_SHARE`. A connector that keeps up holds what arrives within its linger and
+        one round of its tenants, far below the limit whatever its load; one that is behind
+        keeps the buffer near full. A half-full buffer is read either way by where it came from."""
+        if self._holds(BEHIND_SHARE):
             self._behind = True
-        elif self._behind and not self._holds(0.5):
+        elif self._behind and not self._holds(CAUGHT_UP_SHARE):
             self._behind = False
         return self._behind
 
@@ -251,12 +257,14 @@ class DeliveryHandler(PartitionHandler):
         audit facts, which the worker awaits after the unit gave up its slot: with a backlog
         the next request starts at once. A partial batch waits for it in its slot: the events
         arriving meanwhile make the next batches larger, which matters most to a tenant
-        destination, whose batches are cut per tenant."""
+        destination behind, whose batches are cut per tenant. A tenant destination that keeps
+        up and lingers (`max_linger_s`) has its batches fill while they linger: its requests
+        give up their slot as full ones do."""
         self._in_flight.inc()
         self._in_flight_requests += 1
         try:
             acknowledged = await self._deliverer.resolve(batch)
-            if acknowledged is None or batch.full:
+            if acknowledged is None or batch.full or (self._lingers and not self._behind):
                 return acknowledged
             await acknowledged
             return None

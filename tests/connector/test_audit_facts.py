@@ -24,6 +24,7 @@ from hifi.envelope import Event, parse_records
 from hifi.errors import BrokerUnavailable
 from hifi.vocabulary import Reason
 from tests.helpers import TAKEN_MS, FakeKafka, Sleeps, make_destination, make_event
+from tests.tenants.support import route_of, tenant_events, write_tenant_destination
 
 URL = "https://collector.test/v1/events"
 AUDIT = "audit.unit"
@@ -285,3 +286,28 @@ async def test_a_full_batch_leaves_its_facts_acknowledgement_to_the_worker(
         kafka.acknowledge.set()
         assert await partial is None
         assert kafka.acknowledged == 2
+
+
+@respx.mock
+async def test_a_tenant_destination_keeping_up_leaves_every_acknowledgement_to_the_worker(
+    catalog_dir: Path,
+) -> None:
+    """A tenant destination that lingers (`max_linger_s`) fills its batches while they linger:
+    while it keeps up, a partial batch's unit gives up its slot as a full one does."""
+    dest = write_tenant_destination(
+        catalog_dir, "tv", "https://c.test/{region}/{tenant}", "src", lookups="max_linger_s = 0.2\n"
+    )
+    routes = {"a": route_of(dest, "a", values={"api_key": "k", "region": "eu"})}
+    respx.post("https://c.test/eu/a").mock(return_value=httpx.Response(200))
+    kafka = HeldAcks()
+    deliverer, client = _deliverer(dest, kafka)
+    delivery = DeliveryHandler(dest, deliverer, Mock(), route_of=routes.get)
+    async with client, asyncio.timeout(30):
+        batch = Batch(tenant_events(["a"]), routes["a"])
+        assert not batch.full
+        acknowledged = await delivery._deliver(batch)
+        assert acknowledged is not None  # not awaited in the slot
+        assert kafka.acknowledged == 0
+        kafka.acknowledge.set()
+        await acknowledged
+        assert kafka.acknowledged == 1

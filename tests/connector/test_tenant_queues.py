@@ -227,8 +227,8 @@ def test_the_connector_cuts_the_longest_queue_only_while_it_is_behind(
 ) -> None:
     """A tenant destination's intake has room for `[lookups]` `buffer_records` (not the plain
     two windows of in-flight batches). A half-full buffer is not a backlog: the tenant that
-    waited longest goes first. A full one is: the tenant with most events waiting goes first,
-    until the buffer falls below half its limit."""
+    waited longest goes first. Three quarters full is: the tenant with most events waiting goes
+    first, until the buffer falls below a quarter of its limit."""
     dest = write_tenant_destination(
         catalog_dir,
         "tv",
@@ -254,13 +254,16 @@ def test_the_connector_cuts_the_longest_queue_only_while_it_is_behind(
     delivery.take(tp, _records(tenant_events(half)))
     assert delivery.room() == 500
     assert next_offsets() == [0]  # keeping up: old's, the longest waiting
-    rest = [f"t{i}" for i in range(50, 100) for _ in range(10)] + ["old"]
+    rest = [f"t{i}" for i in range(50, 100) for _ in range(5)] + ["old"]
     delivery.take(tp, _records(tenant_events(rest, start=500), start=500))
-    assert delivery.room() == 0  # full: behind
+    assert delivery.room() == 250  # three quarters full: behind
     assert next_offsets() == list(range(1, 100))  # big's, the longest
-    while delivery.room() <= 500:  # behind until under half: the 10-event queues first
-        assert len(next_offsets()) == 10
-    assert next_offsets() == list(range(100, 108))  # keeping up again: t0's waited longest
+    for _ in range(50):  # behind until under a quarter: the 8-event queues first
+        assert len(next_offsets()) == 8
+    assert next_offsets() == list(range(500, 505))  # still behind: 251 events held
+    assert next_offsets() == list(range(505, 510))  # under a quarter: caught up, t51's
+    delivery.take(tp, _records(tenant_events(["big"] * 9, start=800), start=800))
+    assert next_offsets() == list(range(510, 515))  # t52's waited longest; big's is longer
 
 
 def test_the_longest_queue_is_found_as_a_scan_would_find_it(dest: Destination) -> None:
