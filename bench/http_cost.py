@@ -1,5 +1,5 @@
 """CPU per request of the connector's HTTP path: httpx over `connector.http1` against the stack it
-replaced, httpx over httpx-aiohttp (measured only where `httpx_aiohttp` is still installed).
+replaced, httpx over httpx-aiohttp (a development dependency, kept for this comparison).
 
 The client's CPU time (`time.process_time`) per request, `CONCURRENCY` requests in flight, a
 JSON batch of `EVENTS_PER_BATCH` events (~2 KB), against devstack's destination in another
@@ -78,12 +78,10 @@ def _batch(seq: int) -> Batch:
     return Batch(events, full=True)
 
 
-def _old_client(dest: Destination) -> httpx.AsyncClient | None:
+def _old_client(dest: Destination) -> httpx.AsyncClient:
     """The connector's client before `connector.http1`: httpx over httpx-aiohttp."""
-    try:
-        from httpx_aiohttp import AiohttpTransport
-    except ImportError:
-        return None
+    from httpx_aiohttp import AiohttpTransport  # a development dependency, for this comparison
+
     limits = httpx.Limits(
         max_connections=dest.max_in_flight, max_keepalive_connections=dest.max_in_flight
     )
@@ -141,16 +139,12 @@ async def measure(url: str, requests: int) -> dict[str, list[float]]:
     async with AsyncExitStack() as stack:
         new = await stack.enter_async_context(http_client(dest))
         variants = {"new post": _post(new, url), "new deliverer": _deliver(new, dest, batches)}
-        old = _old_client(dest)
-        if old is None:
-            print("httpx_aiohttp is not installed: the old stack is not measured")
-        else:
-            await stack.enter_async_context(old)
-            variants = {
-                "old post": _post(old, url),
-                **variants,
-                "old deliverer": _deliver(old, dest, batches),
-            }
+        old = await stack.enter_async_context(_old_client(dest))
+        variants = {
+            "old post": _post(old, url),
+            **variants,
+            "old deliverer": _deliver(old, dest, batches),
+        }
         for round_ in range(1, ROUNDS + 1):
             for label, one in variants.items():
                 us = await _cpu_per_request_us(one, requests)
