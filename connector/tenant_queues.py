@@ -275,6 +275,8 @@ class TenantPending:
         self._queued_bytes -= before_bytes - queue.size_bytes
         if len(queue) < self.max_records and queue.size_bytes < self.max_bytes:
             self._full.pop(route, None)
+        elif self._full.pop(route, _UNSEEN) is not _UNSEEN:
+            self._full[route] = None  # full still: behind the other full queues
         full = len(events) >= self.max_records or bool(queue)  # bool(queue): cut at a bound
         if queue:
             self._queues.move_to_end(route)  # what is left waits behind the other tenants

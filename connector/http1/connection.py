@@ -22,6 +22,7 @@ Origin = tuple[str, str, int]
 _NO_BODY_STATUSES = frozenset({204, 304})
 _FRAMING_HEADERS = frozenset({b"content-length", b"transfer-encoding"})
 _ONE_WRITE_BYTES = 256 * 1024
+HEADER_BYTES_MAX = 64 * 1024  # a reply's header names and values, in all
 
 
 @dataclass(slots=True)
@@ -59,6 +60,7 @@ class Http1Connection(asyncio.Protocol):
         self._headers_done = False
         self._reason = b""
         self._headers: list[tuple[bytes, bytes]] = []
+        self._header_bytes = 0
         self._chunks: list[bytes] = []
         self._kept_bytes = 0
         self._cut = False
@@ -152,7 +154,10 @@ class Http1Connection(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             self._fail(httpx.RemoteProtocolError("the server switched protocols; not supported"))
         except httptools.HttpParserError as exc:
-            error = httpx.RemoteProtocolError(f"malformed HTTP response: {exc}")
+            why = f"malformed HTTP response: {exc}"
+            if self._header_bytes > HEADER_BYTES_MAX:
+                why = f"HTTP response headers over {HEADER_BYTES_MAX} bytes"
+            error = httpx.RemoteProtocolError(why)
             error.__cause__ = exc
             self._fail(error)
 
@@ -175,6 +180,12 @@ class Http1Connection(asyncio.Protocol):
         error.__cause__ = exc
         self._fail(error)
 
+    def eof_received(self) -> bool | None:
+        """The server closed its side: nothing more is written here (over TLS the transport
+        would otherwise still look open until the connection is lost)."""
+        self.closed = True
+        return None  # the transport closes itself
+
     def pause_writing(self) -> None:
         if self._drained is None:
             self._drained = self._loop.create_future()
@@ -190,12 +201,16 @@ class Http1Connection(asyncio.Protocol):
         self._reason = reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_bytes += len(name) + len(value)
+        if self._header_bytes > HEADER_BYTES_MAX:
+            raise httptools.HttpParserError  # stops the parser; `data_received` says why
         self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         if 100 <= self._parser.get_status_code() < 200:
             self._interim = True  # 100 Continue, 103 Early Hints: the real reply follows
             self._headers = []
+            self._header_bytes = 0
             return
         self._headers_done = True
         if self._head_only:  # no body follows, whatever Content-Length says
@@ -235,6 +250,7 @@ class Http1Connection(asyncio.Protocol):
         self._interim = self._headers_done = self._cut = False
         self._reason = b""
         self._headers = []
+        self._header_bytes = 0
         self._chunks = []
         self._kept_bytes = 0
 

@@ -26,6 +26,7 @@ __all__ = ["MAX_BODY_BYTES", "Http1Transport"]
 
 #: response bytes kept: a destination's body is only read for an error message
 MAX_BODY_BYTES = 1024 * 1024
+_HAPPY_EYEBALLS_DELAY_S = 0.25  # as aiohttp and httpcore race a host's addresses
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _METHODS = {name: name.encode("ascii") for name in ("POST", "GET", "HEAD", "PUT")}
 _DEFAULT_LIMITS = httpx.Limits()
@@ -74,7 +75,15 @@ class Http1Transport(httpx.AsyncBaseTransport):
             stream=httpx.ByteStream(reply.body),
             extensions=extensions,
         )
-        response.read()  # the body is here already: httpx's client then skips its async read
+        try:
+            response.read()  # the body is here already: httpx's client then skips its read
+        except httpx.DecodingError:  # a body its Content-Encoding does not decode: kept as sent
+            response = httpx.Response(
+                reply.status,
+                headers=[(n, v) for n, v in reply.headers if n.lower() != b"content-encoding"],
+                content=reply.body,
+                extensions=extensions,
+            )
         return response
 
     async def aclose(self) -> None:
@@ -119,7 +128,15 @@ class Http1Transport(httpx.AsyncBaseTransport):
         try:
             async with asyncio.timeout(timeout_s):
                 _, connection = await loop.create_connection(
-                    factory, host, port, ssl=context, server_hostname=sni
+                    factory,
+                    host,
+                    port,
+                    ssl=context,
+                    server_hostname=sni,
+                    # RFC 8305: an address family whose route drops packets costs 0.25 s, not
+                    # the whole connect timeout
+                    happy_eyeballs_delay=_HAPPY_EYEBALLS_DELAY_S,
+                    interleave=1,
                 )
         except TimeoutError as exc:
             self._pool.give_back_slot()

@@ -17,6 +17,7 @@ import trustme
 from connector.delivery import Deliverer
 from connector.divert import Diverter
 from connector.http1 import Http1Transport
+from connector.http1.connection import HEADER_BYTES_MAX
 from connector.statuses import Unreachable
 from devstack.destination import Reply, TestDestination
 from hifi.errors import DestinationUnavailable
@@ -183,6 +184,30 @@ async def test_malformed_reply_is_remote_protocol_error_and_drops_the_connection
             await client.post(server.url, content=b"a")
         assert (await client.post(server.url, content=b"b")).status_code == 200
     assert server.opened == 2
+
+
+async def test_reply_headers_past_the_bound_are_remote_protocol_error() -> None:
+    """A reply whose headers run past `HEADER_BYTES_MAX` is refused, not held in memory."""
+    huge = b"".join(b"X-Filler-%d: %s\r\n" % (i, b"v" * 1000) for i in range(80))
+    reply = b"HTTP/1.1 200 OK\r\n" + huge + b"Content-Length: 0\r\n\r\n"
+    assert len(huge) > HEADER_BYTES_MAX
+    async with RawServer(answer([reply, OK])) as server, _client() as client:
+        with pytest.raises(httpx.RemoteProtocolError, match="headers over"):
+            await client.post(server.url, content=b"a")
+        assert (await client.post(server.url, content=b"b")).status_code == 200
+
+
+async def test_a_body_its_encoding_does_not_decode_is_kept_as_sent() -> None:
+    """`Content-Encoding: gzip` over bytes that are not gzip: the reply is still a reply (its
+    status decides), its body the bytes sent; not an error that would stop the connector."""
+    body = b"not gzip at all"
+    reply = (
+        b"HTTP/1.1 500 Oops\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(body)
+        + body
+    )
+    async with RawServer(answer([reply])) as server, _client() as client:
+        response = await client.post(server.url, content=b"a")
+    assert (response.status_code, response.content) == (500, body)
 
 
 # --- TLS ------------------------------------------------------------------------------------

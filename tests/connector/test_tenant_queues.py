@@ -292,3 +292,13 @@ def test_the_longest_queue_is_found_as_a_scan_would_find_it(dest: Destination) -
         if step % 50 == 49:
             pending.drop({TopicPartition("src", step % 3)})
     assert len(pending._by_length) <= 2 * len(pending._queues) + 4096
+
+
+def test_full_queues_take_turns(dest: Destination) -> None:
+    """A tenant whose queue stays full after a cut goes behind the other full queues, so one
+    busy tenant cannot keep the others waiting for a whole backlog."""
+    routes = _routes(dest, a={}, b={})
+    pending = _pending(routes, max_records=2)
+    pending.extend(tenant_events(["a"] * 6 + ["b"] * 4))
+    cut = [_cut(pending, crowded=True).target for _ in range(5)]
+    assert [route.name if route else None for route in cut] == ["a", "b", "a", "b", "a"]
