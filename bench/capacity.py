@@ -34,6 +34,7 @@ import orjson
 from aiokafka import TopicPartition
 
 from bench import machine
+from bench.memory_batches import RefusingProducer, memory_batch
 from bench.report import Row, render_table, say
 from config.destination import Destination
 from connector.concurrency import Limiter
@@ -41,7 +42,6 @@ from connector.delivery import Deliverer
 from connector.divert import Diverter
 from connector.http_client import http_client
 from connector.rebatch import Batch
-from hifi.envelope import Event
 from hifi.errors import DestinationUnavailable
 from hifi.logging import configure_logging
 
@@ -178,35 +178,8 @@ def _destination(url: str, max_in_flight: int, concurrency: str) -> Destination:
     )
 
 
-class _NoKafka:
-    """The diverter's producer: this phase never hands off nor dead-letters (it would raise)."""
-
-    async def send_all(self, records: object) -> object:
-        raise RuntimeError("the capacity phase hands nothing off")
-
-    async def append_all(self, records: object) -> object:
-        raise RuntimeError("the capacity phase hands nothing off")
-
-
 def _batch(seq: int) -> Batch:
-    now_ms = int(time.time() * 1000)
-    events = [
-        Event(
-            tp=_TP,
-            offset=seq * EVENTS_PER_BATCH + i,
-            value=orjson.dumps({"id": f"c{seq}-{i}", "event_time": now_ms}),
-            id=f"c{seq}-{i}",
-            event_time_ms=now_ms,
-            key=None,
-            headers=(),
-            kafka_timestamp_ms=now_ms,
-            retried=False,
-            taken_ms=now_ms,
-            has_id=True,
-        )
-        for i in range(EVENTS_PER_BATCH)
-    ]
-    return Batch(events, full=True)
+    return memory_batch(_TP, seq, EVENTS_PER_BATCH, "c")
 
 
 async def drive(url: str, label: str, *, max_in_flight: int, adaptive: bool, run_s: float) -> Run:
@@ -215,7 +188,9 @@ async def drive(url: str, label: str, *, max_in_flight: int, adaptive: bool, run
     limiter = Limiter(label, ceiling=max_in_flight, adaptive=adaptive)
     run = Run(label)
     async with http_client(dest) as client:
-        deliverer = Deliverer(client, dest, Diverter(_NoKafka(), dest), limiter=limiter)  # type: ignore[arg-type]
+        deliverer = Deliverer(
+            client, dest, Diverter(RefusingProducer("the capacity phase"), dest), limiter=limiter
+        )
         loop = asyncio.get_running_loop()
         began = loop.time()
 

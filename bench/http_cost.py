@@ -24,16 +24,15 @@ from pathlib import Path
 
 import click
 import httpx
-import orjson
 from aiokafka import TopicPartition
 
+from bench.memory_batches import RefusingProducer, memory_batch
 from bench.processes import destination
 from config.destination import Destination
 from connector.delivery import Deliverer
 from connector.divert import Diverter
 from connector.http_client import http_client
 from connector.rebatch import Batch
-from hifi.envelope import Event
 
 CONCURRENCY = 8
 EVENTS_PER_BATCH = 20
@@ -45,37 +44,8 @@ _HEADERS = {"Content-Type": "application/json", "Idempotency-Key": "0123456789ab
 Request = Callable[[int], Awaitable[None]]
 
 
-class _NoKafka:
-    """The diverter's producer: every batch is accepted, so nothing is handed off."""
-
-    async def send_all(self, records: object) -> object:
-        raise RuntimeError("http_cost hands nothing off: the destination answered an error")
-
-    async def append_all(self, records: object) -> object:
-        raise RuntimeError("http_cost hands nothing off: the destination answered an error")
-
-
 def _batch(seq: int) -> Batch:
-    now_ms = int(time.time() * 1000)
-    events = [
-        Event(
-            tp=_TP,
-            offset=seq * EVENTS_PER_BATCH + i,
-            value=orjson.dumps(
-                {"id": f"h{seq}-{i}", "event_time": now_ms, "tenant": "t1", "v": "x" * 40}
-            ),
-            id=f"h{seq}-{i}",
-            event_time_ms=now_ms,
-            key=None,
-            headers=(),
-            kafka_timestamp_ms=now_ms,
-            retried=False,
-            taken_ms=now_ms,
-            has_id=True,
-        )
-        for i in range(EVENTS_PER_BATCH)
-    ]
-    return Batch(events, full=True)
+    return memory_batch(_TP, seq, EVENTS_PER_BATCH, "h", tenant="t1", v="x" * 40)
 
 
 def _old_client(dest: Destination) -> httpx.AsyncClient:
@@ -106,7 +76,7 @@ def _post(client: httpx.AsyncClient, url: str) -> Request:
 
 
 def _deliver(client: httpx.AsyncClient, dest: Destination, batches: list[Batch]) -> Request:
-    deliverer = Deliverer(client, dest, Diverter(_NoKafka(), dest))  # type: ignore[arg-type]
+    deliverer = Deliverer(client, dest, Diverter(RefusingProducer("http_cost"), dest))
 
     async def one(seq: int) -> None:
         await deliverer.deliver(batches[seq % len(batches)])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from hifi.envelope import Event
 from tenants.route import Route
 
@@ -22,6 +24,10 @@ class TenantQueue(list[Event]):
         self.order = order  # its place in the waiting order: smaller waited longer
         self.bodies: list[bytes] | None = [] if route.projects else None
         self.size_bytes = ARRAY_BRACKETS_BYTES
+
+    def waited_ms(self) -> float:
+        """How long its first event has waited since it was taken in."""
+        return time.time() * 1000 - self[0].taken_ms
 
     def take(self, max_records: int, max_bytes: int) -> tuple[list[Event], list[bytes] | None]:
         """The first events within both bounds (always at least one), and their bodies."""

@@ -37,7 +37,6 @@ import dataclasses
 import enum
 import heapq
 import itertools
-import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
@@ -273,9 +272,8 @@ class TenantPending:
         events, bodies = queue.take(max_records or self.max_records, self.max_bytes)
         self._count -= len(events)
         self._queued_bytes -= before_bytes - queue.size_bytes
-        if len(queue) < self.max_records and queue.size_bytes < self.max_bytes:
-            self._full.pop(route, None)
-        elif self._full.pop(route, _UNSEEN) is not _UNSEEN:
+        self._full.pop(route, None)
+        if len(queue) >= self.max_records or queue.size_bytes >= self.max_bytes:
             self._full[route] = None  # full still: behind the other full queues
         full = len(events) >= self.max_records or bool(queue)  # bool(queue): cut at a bound
         if queue:
@@ -296,7 +294,7 @@ class TenantPending:
             queue = self._queues[next(iter(self._full))]
         else:
             queue = next(iter(self._queues.values()))
-            if crowded and _young(queue):
+            if crowded and queue.waited_ms() < OLDEST_WAIT_MAX_MS:
                 queue = self._longest()
         if holds_back is not None and holds_back(queue.route):
             ready = [queue for queue in self._queues.values() if not holds_back(queue.route)]
@@ -305,15 +303,11 @@ class TenantPending:
                 return full[0]
             if ready:
                 queue = ready[0]
-                if crowded and _young(queue):
+                if crowded and queue.waited_ms() < OLDEST_WAIT_MAX_MS:
                     queue = max(ready, key=len)
-        if linger and not crowded and queue.route not in self._full and self._lingers(queue):
-            return None
+        if linger and not crowded and queue.route not in self._full:
+            return None if queue.waited_ms() < self._max_linger_ms else queue
         return queue
-
-    def _lingers(self, queue: TenantQueue) -> bool:
-        """Whether the first event of `queue` has waited less than `max_linger_s`."""
-        return time.time() * 1000 - queue[0].taken_ms < self._max_linger_ms
 
     def sendable(self) -> bool:
         """Whether a route with events is not held back by its rate limits."""
@@ -351,8 +345,3 @@ def _tenant_id(raw: object) -> str | None:
     if isinstance(raw, int) and not isinstance(raw, bool):
         return str(raw)
     return None
-
-
-def _young(queue: TenantQueue) -> bool:
-    """Whether the first event of `queue` has waited less than `OLDEST_WAIT_MAX_MS`."""
-    return time.time() * 1000 - queue[0].taken_ms < OLDEST_WAIT_MAX_MS

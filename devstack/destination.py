@@ -285,11 +285,10 @@ class TestDestination:
         self._connections_opened += 1
         try:
             await self._serve(reader, writer)
-        except (ConnectionError, h11.RemoteProtocolError):
-            pass  # the client went away or spoke broken HTTP: close the connection
-        except asyncio.CancelledError:
-            # the server stops: end quietly, as Python 3.11's stream callback would otherwise
-            # print a traceback reading the cancelled task's exception (fixed in 3.12)
+        except (ConnectionError, h11.RemoteProtocolError, asyncio.CancelledError):
+            # the client went away or spoke broken HTTP: close the connection; or the server
+            # stops: end quietly, as Python 3.11's stream callback would otherwise print a
+            # traceback reading the cancelled task's exception (fixed in 3.12)
             pass
         finally:
             del self._connections[task]

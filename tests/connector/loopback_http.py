@@ -72,10 +72,11 @@ class RawServer:
         self.opened += 1
         self.open_now += 1
         self.max_open = max(self.max_open, self.open_now)
+        # the test ended, or the client dropped the connection: both expected here
+        expected = (asyncio.CancelledError, ConnectionError, asyncio.IncompleteReadError)
         try:
-            await self.handler(reader, writer, self)
-        except (asyncio.CancelledError, ConnectionError, asyncio.IncompleteReadError):
-            pass  # the test ended, or the client dropped the connection: both expected here
+            with contextlib.suppress(*expected):
+                await self.handler(reader, writer, self)
         finally:
             self.open_now -= 1
             self._tasks.discard(task)
@@ -96,6 +97,21 @@ def answer(replies: list[bytes], *, then: Callable[[], Awaitable[None]] | None =
             if then is not None:
                 await then()
                 return
+
+    return handle
+
+
+def reply_then_close(reply: bytes) -> Handler:
+    """A handler that answers one request with `reply` (sent as is, whole or cut short) and
+    closes the connection cleanly (a FIN, not a reset)."""
+
+    async def handle(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer
+    ) -> None:
+        await server.read_request(reader)
+        writer.write(reply)
+        await writer.drain()
+        writer.close()
 
     return handle
 

@@ -12,7 +12,7 @@ import pytest
 from connector.http1 import MAX_BODY_BYTES, Http1Transport
 from connector.http1.connection import Http1Connection
 from devstack.destination import Reply, TestDestination
-from tests.connector.loopback_http import OK, RawServer, answer, until_eof
+from tests.connector.loopback_http import OK, RawServer, answer, reply_then_close, until_eof
 
 JSON = {"Content-Type": "application/json"}
 
@@ -140,15 +140,7 @@ async def test_reply_delimited_by_close_is_read_until_the_end() -> None:
     connection is not reused."""
     reply = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\r\nbad event at 3"
 
-    async def handle(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer
-    ) -> None:
-        await server.read_request(reader)
-        writer.write(reply)
-        await writer.drain()
-        writer.close()
-
-    async with RawServer(handle) as server, _client(Http1Transport()) as client:
+    async with RawServer(reply_then_close(reply)) as server, _client(Http1Transport()) as client:
         first = await client.post(server.url, content=b"a")
         second = await client.post(server.url, content=b"b")
     assert (first.status_code, first.text, second.text) == (400, "bad event at 3", "bad event at 3")

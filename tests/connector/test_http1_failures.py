@@ -21,7 +21,7 @@ from connector.http1.connection import HEADER_BYTES_MAX
 from connector.statuses import Unreachable
 from devstack.destination import Reply, TestDestination
 from hifi.errors import DestinationUnavailable
-from tests.connector.loopback_http import OK, RawServer, answer, until_eof
+from tests.connector.loopback_http import OK, RawServer, answer, reply_then_close, until_eof
 from tests.helpers import FakeKafka, make_destination
 
 JSON = {"Content-Type": "application/json"}
@@ -152,15 +152,7 @@ async def test_connection_dropped_without_reply_is_not_retried(
 async def test_connection_closed_mid_reply_is_remote_protocol_error(reply: bytes) -> None:
     """A reply cut short by the server closing: RemoteProtocolError, never a short body."""
 
-    async def handle(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer
-    ) -> None:
-        await server.read_request(reader)
-        writer.write(reply)
-        await writer.drain()
-        writer.close()
-
-    async with RawServer(handle) as server, _client() as client:
+    async with RawServer(reply_then_close(reply)) as server, _client() as client:
         with pytest.raises(httpx.RemoteProtocolError):
             await client.post(server.url, content=b"a")
 
