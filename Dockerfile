@@ -23,6 +23,7 @@ COPY connector ./connector
 COPY auditor ./auditor
 COPY retrier ./retrier
 COPY spark_batch ./spark_batch
+COPY ingest ./ingest
 RUN /opt/hifi/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
 
 FROM ${BASE}

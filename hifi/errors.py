@@ -6,6 +6,7 @@
     │   └── TokenRefused              an OAuth2 token endpoint refused the client credentials
     ├── CommandFailed             a command stopped before it finished what it was asked to do
     ├── GroupActive               a consumer group has members; its offsets move only once they stop
+    ├── RequestRefused            ingest answers a request as a whole, producing none of it (4xx, 503)
     ├── TransientError            may succeed if tried again later
     │   ├── DestinationUnavailable    timeout, connection error, 5xx, 429 (carries Retry-After)
     │   ├── BrokerUnavailable         Kafka unreachable, timed out, or a write or commit failed
@@ -25,7 +26,8 @@ wrong: a service manager should not restart), 1 for everything else (unreachable
 failed: worth another try). `hifi.cli.run_command` turns one into a line on stderr and that code.
 
 The boundaries: `connector.delivery` and `hifi.oauth2` for httpx, `hifi.kafka` for aiokafka,
-`hifi.lookup_cache.redis_hash` for redis. Code above them only ever catches these types. A
+`hifi.lookup_cache.redis_hash` for redis (`hifi.redis_keys` goes through its `redis_command`).
+Code above them only ever catches these types. A
 `status` is a real HTTP status or None (no reply); the reason a record was dead-lettered is a
 `hifi.vocabulary.Reason`, never a status.
 """
@@ -136,3 +138,22 @@ class TokenRefused(ConfigError):
 class TokenUnavailable(TransientError):
     """An OAuth2 token endpoint gave no token for a reason worth retrying: no answer, a timeout,
     5xx or 429 (`hifi.oauth2`)."""
+
+
+class RequestRefused(HifiError):
+    """The ingest service answers a request as a whole and produces none of it: `status` is
+    what it answers (a 4xx: auth, limits, an unreadable body; 503 when it has no room), `limit`
+    the stream setting it is over (a 413), `headers` extra response headers (`Allow`, ...)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        limit: str | None = None,
+        headers: tuple[tuple[bytes, bytes], ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.limit = limit
+        self.headers = headers

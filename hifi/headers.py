@@ -27,6 +27,11 @@ HDR_EVENT_TIME_MS = "hifi-event-time-ms"  # the event time the connector read (s
 # set at a hand-off whose failure has a known cause (a `Reason` value, e.g. unknown_tenant): the
 # reason the retrier gives the dead letter when the tiers run out, instead of `expired`
 HDR_CAUSE = "hifi-cause"
+# set by the ingest service on a record whose event had no readable time: `arrival` (a
+# `hifi.vocabulary.EventTimeFrom`), the record's timestamp standing in. Not in HIFI_HEADERS: it
+# describes the source record itself, so it travels with the event through hand-offs and
+# dead letters like a producer's own header.
+HDR_EVENT_TIME = "hifi-event-time"
 HIFI_HEADERS = frozenset(
     {
         HDR_DEST,

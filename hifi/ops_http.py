@@ -31,7 +31,7 @@ class Readiness:
     detail: str
 
 
-class _QuietServer(uvicorn.Server):
+class QuietServer(uvicorn.Server):
     """A uvicorn server that leaves signal handling to the daemon that embeds it."""
 
     @contextlib.contextmanager
@@ -163,7 +163,7 @@ class OpsServer:
             lifespan="off",
             timeout_graceful_shutdown=1,
         )
-        server = _QuietServer(config)
+        server = QuietServer(config)
         task = asyncio.create_task(server.serve(sockets=[sock]), name="ops-http")
         try:
             yield self

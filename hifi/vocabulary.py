@@ -1,5 +1,5 @@
-"""hifi's one vocabulary: what can become of an event, why a dead letter is dead, and how a
-partition was seen to start over.
+"""hifi's one vocabulary: what can become of an event, why a dead letter is dead, why ingest
+refused an event and where it read its time, and how a partition was seen to start over.
 
 All are `str` enums: a member goes as it is into a Kafka header, a metric label, a JSON
 document or a CLI choice list, and every one of those places uses these and only these names.
@@ -45,6 +45,33 @@ class Reason(StrEnum):
     UNKNOWN_TENANT = "unknown_tenant"
     #: the tenant's entry is disabled (`enabled = false`) and does not say to filter instead
     TENANT_DISABLED = "tenant_disabled"
+
+
+class Rejection(StrEnum):
+    """Why the ingest service refused one event of a request (the others may be accepted): the
+    `reason` of that event's result and the label of `hifi_ingest_events_rejected_total`."""
+
+    #: not JSON (an NDJSON line, or a whole body, that does not parse)
+    NOT_JSON = "not_json"
+    #: JSON, but not an object
+    NOT_AN_OBJECT = "not_an_object"
+    #: not UTF-8 text
+    NOT_UTF8 = "not_utf8"
+    #: the stream's id field holds neither a non-empty string nor an integer
+    INVALID_ID = "invalid_id"
+    #: larger than the stream's `max_event_bytes` (a streamed event: in a request it is a 413)
+    TOO_LARGE = "too_large"
+
+
+class EventTimeFrom(StrEnum):
+    """Where the ingest service took an event's time from: the `hifi-event-time` header of its
+    record and the `event_time` of its result (only `arrival` is written: the usual case is
+    not repeated on every record)."""
+
+    #: the event's own time field, readable as epoch ms or RFC 3339
+    EVENT = "event"
+    #: the field was missing or unreadable: the arrival time stands in (the record's timestamp)
+    ARRIVAL = "arrival"
 
 
 class StartedOver(StrEnum):

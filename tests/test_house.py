@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("hifi", "config", "tenants", "connector", "auditor", "retrier", "spark_batch")
+PRODUCT = ("hifi", "config", "tenants", "connector", "auditor", "retrier", "spark_batch", "ingest")
 MODULE_LINES_MAX = 400
 
 

@@ -108,27 +108,40 @@ class RedisHash:
             await self._call("HDEL", self._client.hdel(self.key, *fields))
 
     async def _call(self, command: str, call: Awaitable[T]) -> T:
-        try:
-            async with asyncio.timeout(self._settings.command_timeout_s):
-                return await call
-        except TimeoutError:
-            raise StoreUnavailable(
-                f"redis {command} {self.key}: no reply within {self._settings.command_timeout_s:g}"
-                f" s from {self._settings.describe()}"
-            ) from None
-        except (redis.exceptions.RedisError, OSError) as exc:
-            raise StoreUnavailable(
-                redaction.short_error(
-                    f"redis {command} {self.key} at {self._settings.describe()}:"
-                    f" {type(exc).__name__}: {exc}"
-                )
-            ) from exc
+        return await redis_command(self._settings, f"{command} {self.key}", call)
+
+
+async def redis_command(settings: RedisSettings, doing: str, call: Awaitable[T]) -> T:
+    """Await one Redis command (`doing`: its name and key, for the message) within
+    `command_timeout_s`; any redis failure becomes `StoreUnavailable`, here and nowhere else."""
+    try:
+        async with asyncio.timeout(settings.command_timeout_s):
+            return await call
+    except TimeoutError:
+        raise StoreUnavailable(
+            f"redis {doing}: no reply within {settings.command_timeout_s:g}"
+            f" s from {settings.describe()}"
+        ) from None
+    except (redis.exceptions.RedisError, OSError) as exc:
+        raise StoreUnavailable(
+            redaction.short_error(
+                f"redis {doing} at {settings.describe()}: {type(exc).__name__}: {exc}"
+            )
+        ) from exc
 
 
 @contextlib.asynccontextmanager
 async def connected(settings: RedisSettings, key: str) -> AsyncIterator[RedisHash]:
     """The hash `key` on a client that is closed when the block exits (connections are made on
     first use, so this never fails for an unreachable Redis: the commands do)."""
+    async with redis_client(settings) as client:
+        yield RedisHash(client, key, settings)
+
+
+@contextlib.asynccontextmanager
+async def redis_client(settings: RedisSettings) -> AsyncIterator[redis.asyncio.Redis]:
+    """A client of `settings` (one attempt per command, no retry of its own), closed on exit;
+    its commands go through `redis_command`."""
     client = redis.asyncio.Redis.from_url(
         settings.url,
         socket_connect_timeout=settings.connect_timeout_s,
@@ -137,7 +150,7 @@ async def connected(settings: RedisSettings, key: str) -> AsyncIterator[RedisHas
         health_check_interval=30,
     )
     try:
-        yield RedisHash(client, key, settings)
+        yield client
     finally:
         await client.aclose()
 

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 import auditor.cli
 import connector.cli
+import ingest.cli
 import retrier.cli
 import spark_batch.cli
 import tenants.cli
@@ -26,6 +27,7 @@ COMMANDS: dict[str, click.Command] = {
     "connector": connector.cli.cli,
     "retrier": retrier.cli.cli,
     "auditor": auditor.cli.cli,
+    "ingest": ingest.cli.cli,
     "spark-batch": spark_batch.cli.cli,
     "hifi-tenants": tenants.cli.cli,
 }

@@ -16,6 +16,7 @@ COMMANDS = {
     "auditor": "auditor.cli",
     "spark-batch": "spark_batch.cli",
     "hifi-tenants": "tenants.cli",
+    "ingest": "ingest.cli",
 }
 SUBCOMMANDS = {
     "connector": ["rewind", "backfill"],
@@ -23,6 +24,7 @@ SUBCOMMANDS = {
     "auditor": ["report"],
     "spark-batch": ["reconcile"],
     "hifi-tenants": ["push", "get", "diff"],
+    "ingest": ["hash-token"],
 }
 # what a command loads only once a subcommand or the daemon runs
 HEAVY = {

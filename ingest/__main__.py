@@ -1,0 +1,5 @@
+"""`python -m ingest`: the `ingest` command."""
+
+from ingest.cli import main
+
+main()

@@ -1,0 +1,198 @@
+"""`ingest` serves the streams' HTTP API; `ingest hash-token` prints the hash a stream file stores for a token."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from hifi.cli import STOP_SIGNALS, Group, run_command, run_daemon
+from hifi.cli_options import FINITE_POSITIVE_SECONDS, LOG_LEVELS, METRICS_PORT_ENV, version_option
+from hifi.errors import ConfigError
+
+if TYPE_CHECKING:
+    from hifi.lookup_cache.redis_hash import RedisSettings
+    from ingest.service import ServiceSettings
+
+PROG = "ingest"
+STREAMS_ENV_VAR = "HIFI_STREAMS_DIR"  # as config.streams.STREAMS_ENV_VAR
+REDIS_URL_ENV_VAR = "HIFI_REDIS_URL"  # as hifi.lookup_cache.redis_hash.REDIS_URL_ENV_VAR
+_PORT = click.IntRange(0, 65535)
+
+
+@click.group(
+    cls=Group, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]}
+)
+@version_option(PROG)
+@click.option(
+    "--streams",
+    "streams_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help=f"Streams directory, one NAME.toml per stream (default: ${STREAMS_ENV_VAR}).",
+)
+@click.option("--host", default="0.0.0.0", show_default=True, help="Address the API listens on.")  # noqa: S104
+@click.option("--port", type=_PORT, default=8080, show_default=True, help="The API's port.")
+@click.option(
+    "--metrics-host",
+    envvar="HIFI_METRICS_HOST",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address of the ops port ($HIFI_METRICS_HOST).",
+)
+@click.option(
+    "--metrics-port",
+    envvar=METRICS_PORT_ENV,
+    type=_PORT,
+    default=9403,
+    show_default=True,
+    help=f"Port for /metrics, /healthz and /readyz (0 picks a free one; ${METRICS_PORT_ENV}).",
+)
+@click.option(
+    "--max-in-flight",
+    type=click.IntRange(1, 1_000_000),
+    default=1024,
+    show_default=True,
+    help="Requests served at once; beyond, 503 with Retry-After.",
+)
+@click.option(
+    "--max-in-flight-bytes",
+    type=click.IntRange(1024),
+    default=256 * 1024 * 1024,
+    show_default=True,
+    help="Body bytes the requests in flight may hold; beyond, 503 with Retry-After.",
+)
+@click.option(
+    "--ack-timeout-s",
+    type=FINITE_POSITIVE_SECONDS,
+    default=10.0,
+    show_default=True,
+    help="A request whose events Kafka has not acknowledged by then is answered 503.",
+)
+@click.option(
+    "--drain-timeout-s",
+    type=FINITE_POSITIVE_SECONDS,
+    default=30.0,
+    show_default=True,
+    help="On SIGTERM, requests in flight finish within this long.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["auto", "json", "console"]),
+    default="auto",
+    show_default=True,
+    help="auto: JSON lines unless stderr is a terminal.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="INFO",
+    show_default=True,
+)
+@click.option("--check", is_flag=True, help="Validate the streams and the environment, then exit.")
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    streams_dir: Path | None,
+    host: str,
+    port: int,
+    metrics_host: str,
+    metrics_port: int,
+    max_in_flight: int,
+    max_in_flight_bytes: int,
+    ack_timeout_s: float,
+    drain_timeout_s: float,
+    log_format: str,
+    log_level: str,
+    check: bool,
+) -> None:
+    """Accept events over HTTP and answer only once Kafka holds them.
+
+    POST /v1/events/STREAM takes one JSON object, a JSON array of objects or NDJSON (gzip
+    too) and answers a result per event once Kafka (acks=all) acknowledged every accepted
+    one; POST /v1/events/STREAM:stream takes NDJSON over a chunked request and answers a line
+    per event. A stream is NAME.toml in the streams directory: its topic, id and time fields,
+    token hashes and limits (docs/ingest.md). With $HIFI_REDIS_URL, Idempotency-Key repeats
+    get their first answer. SIGTERM stops intake, finishes the requests in flight and exits 0.
+    """
+    if ctx.invoked_subcommand is not None:
+        STOP_SIGNALS.release()
+        return
+    from hifi.logging import configure_logging
+    from ingest.service import ServiceSettings
+
+    if check:
+        STOP_SIGNALS.release()
+    configure_logging(log_format, log_level, libraries=not check)  # type: ignore[arg-type]
+    settings = ServiceSettings(
+        host=host,
+        port=port,
+        metrics_host=metrics_host,
+        metrics_port=metrics_port,
+        max_in_flight=max_in_flight,
+        max_in_flight_bytes=max_in_flight_bytes,
+        ack_timeout_s=ack_timeout_s,
+        drain_timeout_s=drain_timeout_s,
+    )
+    _serve(streams_dir, settings, check=check)
+
+
+def _serve(streams_dir: Path | None, settings: ServiceSettings, *, check: bool) -> None:
+    from config.streams import default_streams_dir, load_streams
+    from hifi.kafka.settings import KafkaSettings
+    from hifi.lookup_cache.redis_hash import RedisSettings
+    from ingest.service import IngestService
+
+    streams = load_streams(streams_dir or default_streams_dir())
+    kafka_settings = KafkaSettings.from_env()
+    redis = RedisSettings.from_env() if os.environ.get(REDIS_URL_ENV_VAR) else None
+    if check:
+        for stream in streams.values():
+            click.echo(
+                f"ok      stream {stream.name}: topic {stream.topic},"
+                f" {len(stream.tokens_sha256)} token(s), max_body_bytes {stream.max_body_bytes},"
+                f" max_events_per_request {stream.max_events_per_request},"
+                f" max_event_bytes {stream.max_event_bytes}"
+            )
+        click.echo(f"ok      kafka: bootstrap {kafka_settings.bootstrap}")
+        idempotency = redis.describe() if redis else f"off (no ${REDIS_URL_ENV_VAR})"
+        click.echo(f"ok      idempotency keys: {idempotency}")
+        click.echo(f"{PROG} check: ok")
+        return
+    service = IngestService(streams, kafka_settings, settings, redis=_fast(redis))
+    run_daemon(service.run, service.request_stop)
+
+
+def _fast(redis: RedisSettings | None) -> RedisSettings | None:
+    """Redis bounds for a request path: a Redis that does not answer within half a second is
+    taken as down for that request (the key is ignored, the request served)."""
+    import dataclasses
+
+    if redis is None:
+        return None
+    return dataclasses.replace(redis, connect_timeout_s=0.5, command_timeout_s=0.5)
+
+
+@cli.command("hash-token")
+def hash_token() -> None:
+    """Read a token on stdin; print the SHA-256 to put in a stream's tokens_sha256.
+
+    The token itself is never stored: `openssl rand -hex 32 | tee token | ingest hash-token`
+    makes one and prints its hash. One trailing newline is not part of the token.
+    """
+    from config.streams import hash_token as digest
+
+    token = sys.stdin.read()
+    token = token.removesuffix("\n").removesuffix("\r")
+    if not token:
+        raise ConfigError("no token on stdin; pipe one in: ingest hash-token < token-file")
+    click.echo(digest(token))
+
+
+def main() -> None:
+    """The `ingest` command; a stop signal is caught from here on, before anything heavy loads."""
+    STOP_SIGNALS.catch()
+    run_command(cli, PROG)

@@ -1,0 +1,156 @@
+"""The ingest daemon: its HTTP port, its ops port, one Kafka producer and Redis, and the drain on SIGTERM.
+
+Shutting down goes in three steps, as every hifi daemon: intake stops (the listening socket
+closes, `/readyz` turns 503, a request that still arrives is refused with 503), the requests
+in flight finish within `drain_timeout_s` (their events acknowledged and answered, a stream
+told to go elsewhere), then what is left is cancelled and the producer flushed and closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import structlog
+import uvicorn
+
+from config.streams import Stream
+from hifi import kafka
+from hifi.errors import ConfigError
+from hifi.kafka.settings import KafkaSettings
+from hifi.lookup_cache.redis_hash import RedisSettings
+from hifi.ops_http import DEFAULT_HOST, OpsServer, QuietServer
+from hifi.redis_keys import connected_keys
+from ingest.acks import Acks
+from ingest.admission import Admission
+from ingest.app import IngestApp
+from ingest.idempotency import KEY_PREFIX, Idempotency
+from ingest.shared import Shared
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_PORT = 8080
+DEFAULT_METRICS_PORT = 9403
+_BACKLOG = 2048  # as uvicorn's default
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSettings:
+    """How one ingest process serves: where, how much at once, how long it waits."""
+
+    host: str = "0.0.0.0"  # noqa: S104 - the service's port is meant to be reached
+    port: int = DEFAULT_PORT
+    metrics_host: str = DEFAULT_HOST
+    metrics_port: int | None = DEFAULT_METRICS_PORT  # None: no ops server (tests)
+    max_in_flight: int = 1024  # requests read, produced or answered at once
+    max_in_flight_bytes: int = 256 * 1024 * 1024  # the body bytes they may hold
+    ack_timeout_s: float = 10.0  # a request gets its 503 by then when Kafka does not acknowledge
+    drain_timeout_s: float = 30.0  # SIGTERM: in-flight requests finish within this
+    keep_alive_s: float = 30.0  # an idle connection is closed after this
+
+
+class IngestService:
+    """Serves the streams until `request_stop`, then drains."""
+
+    def __init__(
+        self,
+        streams: Mapping[str, Stream],
+        kafka_settings: KafkaSettings,
+        settings: ServiceSettings,
+        *,
+        redis: RedisSettings | None = None,
+    ) -> None:
+        self.streams = streams
+        self.settings = settings
+        self.port = settings.port  #: the port served, once `running` (port 0 picks one)
+        self._kafka = kafka_settings
+        self._redis = redis
+        self._stop = asyncio.Event()
+        self.started = asyncio.Event()
+        self.ops = OpsServer.on_port(
+            settings.metrics_port, host=settings.metrics_host, component="ingest"
+        )
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Serve until asked to stop, then drain and return."""
+        settings = self.settings
+        async with contextlib.AsyncExitStack() as stack:
+            if self.ops is not None:
+                await stack.enter_async_context(self.ops.running())
+            producer = await stack.enter_async_context(
+                kafka.producer(self._kafka, request_timeout_ms=round(settings.ack_timeout_s * 1000))
+            )
+            idempotency = None
+            if self._redis is not None:
+                keys = await stack.enter_async_context(connected_keys(self._redis, KEY_PREFIX))
+                idempotency = Idempotency(keys)
+            admission = Admission(
+                max_requests=settings.max_in_flight, max_bytes=settings.max_in_flight_bytes
+            )
+            shared = Shared(
+                self.streams,
+                Acks(producer, ack_timeout_s=settings.ack_timeout_s),
+                admission,
+                idempotency,
+            )
+            await self._serve(IngestApp(shared), admission)
+
+    async def _serve(self, app: IngestApp, admission: Admission) -> None:
+        settings = self.settings
+        sock = _listen(settings.host, settings.port)
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            app,
+            http="httptools",
+            interface="asgi3",
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            proxy_headers=False,
+            server_header=False,
+            timeout_keep_alive=round(settings.keep_alive_s),
+            timeout_graceful_shutdown=round(settings.drain_timeout_s),
+        )
+        server = QuietServer(config)
+        serving = asyncio.create_task(server.serve(sockets=[sock]), name="ingest-http")
+        stopping = asyncio.create_task(self._stop.wait(), name="ingest-stop")
+        try:
+            self._ready(True)  # the socket listens already: connections wait in its backlog
+            log.info("ingest_serving", port=self.port, streams=sorted(self.streams))
+            await asyncio.wait([serving, stopping], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._ready(False)
+            admission.draining = True
+            log.info("ingest_draining", in_flight=admission.requests)
+            server.should_exit = True
+            stopping.cancel()
+            await asyncio.gather(stopping, return_exceptions=True)
+            await serving
+            sock.close()
+            log.info("ingest_stopped")
+
+    def _ready(self, ready: bool) -> None:
+        if self.ops is not None:
+            self.ops.ready = ready
+        if ready:
+            self.started.set()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket for the service; `ConfigError` naming the flag when it cannot bind."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"--host/--port {host}:{port}: cannot listen: {exc.strerror}") from None
+    sock.listen(_BACKLOG)
+    return sock
