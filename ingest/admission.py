@@ -9,6 +9,7 @@ draining process admits nothing more.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 
@@ -26,7 +27,12 @@ class Admission:
         self.max_bytes = max_bytes
         self.requests = 0
         self.bytes = 0
-        self.draining = False
+        #: set when the process starts to drain: streams stop reading at once on it
+        self.drain = asyncio.Event()
+
+    @property
+    def draining(self) -> bool:
+        return self.drain.is_set()
 
     @contextlib.contextmanager
     def admitted(self, reserve_bytes: int) -> Iterator[None]:

@@ -126,7 +126,7 @@ class IngestService:
             await asyncio.wait([serving, stopping], return_when=asyncio.FIRST_COMPLETED)
         finally:
             self._ready(False)
-            admission.draining = True
+            admission.drain.set()
             log.info("ingest_draining", in_flight=admission.requests)
             server.should_exit = True
             stopping.cancel()

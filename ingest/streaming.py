@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,24 +121,41 @@ async def _read_groups(
     index = 0
     more = True
     while more:
-        message = await request.receive()
-        more = message["type"] != "http.disconnect" and bool(message.get("more_body", False))
-        found = lines.feed(message.get("body", b""), last=not more)
-        if found:
-            checked = [_too_large(stream) if raw is None else reader.read(raw) for raw in found]
-            arrival_ms = int(time.time() * 1000)
-            records = [e.record(stream.topic) for e in checked if isinstance(e, Checked)]
-            try:
-                pending = await shared.acks.append(records, arrival_ms) if records else None
-            except BrokerUnavailable as exc:
-                await groups.put(_End(error=_kafka_error(exc)))
-                return
-            await groups.put(_Group(index, checked, arrival_ms, pending))
-            index += len(checked)
-        if more and shared.admission.draining:
+        message = await _next_message(request, shared.admission.drain)
+        if message is None:
             await groups.put(_End(draining=True))
             return
+        more = message["type"] != "http.disconnect" and bool(message.get("more_body", False))
+        found = lines.feed(message.get("body", b""), last=not more)
+        if not found:
+            continue
+        checked = [_too_large(stream) if raw is None else reader.read(raw) for raw in found]
+        arrival_ms = int(time.time() * 1000)
+        records = [e.record(stream.topic) for e in checked if isinstance(e, Checked)]
+        try:
+            pending = await shared.acks.append(records, arrival_ms) if records else None
+        except BrokerUnavailable as exc:
+            await groups.put(_End(error=_kafka_error(exc)))
+            return
+        await groups.put(_Group(index, checked, arrival_ms, pending))
+        index += len(checked)
     await groups.put(_End())
+
+
+async def _next_message(request: Request, drain: asyncio.Event) -> MutableMapping[str, Any] | None:
+    """The next message of the request body; None once the process drains (the rest of the
+    body is left unread: the sender sends it to another process)."""
+    if drain.is_set():
+        return None
+    receiving = asyncio.ensure_future(request.receive())
+    draining = asyncio.ensure_future(drain.wait())
+    try:
+        await asyncio.wait([receiving, draining], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in (receiving, draining):
+            if not waiter.done():
+                waiter.cancel()
+    return receiving.result() if receiving.done() and not receiving.cancelled() else None
 
 
 async def _answer(
