@@ -19,13 +19,13 @@ import hashlib
 import re
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 import msgspec
 import structlog
 
 from config.streams import Stream
 from hifi.errors import RequestRefused, StoreUnavailable
-from hifi.redis_keys import RedisKeys
 from ingest.answers import Answer
 
 log = structlog.get_logger(__name__)
@@ -70,10 +70,18 @@ class Claim:
     replay: Answer | None = None
 
 
+class Keys(Protocol):
+    """Where the records live: `hifi.redis_keys.RedisKeys`, or a fake in tests."""
+
+    async def claim(self, key: str, value: bytes, *, ttl_ms: int) -> bytes | None: ...
+    async def replace(self, key: str, value: bytes, *, ttl_ms: int) -> None: ...
+    async def drop(self, key: str) -> None: ...
+
+
 class Idempotency:
     """The idempotency records of every stream, in Redis."""
 
-    def __init__(self, keys: RedisKeys) -> None:
+    def __init__(self, keys: Keys) -> None:
         self._keys = keys
 
     async def claim(self, stream: Stream, raw_key: bytes, body: bytes) -> Claim:

@@ -152,3 +152,23 @@ async def _connect_until_refused(port: int) -> None:
         _, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.close()
         await asyncio.sleep(0.1)
+
+
+async def test_a_stream_whose_broker_stops_ends_with_an_error_line(
+    own_broker: LocalBroker, tmp_path: Path
+) -> None:
+    """Kafka gone mid-stream: no accepted line for what was not acknowledged; the last line says
+    to resend from there, with retry_after_s."""
+    settings = KafkaSettings(bootstrap=own_broker.bootstrap)
+    topic = await make_topic(settings)
+    directory = streams_dir(tmp_path, topic)
+    async with serving(directory, settings, ack_timeout_s=2.0) as service:
+        reader, writer = await _open_stream(service)
+        own_broker.stop()
+        writer.write(chunk(b'{"id": "lost-1"}\n{"id": "lost-2"}\n'))
+        await writer.drain()
+        seen = await read_until(reader, b'"end":true')
+        writer.close()
+    assert b"lost-1" not in seen
+    assert b'"retry_after_s":2' in seen
+    assert b'"accepted":1' in seen
