@@ -47,7 +47,9 @@ async def handle_batch(shared: Shared, stream: Stream, request: Request) -> Answ
     the caller's to answer."""
     kind = bodies.body_format(request.header(b"content-type"))
     gzipped = bodies.is_gzip(request.header(b"content-encoding"))
-    body = await bodies.read_body(request.receive, stream, request.content_length())
+    body = await bodies.read_body(
+        request.receive, stream, request.content_length(), timeout_s=shared.body_timeout_s
+    )
     read_at = time.monotonic()
     try:
         if gzipped:

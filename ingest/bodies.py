@@ -8,6 +8,7 @@ a body that holds no events. The events themselves are checked one by one (`inge
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import zlib
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -72,8 +73,22 @@ def over_body_limit(stream: Stream, *, gunzipped: bool) -> RequestRefused:
     )
 
 
-async def read_body(receive: Receive, stream: Stream, content_length: int | None) -> bytes:
-    """The whole body, refused with 413 as soon as it is known to be over `max_body_bytes`."""
+async def read_body(
+    receive: Receive, stream: Stream, content_length: int | None, *, timeout_s: float
+) -> bytes:
+    """The whole body, refused with 413 as soon as it is known to be over `max_body_bytes`, and
+    with 408 when it has not all arrived within `timeout_s` (a slow sender holds no place in
+    flight for longer)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _read_body(receive, stream, content_length)
+    except TimeoutError:
+        raise RequestRefused(
+            f"the body did not arrive within {timeout_s:g} s", status=408
+        ) from None
+
+
+async def _read_body(receive: Receive, stream: Stream, content_length: int | None) -> bytes:
     limit = stream.max_body_bytes
     if content_length is not None and content_length > limit:
         raise over_body_limit(stream, gunzipped=False)

@@ -73,6 +73,13 @@ _PORT = click.IntRange(0, 65535)
     help="A request whose events Kafka has not acknowledged by then is answered 503.",
 )
 @click.option(
+    "--body-timeout-s",
+    type=FINITE_POSITIVE_SECONDS,
+    default=30.0,
+    show_default=True,
+    help="A request's body must have arrived within this long, else 408.",
+)
+@click.option(
     "--drain-timeout-s",
     type=FINITE_POSITIVE_SECONDS,
     default=30.0,
@@ -104,6 +111,7 @@ def cli(
     max_in_flight: int,
     max_in_flight_bytes: int,
     ack_timeout_s: float,
+    body_timeout_s: float,
     drain_timeout_s: float,
     log_format: str,
     log_level: str,
@@ -135,6 +143,7 @@ def cli(
         max_in_flight=max_in_flight,
         max_in_flight_bytes=max_in_flight_bytes,
         ack_timeout_s=ack_timeout_s,
+        body_timeout_s=body_timeout_s,
         drain_timeout_s=drain_timeout_s,
     )
     _serve(streams_dir, settings, check=check)

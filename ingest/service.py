@@ -50,6 +50,7 @@ class ServiceSettings:
     ack_timeout_s: float = 10.0  # a request gets its 503 by then when Kafka does not acknowledge
     drain_timeout_s: float = 30.0  # SIGTERM: in-flight requests finish within this
     keep_alive_s: float = 30.0  # an idle connection is closed after this
+    body_timeout_s: float = 30.0  # a request's body must have arrived by then, else 408
 
 
 class IngestService:
@@ -98,6 +99,7 @@ class IngestService:
                 Acks(producer, ack_timeout_s=settings.ack_timeout_s),
                 admission,
                 idempotency,
+                body_timeout_s=settings.body_timeout_s,
             )
             await self._serve(IngestApp(shared), admission)
 

@@ -21,6 +21,7 @@ class Shared:
     acks: Acks
     admission: Admission
     idempotency: Idempotency | None = None  # None: no Redis configured, the header is ignored
+    body_timeout_s: float = 30.0  # a request's whole body must arrive within this (else 408)
     tokens: Tokens = field(init=False)
     readers: dict[str, EventReader] = field(init=False)
 

@@ -172,3 +172,24 @@ async def test_a_stream_whose_broker_stops_ends_with_an_error_line(
     assert b"lost-1" not in seen
     assert b'"retry_after_s":2' in seen
     assert b'"accepted":1' in seen
+
+
+async def test_a_body_too_slow_to_arrive_is_408(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    """A sender that stops half-way through its body is answered 408 and frees its place."""
+    topic = await make_topic(kafka_settings)
+    directory = streams_dir(tmp_path, topic)
+    async with serving(directory, kafka_settings, body_timeout_s=0.5) as service:
+        reader, writer = await asyncio.open_connection("127.0.0.1", service.port)
+        writer.write(
+            (
+                "POST /v1/events/clicks HTTP/1.1\r\nHost: x\r\n"
+                f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+                'Content-Length: 100\r\n\r\n{"id": '
+            ).encode()
+        )
+        await writer.drain()
+        seen = await read_until(reader, b"the body did not arrive")
+        writer.close()
+        assert seen.startswith(b"HTTP/1.1 408")
