@@ -14,6 +14,11 @@ from hifi.cli_options import FINITE_POSITIVE_SECONDS, LOG_LEVELS, METRICS_PORT_E
 from hifi.errors import ConfigError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from config.streams import Stream
+    from hifi.check import CheckReport
+    from hifi.kafka.settings import KafkaSettings
     from hifi.lookup_cache.redis_hash import RedisSettings
     from ingest.service import ServiceSettings
 
@@ -99,7 +104,15 @@ _PORT = click.IntRange(0, 65535)
     default="INFO",
     show_default=True,
 )
-@click.option("--check", is_flag=True, help="Validate the streams and the environment, then exit.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Validate the streams and the environment, print what was found, and exit:"
+    " 0 fine, 2 bad configuration, 1 unreachable.",
+)
+@click.option(
+    "--probe", is_flag=True, help="With --check: also reach Kafka and the streams' topics."
+)
 @click.pass_context
 def cli(
     ctx: click.Context,
@@ -116,6 +129,7 @@ def cli(
     log_format: str,
     log_level: str,
     check: bool,
+    probe: bool,
 ) -> None:
     """Accept events over HTTP and answer only once Kafka holds them.
 
@@ -132,6 +146,7 @@ def cli(
     from hifi.logging import configure_logging
     from ingest.service import ServiceSettings
 
+    check = check or probe
     if check:
         STOP_SIGNALS.release()
     configure_logging(log_format, log_level, libraries=not check)  # type: ignore[arg-type]
@@ -146,10 +161,12 @@ def cli(
         body_timeout_s=body_timeout_s,
         drain_timeout_s=drain_timeout_s,
     )
-    _serve(streams_dir, settings, check=check)
+    _serve(streams_dir, settings, check=check, probe=probe)
 
 
-def _serve(streams_dir: Path | None, settings: ServiceSettings, *, check: bool) -> None:
+def _serve(
+    streams_dir: Path | None, settings: ServiceSettings, *, check: bool, probe: bool
+) -> None:
     from config.streams import default_streams_dir, load_streams
     from hifi.kafka.settings import KafkaSettings
     from hifi.lookup_cache.redis_hash import RedisSettings
@@ -159,20 +176,43 @@ def _serve(streams_dir: Path | None, settings: ServiceSettings, *, check: bool) 
     kafka_settings = KafkaSettings.from_env()
     redis = RedisSettings.from_env() if os.environ.get(REDIS_URL_ENV_VAR) else None
     if check:
-        for stream in streams.values():
-            click.echo(
-                f"ok      stream {stream.name}: topic {stream.topic},"
-                f" {len(stream.tokens_sha256)} token(s), max_body_bytes {stream.max_body_bytes},"
-                f" max_events_per_request {stream.max_events_per_request},"
-                f" max_event_bytes {stream.max_event_bytes}"
-            )
-        click.echo(f"ok      kafka: bootstrap {kafka_settings.bootstrap}")
-        idempotency = redis.describe() if redis else f"off (no ${REDIS_URL_ENV_VAR})"
-        click.echo(f"ok      idempotency keys: {idempotency}")
-        click.echo(f"{PROG} check: ok")
-        return
+        import asyncio
+
+        asyncio.run(_check(streams, kafka_settings, redis, probe=probe)).finish()
     service = IngestService(streams, kafka_settings, settings, redis=_fast(redis))
     run_daemon(service.run, service.request_stop)
+
+
+async def _check(
+    streams: Mapping[str, Stream],
+    kafka_settings: KafkaSettings,
+    redis: RedisSettings | None,
+    *,
+    probe: bool,
+) -> CheckReport:
+    """What the service would meet at start: its streams, Kafka's settings and Redis; with
+    `probe`, Kafka reached and each stream's topic looked up (a missing one is a warning)."""
+    from hifi.check import CheckReport, probe_kafka
+
+    report = CheckReport(PROG)
+    for stream in streams.values():
+        report.ok(
+            f"stream {stream.name}: topic {stream.topic}, {len(stream.tokens_sha256)} token(s),"
+            f" max_body_bytes {stream.max_body_bytes}, max_events_per_request"
+            f" {stream.max_events_per_request}, max_event_bytes {stream.max_event_bytes}"
+        )
+    report.ok(
+        f"kafka settings: bootstrap {kafka_settings.bootstrap}, {kafka_settings.security_protocol}"
+    )
+    report.ok(
+        f"idempotency keys: {redis.describe()}"
+        if redis is not None
+        else f"idempotency keys: off (no ${REDIS_URL_ENV_VAR}): Idempotency-Key is ignored"
+    )
+    if probe:
+        topics = {stream.topic for stream in streams.values()}
+        await probe_kafka(kafka_settings, report, source_topics=topics, retention_wanted={})
+    return report
 
 
 def _fast(redis: RedisSettings | None) -> RedisSettings | None:

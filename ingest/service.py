@@ -19,7 +19,8 @@ import uvicorn
 
 from config.streams import Stream
 from hifi import kafka
-from hifi.errors import ConfigError
+from hifi.errors import ConfigError, HifiError
+from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from hifi.lookup_cache.redis_hash import RedisSettings
 from hifi.ops_http import DEFAULT_HOST, OpsServer, QuietServer
@@ -87,6 +88,7 @@ class IngestService:
             producer = await stack.enter_async_context(
                 kafka.producer(self._kafka, request_timeout_ms=round(settings.ack_timeout_s * 1000))
             )
+            await self._say_missing_topics()
             idempotency = None
             if self._redis is not None:
                 keys = await stack.enter_async_context(connected_keys(self._redis, KEY_PREFIX))
@@ -136,6 +138,22 @@ class IngestService:
             await serving
             sock.close()
             log.info("ingest_stopped")
+
+    async def _say_missing_topics(self) -> None:
+        """Warn about streams whose topic does not exist: their requests are answered 503
+        until it does (hifi creates no source topic)."""
+        try:
+            existing = await kafka_admin.list_topics(self._kafka)
+        except HifiError as exc:
+            log.warning("stream_topics_not_listed", error=str(exc))
+            return
+        missing = sorted({stream.topic for stream in self.streams.values()} - existing)
+        if missing:
+            log.warning(
+                "stream_topics_missing",
+                topics=missing,
+                effect="requests to their streams are answered 503 until the topics exist",
+            )
 
     def _ready(self, ready: bool) -> None:
         if self.ops is not None:

@@ -113,3 +113,20 @@ async def test_sigterm_drains_and_exits_0(
     assert "ingest_stopped" in text
     assert TOKEN not in text
     assert "leaked-guess" not in text
+
+
+async def test_probe_reaches_kafka_and_the_streams_topics(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    """`--probe` says which stream topic is missing (a warning, exit 0), and exit 1 when Kafka is unreachable."""
+    topic = await make_topic(kafka_settings)
+    directory = streams_dir(tmp_path, topic)
+    write_stream(directory, "ghost", topic="no-such-topic", tokens_sha256=[hash_token("g")])
+    env = {"HIFI_STREAMS_DIR": str(directory), "HIFI_KAFKA_BOOTSTRAP": kafka_settings.bootstrap}
+    found = _run("--probe", env=env)
+    assert found.returncode == 0, found.stderr
+    assert f"source topic {topic}: exists" in found.stdout
+    assert "source topic no-such-topic: does not exist" in found.stdout
+    unreachable = _run("--probe", env={"HIFI_STREAMS_DIR": str(directory)})
+    assert unreachable.returncode == 1
+    assert unreachable.stdout.splitlines()[-1] == "ingest check: unreachable"
