@@ -8,8 +8,9 @@ written once Kafka acknowledged them, while the next chunks are read and produce
 
 The last line is `{"end": true, "accepted": A, "rejected": R}`, with `"error"` and
 `"retry_after_s"` when Kafka stopped acknowledging (no event after the last result line is
-promised: resend from there) or `"draining": true` when the process is stopping (the rest of
-the stream was not read: send it to another process).
+promised: resend from there), `"draining": true` when the process is stopping (the rest of
+the stream was not read: send it to another process), or `"idle": true` when no body bytes came
+for `body_timeout_s` (a silent sender holds no place in flight for longer).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class _Group:
 class _End:
     error: str | None = None
     draining: bool = False
+    idle: bool = False
 
 
 class _Lines:
@@ -98,6 +100,8 @@ async def handle_stream(shared: Shared, stream: Stream, request: Request) -> Non
         summary.update(error=end.error, retry_after_s=KAFKA_RETRY_AFTER_S)
     if end.draining:
         summary["draining"] = True
+    if end.idle:
+        summary["idle"] = True
     await request.send({"type": "http.response.body", "body": line(summary)})
 
 
@@ -121,9 +125,10 @@ async def _read_groups(
     index = 0
     more = True
     while more:
-        message = await _next_message(request, shared.admission.drain)
+        message = await _next_message(request, shared.admission.drain, shared.body_timeout_s)
         if message is None:
-            await groups.put(_End(draining=True))
+            draining = shared.admission.draining
+            await groups.put(_End(draining=draining, idle=not draining))
             return
         more = message["type"] != "http.disconnect" and bool(message.get("more_body", False))
         found = lines.feed(message.get("body", b""), last=not more)
@@ -142,15 +147,19 @@ async def _read_groups(
     await groups.put(_End())
 
 
-async def _next_message(request: Request, drain: asyncio.Event) -> MutableMapping[str, Any] | None:
-    """The next message of the request body; None once the process drains (the rest of the
-    body is left unread: the sender sends it to another process)."""
+async def _next_message(
+    request: Request, drain: asyncio.Event, idle_s: float
+) -> MutableMapping[str, Any] | None:
+    """The next message of the request body; None once the process drains or nothing came for
+    `idle_s` (the rest of the body is left unread: the sender sends it again, elsewhere)."""
     if drain.is_set():
         return None
     receiving = asyncio.ensure_future(request.receive())
     draining = asyncio.ensure_future(drain.wait())
     try:
-        await asyncio.wait([receiving, draining], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(
+            [receiving, draining], timeout=idle_s, return_when=asyncio.FIRST_COMPLETED
+        )
     finally:
         for waiter in (receiving, draining):
             if not waiter.done():

@@ -193,3 +193,17 @@ async def test_a_body_too_slow_to_arrive_is_408(
         seen = await read_until(reader, b"the body did not arrive")
         writer.close()
         assert seen.startswith(b"HTTP/1.1 408")
+
+
+async def test_a_silent_stream_is_ended_as_idle(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    """A stream that sends nothing for body_timeout_s gets its last line (idle) and frees its place."""
+    topic = await make_topic(kafka_settings)
+    directory = streams_dir(tmp_path, topic)
+    async with serving(directory, kafka_settings, body_timeout_s=0.5) as service:
+        reader, writer = await _open_stream(service)
+        seen = await read_until(reader, b'"end":true')
+        writer.close()
+    assert b'"idle":true' in seen
+    assert b'"accepted":1' in seen
