@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from pyroaring import BitMap
 
@@ -40,16 +41,22 @@ class Acceptance:
         self._open_bucket = open_bucket
         self._minute_of_entry = minute_of_entry
         self.partitions: set[Partition] = set()  # those with accepted events in open minutes
+        # the first offset of each partition seen entering: before it, an accepted event cannot
+        # be judged (a new auditor group reads a source topic from what its retention kept)
+        self.entered_from: dict[Partition, int] = {}
 
     def take(self, fact: Fact, epochs: Sequence[int]) -> None:
         """Note an accepted fact: each event in the open minute it entered in, else in the
         minute an entry of its time would count in. `epochs`: as `Ledger.apply`'s."""
         for i, part in enumerate(fact.slices):
             tp = (key(part.topic, epochs[i]) if epochs else part.topic, part.partition)
+            low = self.entered_from.get(tp, 0)
             by_minute: dict[int, BitMap] = defaultdict(BitMap)
             for offset, event_ms, taken_ms in zip(
                 part.offsets, part.event_times_ms, part.taken_ms, strict=True
             ):
+                if offset < low:
+                    continue
                 minute, _ = self._minute_of_entry(event_ms, taken_ms or event_ms)
                 by_minute[minute].add(offset)
             for minute, offsets in by_minute.items():
@@ -74,9 +81,18 @@ class Acceptance:
                 offsets = offsets - here
         return offsets
 
-    def entered(self, minute_ms: int, tp: Partition, offsets: Iterable[int]) -> None:
-        """Entries of `tp` in `minute_ms`: accepted events noted in another open minute follow
-        them (call it only for the partitions in `partitions`)."""
+    def entered(self, minute_ms: int, tp: Partition, offsets: Sequence[int]) -> None:
+        """Entries of `tp` in `minute_ms`: the first of a partition drops the accepted events
+        before it; accepted events noted in another open minute follow them. Call it for the
+        partitions in `partitions`, and for those not yet in `entered_from`."""
+        if tp not in self.entered_from:
+            low = self.entered_from[tp] = min(offsets)
+            for bucket in self._buckets.values():
+                accepted = bucket.accepted.get(tp)
+                if accepted is not None and not bucket.final:
+                    accepted.remove_range(0, low)
+        if tp not in self.partitions:
+            return
         entering = BitMap(offsets)
         target = self._buckets[minute_ms]
         for bucket in self._buckets.values():
@@ -89,6 +105,19 @@ class Acceptance:
                 if not accepted:
                     del bucket.accepted[tp]
                 _add(target.accepted, tp, moved)
+
+    def unjudged(self, bucket: Bucket) -> None:
+        """Before a minute settles: accepted events of a partition never seen entering cannot be
+        judged (all its records expired before the auditor read it), so they are not counted."""
+        for tp in [tp for tp in bucket.accepted if tp not in self.entered_from]:
+            del bucket.accepted[tp]
+
+    def state(self) -> list[list[Any]]:
+        return [[tp[0], tp[1], offset] for tp, offset in self.entered_from.items()]
+
+    def restore(self, raw: Iterable[Sequence[Any]]) -> None:
+        self.entered_from = {(str(t), int(p)): int(o) for t, p, o in raw}
+        self.settled()
 
     def settled(self) -> None:
         """After minutes became final (or a restore): the partitions still with accepted events

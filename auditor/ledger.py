@@ -26,7 +26,7 @@ histogram with 2 % wide bins.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from operator import sub
 from typing import Any
 
@@ -112,15 +112,16 @@ class Ledger:
                 minutes[i], problems[i] = self.bucket_for_entry(event_ms, at_ms)
         return minutes, problems
 
-    def enter(self, minute_ms: int, tp: Partition, offsets: Iterable[int]) -> None:
+    def enter(self, minute_ms: int, tp: Partition, offsets: Sequence[int]) -> None:
         """Note records that entered `tp`, all of one minute (idempotent by offset)."""
         bucket = self._open_bucket(minute_ms)
         bitmap = bucket.entered.get(tp)
         if bitmap is None:
             bitmap = bucket.entered[tp] = BitMap()
         bitmap.update(offsets)
-        if tp in self.acceptance.partitions:
-            self.acceptance.entered(minute_ms, tp, offsets)
+        acceptance = self.acceptance
+        if offsets and (tp in acceptance.partitions or tp not in acceptance.entered_from):
+            acceptance.entered(minute_ms, tp, offsets)
 
     def note_problem(self, minute_ms: int, problem: Problem, count: int = 1) -> None:
         self._open_bucket(minute_ms).problems[problem] += count
@@ -284,6 +285,7 @@ class Ledger:
         return lags_of(bucket)
 
     def _settle(self, bucket: Bucket) -> Settled:
+        self.acceptance.unjudged(bucket)
         counts, lags = finalize(bucket, self.outcomes)
         settings = self.settings
         loss_ratio = counts.missing / counts.accounted if counts.accounted else 0.0
@@ -360,6 +362,7 @@ class Ledger:
                 [tp[0], tp[1], outcomes_state(known)] for tp, known in self.outcomes.items()
             ],
             "buckets": [bucket_state(b) for b in self.buckets.values()],
+            "entered_from": self.acceptance.state(),
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -373,4 +376,4 @@ class Ledger:
         for raw in state["buckets"]:
             bucket = bucket_from(raw)
             self.buckets[bucket.minute_ms] = bucket
-        self.acceptance.settled()
+        self.acceptance.restore(state.get("entered_from", ()))  # older snapshots: none

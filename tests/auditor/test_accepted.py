@@ -160,3 +160,23 @@ def test_an_older_archive_row_reads_with_no_accepted_events() -> None:
     row = archive_row(book, book.buckets[T0], written_ms=T0)
     del row["accepted"]
     assert report_row(row)["accepted"] == 0
+
+
+def test_accepted_events_before_the_first_entry_seen_are_not_counted() -> None:
+    """A new auditor reads a stream's topic from what its retention kept (offsets 100 on) and
+    the audit topic from further back: accepted events before the first offset it saw enter,
+    and those of a partition it never saw a record of, cannot be judged and are not counted."""
+    book = ledger()
+    book.apply(accepted([5, 6]))  # read before the topic's first record
+    book.enter(T0, TP, range(100, 103))
+    book.apply(accepted([7, 100, 101, 102]))
+    book.apply(delivered([100, 101, 102]))
+    never = [accepted_event(TOPIC, 1, 3, "x", T0 + 1000, T0 + 1000)]
+    book.apply(accepted_facts("ingest@h:1", never, accepted_ms=T0 + 1000)[0])
+    assert book.tally(book.buckets[T0]).accepted == 4  # partition 1's, until it settles
+    (settled,) = book.advance(SETTLED_MS)
+    counts = book.tally(settled.bucket)
+    assert (counts.entered, counts.accepted, counts.delivered, counts.missing) == (3, 3, 3, 0)
+    again = ledger()
+    again.restore(msgspec.msgpack.decode(msgspec.msgpack.encode(book.snapshot())))
+    assert again.acceptance.entered_from == {TP: 100}
