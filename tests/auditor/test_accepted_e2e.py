@@ -32,7 +32,7 @@ async def test_accepted_events_are_counted_per_destination_and_loss_from_them(
     the lost one, named by its origin; a destination of another topic has no accepted events
     and counts as before; a fact of an unknown outcome is refused with its reason."""
     stream, other, audit_topic = unique, f"{unique}.other", f"{unique}.audit"
-    await kafka_admin.ensure_topics(kafka_settings, [stream, other], partitions=1)
+    await kafka_admin.ensure_topics(kafka_settings, [stream, other, audit_topic], partitions=1)
     some = audited_destination(catalog_dir, f"{unique}-some", "http://127.0.0.1:9", stream)
     every = audited_destination(catalog_dir, f"{unique}-every", "http://127.0.0.1:9", stream)
     plain = audited_destination(catalog_dir, f"{unique}-plain", "http://127.0.0.1:9", other)
