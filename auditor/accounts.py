@@ -15,19 +15,20 @@ from aiokafka import TopicPartition
 
 from auditor import metrics
 from auditor.archive import Archive, PendingFiles, write_snapshot
-from auditor.archive.read import find_ids
 from auditor.buckets import MINUTE_MS, Problem, Settled
 from auditor.entered import entered_columns
 from auditor.epochs import Epochs
 from auditor.health import Health
 from auditor.incarnations import Incarnations, key
-from auditor.ledger import MAX_MISSING_IDS, Ledger
+from auditor.ledger import Ledger
+from auditor.missing import missing_ids, missing_origins
 from auditor.progress import ProgressClock
 from auditor.tables import archive_row, iso_minute
 from config.destination import Destination
 from config.parsing import parse
-from hifi.audit import FactRefused, decode_fact
+from hifi.audit import TOPIC_MARK, Fact, FactRefused, decode_fact
 from hifi.errors import HifiError
+from hifi.vocabulary import Outcome
 from hifi.worker import PartitionHandler, Work
 
 log = structlog.get_logger(__name__)
@@ -178,29 +179,41 @@ class Accounts(PartitionHandler):
             self._take_facts(records)
 
     def _take_facts(self, records: list[Any]) -> None:
-        archive, read_ms = self._archive, self._now_ms()
+        read_ms = self._now_ms()
         for record in records:
             try:
                 fact = decode_fact(record.value, record.headers)
             except FactRefused as exc:
                 self._refuse(record, exc)
                 continue
-            ledger = self.ledgers.get(fact.dest)
-            if ledger is None or self._epochs.holds(fact, record):
-                continue  # a destination this auditor does not serve, or a fact held
-            repeated = ledger.repeated_facts
+            dests = self._dests_of(fact)
+            if not dests or self._epochs.holds(fact, record):
+                continue  # destinations this auditor does not serve, or a fact held
             epochs = self.incarnations.epochs_of(fact)
-            changes = ledger.apply(fact, epochs)
-            if ledger.repeated_facts != repeated:
-                metrics.REPEATED.labels(fact.dest).inc()
-                continue
-            self.health[fact.dest].note(fact, read_ms)
-            for i, part in enumerate(fact.slices):
-                minutes = [t - t % MINUTE_MS for t in part.event_times_ms]
-                archive.outcomes(fact.dest, minutes, fact, part, epoch=epochs[i] if epochs else 0)
-            for change in changes:
-                self._changed.add((fact.dest, change.minute_ms))
-                metrics.count_late(fact.dest, change)
+            for dest in dests:
+                self._take_fact(dest, fact, epochs, read_ms)
+
+    def _dests_of(self, fact: Fact) -> list[str]:
+        """The destinations a fact counts for: its own, or for an accepted fact (which names a
+        stream's topic) every one whose `source_topics` include the topic."""
+        if fact.outcome == Outcome.ACCEPTED:
+            return [d.name for d in self._readers.get(fact.dest.removeprefix(TOPIC_MARK), ())]
+        return [fact.dest] if fact.dest in self.ledgers else []
+
+    def _take_fact(self, dest: str, fact: Fact, epochs: list[int], read_ms: int) -> None:
+        ledger = self.ledgers[dest]
+        repeated = ledger.repeated_facts
+        changes = ledger.apply(fact, epochs)
+        if ledger.repeated_facts != repeated:
+            metrics.REPEATED.labels(dest).inc()
+            return
+        self.health[dest].note(fact, read_ms)
+        for i, part in enumerate(fact.slices):
+            minutes = [t - t % MINUTE_MS for t in part.event_times_ms]
+            self._archive.outcomes(dest, minutes, fact, part, epoch=epochs[i] if epochs else 0)
+        for change in changes:
+            self._changed.add((dest, change.minute_ms))
+            metrics.count_late(dest, change)
 
     def _refuse(self, record: Any, exc: FactRefused) -> None:
         metrics.REFUSED.labels(exc.reason).inc()
@@ -326,18 +339,12 @@ class Accounts(PartitionHandler):
     ) -> None:
         """Name the missing events of a final minute by id, from the archive's entered rows."""
         try:
-            found = await asyncio.to_thread(
-                find_ids, self._archive.root, dest, {minute_ms: origins}
-            )
+            ids = await missing_ids(self._archive.root, dest, minute_ms, origins)
         except HifiError as exc:
             log.warning(
                 "missing_ids_unresolved", dest=dest, minute=iso_minute(minute_ms), error=str(exc)
             )
             return
-        ids = sorted(
-            event_id if event_id is not None else f"{topic}/{partition}/{offset}"
-            for (topic, partition, offset), event_id in found.items()
-        )
         bucket = self.ledgers[dest].buckets.get(minute_ms)
         if bucket is not None:
             bucket.missing_ids = ids
@@ -386,15 +393,8 @@ class Accounts(PartitionHandler):
                 minute=iso_minute(bucket.minute_ms),
                 missing=counts.missing,
                 entered=counts.entered,
+                accepted=counts.accepted,
                 loss_ratio=round(settled.loss_ratio, 6),
             )
         if counts.missing:
-            origins: dict[tuple[str, int], list[int]] = {}
-            left = MAX_MISSING_IDS
-            for tp, waiting in bucket.waiting.items():
-                lost = waiting - bucket.retrying.get(tp, type(waiting)())
-                if lost and left > 0:
-                    offsets = list(lost)[:left]
-                    origins[tp] = offsets
-                    left -= len(offsets)
-            self._to_resolve.append((name, bucket.minute_ms, origins))
+            self._to_resolve.append((name, bucket.minute_ms, missing_origins(bucket)))

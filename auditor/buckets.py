@@ -48,6 +48,7 @@ class Counts:
     """A bucket's table row, counted."""
 
     entered: int = 0
+    accepted: int = 0  # acknowledged to a sender by the ingest service (`auditor/accepted.py`)
     delivered: int = 0
     dead_lettered_by_reason: dict[str, int] = field(default_factory=dict)
     filtered: int = 0
@@ -57,6 +58,11 @@ class Counts:
     @property
     def dead_lettered(self) -> int:
         return sum(self.dead_lettered_by_reason.values())
+
+    @property
+    def accounted(self) -> int:
+        """The events accounted for: those entered, and those accepted but never seen entering."""
+        return self.delivered + self.dead_lettered + self.filtered + self.in_retry + self.missing
 
 
 def judge(
@@ -69,7 +75,7 @@ def judge(
     with this too."""
     if counts.missing:
         return False, "loss"
-    undelivered = counts.entered - counts.dead_lettered - counts.filtered
+    undelivered = counts.accounted - counts.dead_lettered - counts.filtered
     late = max(counts.in_retry + counts.missing, undelivered - on_time)
     late_ratio = late / undelivered if undelivered > 0 else 0.0
     if (lag_p95_ms is not None and lag_p95_ms > settings.lag_sla_s * 1000) or (
@@ -130,6 +136,8 @@ class Bucket:
 
     minute_ms: int
     entered: dict[Partition, BitMap] = field(default_factory=dict)
+    # accepted by the ingest service: counted in the minute of its entry once seen entering
+    accepted: dict[Partition, BitMap] = field(default_factory=dict)
     problems: Counter[str] = field(default_factory=Counter)
     # end-to-end lag of the first deliveries, as ms -> how many: exact percentiles for a few
     # bytes per distinct value instead of 4 per event
@@ -154,6 +162,16 @@ class Bucket:
 
     def entered_count(self) -> int:
         return sum(len(bitmap) for bitmap in self.entered.values())
+
+    def population(self) -> dict[Partition, BitMap]:
+        """What missing is counted from: the entered events, and the accepted ones."""
+        if not self.accepted:
+            return self.entered
+        both = dict(self.entered)
+        for tp, accepted in self.accepted.items():
+            entered = both.get(tp)
+            both[tp] = accepted if entered is None else entered | accepted
+        return both
 
     def waiting_count(self) -> int:
         return sum(len(bitmap) for bitmap in self.waiting.values())
@@ -220,6 +238,7 @@ def bucket_state(bucket: Bucket) -> dict[str, Any]:
     return {
         "minute_ms": bucket.minute_ms,
         "entered": _bitmaps(bucket.entered),
+        "accepted": _bitmaps(bucket.accepted),
         "problems": dict(bucket.problems),
         "lags_ms": list(bucket.lags_ms.items()),
         "lag_in": memoryview(bucket.lag_in.counts).cast("B"),
@@ -247,6 +266,7 @@ def bucket_from(raw: Mapping[str, Any]) -> Bucket:
     return Bucket(
         minute_ms=int(raw["minute_ms"]),
         entered=_bitmaps_from(raw["entered"]),
+        accepted=_bitmaps_from(raw.get("accepted", ())),  # snapshots before accepted facts: none
         problems=Counter(raw["problems"]),
         lags_ms=lags_ms,
         lag_in=LogHistogram(lag_in),
@@ -270,9 +290,10 @@ def tally(bucket: Bucket, outcomes: Mapping[Partition, Outcomes]) -> Counts:
         return bucket.counts
     counts = Counts()
     by_reason: Counter[str] = Counter()
-    for tp, entered in bucket.entered.items():
+    counts.entered = bucket.entered_count()
+    counts.accepted = sum(len(bitmap) for bitmap in bucket.accepted.values())
+    for tp, entered in bucket.population().items():
         n = len(entered)
-        counts.entered += n
         known = outcomes.get(tp)
         if known is None:
             counts.missing += n
@@ -313,7 +334,7 @@ def lowest_offsets(buckets: Iterable[Bucket]) -> dict[Partition, int]:
     """Per partition, the lowest offset any bucket still holds one by one."""
     lowest: dict[Partition, int] = {}
     for bucket in buckets:
-        for bitmaps in (bucket.entered, bucket.waiting):
+        for bitmaps in (bucket.entered, bucket.accepted, bucket.waiting):
             for tp, bitmap in bitmaps.items():
                 if bitmap:
                     low = bitmap.min()
@@ -325,7 +346,7 @@ def finalize(bucket: Bucket, outcomes: Mapping[Partition, Outcomes]) -> tuple[Co
     """Fix the bucket's counts and lags; keep only its events without a final outcome."""
     counts = tally(bucket, outcomes)
     lags = lags_of(bucket)
-    for tp, entered in bucket.entered.items():
+    for tp, entered in bucket.population().items():
         known = outcomes.get(tp)
         if known is None:
             bucket.waiting[tp] = BitMap(entered)
@@ -338,7 +359,7 @@ def finalize(bucket: Bucket, outcomes: Mapping[Partition, Outcomes]) -> tuple[Co
                 bucket.retrying[tp] = retrying
         known.forget(entered - waiting)
     bucket.counts, bucket.lags, bucket.final = counts, lags, True
-    bucket.entered = {}
+    bucket.entered, bucket.accepted = {}, {}
     bucket.lags_ms = {}
     bucket.lag_in = bucket.process = LogHistogram()
     return counts, lags

@@ -6,7 +6,9 @@ time: one roaring bitmap of offsets per partition and minute. The audit facts of
 connector and the retrier set bits in per-partition outcome bitmaps (delivered, dead-lettered
 by reason, filtered, handed off). A bucket's counts are intersections of the two, so 15
 million events waiting to settle cost a few bytes each, and ids are resolved (from the
-archive) only for what is missing.
+archive) only for what is missing. For a destination fed by an ingest stream, the events the
+ingest service accepted (its facts) are noted too (`auditor/accepted.py`): missing is then
+counted from the entered and the accepted events together.
 
 A bucket is provisional until `settle_s` after its minute ends, measured on the auditor's
 progress clock (`Ledger.advance`): what it has read, not the wall clock, so an auditor that
@@ -24,12 +26,13 @@ histogram with 2 % wide bins.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from operator import sub
 from typing import Any
 
 from pyroaring import BitMap
 
+from auditor.accepted import Acceptance
 from auditor.buckets import (
     LAG_MAX_MS,
     MINUTE_MS,
@@ -53,15 +56,15 @@ from auditor.buckets import (
     tally,
 )
 from auditor.incarnations import key
+from auditor.late import resolve_waiting
 from config.destination import Accounting
 from hifi.audit import Fact
 from hifi.vocabulary import Outcome
 
 # An event time further ahead of the record's Kafka timestamp than this is a clock problem.
 FUTURE_TOLERANCE_MS = 60_000
-MAX_MISSING_IDS = (
-    1000  # ids of missing events named per final minute (live and in the reconciliation)
-)
+# ids of missing events named per final minute (live and in the reconciliation)
+MAX_MISSING_IDS = 1000
 # A repeated fact comes within minutes (a producer retry, a crash).
 SEEN_FACTS_KEEP_MS = 30 * MINUTE_MS
 
@@ -81,6 +84,7 @@ class Ledger:
         self.unattributed_lags = 0  # first deliveries whose minute was final already
         self.down_minutes: dict[int, str] = {}  # final down minutes of the last 24 h: reason
         self.last_final_ms: int | None = None  # start of the newest final minute
+        self.acceptance = Acceptance(self.buckets, self._open_bucket, self.bucket_for_entry)
 
     # --- what entered ------------------------------------------------------------------
 
@@ -108,13 +112,16 @@ class Ledger:
                 minutes[i], problems[i] = self.bucket_for_entry(event_ms, at_ms)
         return minutes, problems
 
-    def enter(self, minute_ms: int, tp: Partition, offsets: Iterable[int]) -> None:
+    def enter(self, minute_ms: int, tp: Partition, offsets: Sequence[int]) -> None:
         """Note records that entered `tp`, all of one minute (idempotent by offset)."""
         bucket = self._open_bucket(minute_ms)
         bitmap = bucket.entered.get(tp)
         if bitmap is None:
             bitmap = bucket.entered[tp] = BitMap()
         bitmap.update(offsets)
+        acceptance = self.acceptance
+        if offsets and (tp in acceptance.partitions or tp not in acceptance.entered_from):
+            acceptance.entered(minute_ms, tp, offsets)
 
     def note_problem(self, minute_ms: int, problem: Problem, count: int = 1) -> None:
         self._open_bucket(minute_ms).problems[problem] += count
@@ -136,6 +143,12 @@ class Ledger:
             self.repeated_facts += 1
             return []
         self.seen_facts[fact.fact_id] = fact.outcome_ms
+        if fact.outcome == Outcome.ACCEPTED:  # not an outcome: what missing is counted from
+            self.acceptance.take(fact, epochs)
+            return []
+        return self._apply_outcome(fact, epochs)
+
+    def _apply_outcome(self, fact: Fact, epochs: Sequence[int]) -> list[Change]:
         outcome = fact.outcome
         changes: dict[int, Change] = {}
         for i, part in enumerate(fact.slices):
@@ -144,7 +157,7 @@ class Ledger:
             known = self.outcomes.get(tp)
             if known is None:
                 known = self.outcomes[tp] = Outcomes()
-            self._resolve_waiting(tp, offsets, fact, changes)
+            resolve_waiting(self.buckets.values(), tp, offsets, fact, changes)
             if outcome == Outcome.DELIVERED:
                 first = offsets - known.delivered
                 known.delivered |= offsets
@@ -241,44 +254,6 @@ class Ledger:
             return None
         return self._open_bucket(minute_ms)
 
-    def _resolve_waiting(
-        self, tp: Partition, offsets: BitMap, fact: Fact, changes: dict[int, Change]
-    ) -> None:
-        """A late outcome for events of final buckets still waiting for one."""
-        outcome = fact.outcome
-        for bucket in self.buckets.values():
-            waiting = bucket.waiting.get(tp)
-            if not waiting or bucket.counts is None:
-                continue
-            hit = waiting & offsets
-            if not hit:
-                continue
-            counts, n = bucket.counts, len(hit)
-            retrying = bucket.retrying.setdefault(tp, BitMap())
-            change = changes.setdefault(bucket.minute_ms, Change(bucket.minute_ms))
-            if outcome in (Outcome.HANDED_OFF, Outcome.RE_OFFERED):
-                new = hit - retrying
-                retrying |= new
-                counts.in_retry += len(new)
-                counts.missing -= len(new)
-                continue
-            was_retrying = len(hit & retrying)
-            counts.in_retry -= was_retrying
-            counts.missing -= n - was_retrying
-            waiting.difference_update(hit)
-            retrying.difference_update(hit)
-            if outcome == Outcome.DELIVERED:
-                counts.delivered += n
-                change.delivered += n
-            elif outcome == Outcome.DEAD_LETTERED:
-                reason = fact.reason or "unknown"
-                by_reason = counts.dead_lettered_by_reason
-                by_reason[reason] = by_reason.get(reason, 0) + n
-                change.dead_lettered += n
-            else:
-                counts.filtered += n
-                change.filtered += n
-
     # --- settling ------------------------------------------------------------------------
 
     def advance(self, progress_ms: int) -> list[Settled]:
@@ -292,6 +267,8 @@ class Ledger:
             if bucket.end_ms + settle_ms > progress_ms:
                 break
             settled.append(self._settle(bucket))
+        if settled:
+            self.acceptance.settled()
         horizon = minute_of(progress_ms - settle_ms) - MINUTE_MS
         if horizon + MINUTE_MS > self.closed_before_ms:
             self.closed_before_ms = horizon + MINUTE_MS
@@ -308,9 +285,10 @@ class Ledger:
         return lags_of(bucket)
 
     def _settle(self, bucket: Bucket) -> Settled:
+        self.acceptance.unjudged(bucket)
         counts, lags = finalize(bucket, self.outcomes)
         settings = self.settings
-        loss_ratio = counts.missing / counts.entered if counts.entered else 0.0
+        loss_ratio = counts.missing / counts.accounted if counts.accounted else 0.0
         bucket.up, bucket.down_reason = judge(counts, lags.p95_ms, bucket.on_time, settings)
         if not bucket.up and bucket.down_reason is not None:
             self.down_minutes[bucket.minute_ms] = bucket.down_reason
@@ -384,6 +362,7 @@ class Ledger:
                 [tp[0], tp[1], outcomes_state(known)] for tp, known in self.outcomes.items()
             ],
             "buckets": [bucket_state(b) for b in self.buckets.values()],
+            "entered_from": self.acceptance.state(),
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -393,7 +372,8 @@ class Ledger:
         self.down_minutes = {int(m): str(r) for m, r in state["down_minutes"]}
         self.seen_facts = {str(k): int(v) for k, v in state["seen_facts"]}
         self.outcomes = {(t, int(p)): outcomes_from(s) for t, p, s in state["outcomes"]}
-        self.buckets = {}
+        self.buckets.clear()  # the same dict: `acceptance` holds it
         for raw in state["buckets"]:
             bucket = bucket_from(raw)
             self.buckets[bucket.minute_ms] = bucket
+        self.acceptance.restore(state.get("entered_from", ()))  # older snapshots: none

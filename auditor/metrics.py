@@ -14,12 +14,14 @@ EVENT_KINDS = (ENTERED, Outcome.DELIVERED, Outcome.DEAD_LETTERED, Outcome.FILTER
 EVENTS = Counter(
     "hifi_auditor_events",
     "Events of final minutes, by what became of them when the minute settled (kind: entered,"
-    " delivered, dead_lettered, filtered, missing); later outcomes add to delivered and"
-    " dead_lettered.",
+    " delivered, dead_lettered, filtered, missing; accepted for a destination fed by an ingest"
+    " stream); later outcomes add to delivered and dead_lettered.",
     ["dest", "kind"],
 )
 LOSS_RATIO = Gauge(
-    "hifi_auditor_loss_ratio", "missing / entered of the last final minute.", ["dest"]
+    "hifi_auditor_loss_ratio",
+    "missing / entered of the last final minute (entered or accepted, for an ingest stream's).",
+    ["dest"],
 )
 LAG_P95 = Gauge(
     "hifi_auditor_lag_p95_seconds",
@@ -150,6 +152,8 @@ def count_settled(dest: str, counts: Counts, lag_p95_ms: int | None, settled: Se
     EVENTS.labels(dest, Outcome.DEAD_LETTERED).inc(counts.dead_lettered)
     EVENTS.labels(dest, Outcome.FILTERED).inc(counts.filtered)
     EVENTS.labels(dest, MISSING).inc(counts.missing)
+    if counts.accepted:  # a destination fed by an ingest stream; others have no such series
+        EVENTS.labels(dest, Outcome.ACCEPTED).inc(counts.accepted)
     LOSS_RATIO.labels(dest).set(loss_ratio)
     if lag_p95_ms is not None:
         LAG_P95.labels(dest).set(lag_p95_ms / 1000)

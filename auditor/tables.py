@@ -29,6 +29,7 @@ def archive_row(ledger: Ledger, bucket: Bucket, *, written_ms: int) -> dict[str,
     return {
         "minute_ms": bucket.minute_ms,
         "entered": counts.entered,
+        "accepted": counts.accepted,
         "delivered": counts.delivered,
         "dead_lettered": counts.dead_lettered,
         "dead_lettered_by_reason": dict(counts.dead_lettered_by_reason),
@@ -54,6 +55,7 @@ def report_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "minute": iso_minute(int(row["minute_ms"])),
         "entered": row["entered"],
+        "accepted": row.get("accepted", 0),
         "delivered": row["delivered"],
         "dead_lettered": row["dead_lettered"],
         "dead_lettered_by_reason": dict(row["dead_lettered_by_reason"] or {}),
@@ -151,11 +153,14 @@ def day_range_ms(day: date) -> tuple[int, int]:
 
 
 def render(rows: Sequence[Mapping[str, Any]], *, title: str) -> Table:
-    """The per-minute table for a terminal."""
+    """The per-minute table for a terminal; an `accepted` column when events were accepted
+    (a destination fed by an ingest stream)."""
     table = Table(title=title, title_justify="left")
+    accepting = any(row.get("accepted") for row in rows)
     for name, justify in [
         ("minute (UTC)", "left"),
         ("entered", "right"),
+        *([("accepted", "right")] if accepting else []),
         ("delivered", "right"),
         ("dead", "right"),
         ("filtered", "right"),
@@ -181,6 +186,7 @@ def render(rows: Sequence[Mapping[str, Any]], *, title: str) -> Table:
         table.add_row(
             row["minute"][:16].replace("T", " "),
             str(row["entered"]),
+            *([str(row.get("accepted", 0))] if accepting else []),
             str(row["delivered"]),
             dead_text,
             str(row["filtered"]),

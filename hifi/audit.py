@@ -19,7 +19,10 @@ bisecting that batch (`bisection_requests`), so the auditor counts a rejected ba
 its bisection requests apart (`auditor/health.py`). 1.2 adds a second kind of fact: a circuit
 breaker's change (`BREAKER`, `BreakerChange`), which names no events; a 1.1 reader refuses it as
 an unknown outcome (`hifi_auditor_refused_facts_total{reason="unknown_outcome"}`), so the
-auditor is upgraded first.
+auditor is upgraded first. 1.3 adds the facts of events the ingest service accepted
+(`Outcome.ACCEPTED`, `hifi/audit_accepted.py`): they name a stream's topic, not a destination
+(their `dest` is `topic:` and the topic of their events); a 1.2 reader refuses them as it
+refuses breaker facts.
 
 A fact is written with acks=all and awaited before the offsets of its events are committed:
 a crash can repeat a fact, never lose one. Each fact has a random `fact_id`; the auditor
@@ -55,7 +58,7 @@ DEFAULT_AUDIT_TOPIC = "hifi.audit"
 AUDIT_RETENTION_MS = 7 * 86_400_000  # the audit topic's retention when hifi creates it
 HDR_FORMAT = "hifi-audit-format"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 2
+FORMAT_MINOR = 3
 _FORMAT = f"{FORMAT_MAJOR}.{FORMAT_MINOR}".encode()
 # Events per fact at most: a batch of 100,000 events with 250-byte ids is ~30 MB; the producer
 # takes 16 MiB per request, so a large outcome is written as several facts.
@@ -64,6 +67,8 @@ MAX_EVENTS_PER_FACT = 20_000
 BREAKER = "breaker"
 BREAKER_STATES = ("closed", "half_open", "open")  # `connector.breaker.BreakerState` names
 BREAKER_ERROR_MAX_CHARS = 120
+#: an accepted fact's `dest` (1.3): this and the stream's topic; never a destination's name
+TOPIC_MARK = "topic:"
 
 # Both daemons that write facts (connector, retrier) count them here, once acknowledged.
 FACTS_WRITTEN = Counter(
@@ -180,6 +185,20 @@ def decode_fact(value: bytes | None, headers: Any) -> Fact:
         raise FactRefused(
             f"audit fact has outcome {fact.outcome!r}, reason {fact.reason!r}",
             reason=Refusal.UNKNOWN_OUTCOME,
+        )
+    return _checked_events(fact)
+
+
+def _checked_events(fact: Fact) -> Fact:
+    """The columns of each slice have one length; an accepted fact's name the topic of its
+    `dest`."""
+    if fact.outcome == Outcome.ACCEPTED and any(
+        TOPIC_MARK + part.topic != fact.dest for part in fact.slices
+    ):
+        raise FactRefused(
+            f"audit fact {fact.fact_id}: an accepted fact's events must all be of the topic"
+            f" its dest {fact.dest!r} names",
+            reason=Refusal.INCONSISTENT,
         )
     for part in fact.slices:
         n = len(part.offsets)

@@ -25,6 +25,9 @@ class Outcome(StrEnum):
     DEAD_LETTERED = "dead_lettered"
     #: dropped on purpose by an explicit rule of the destination; never sent
     FILTERED = "filtered"
+    #: the ingest service had it acknowledged by Kafka (acks=all) before its 2xx to the sender:
+    #: not an outcome at a destination but where accounting begins (audit format 1.3)
+    ACCEPTED = "accepted"
 
 
 class Reason(StrEnum):

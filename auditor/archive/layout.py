@@ -39,8 +39,20 @@ class Kind(StrEnum):
     MINUTES = "minutes"
 
 
+# The archive's schema version, in each Parquet file's metadata under `SCHEMA_KEY`; files
+# without it are version 1. A version only adds columns: a reader reads every file of its
+# version and before, a column an older file lacks as its `LATER_COLUMNS` value.
+#   1: the first (`topic_epoch` came within it: files without that column read it as 0)
+#   2: `minutes` gain `accepted`, the events the ingest service acknowledged to a sender
+SCHEMA_VERSION = 2
+SCHEMA_KEY = b"hifi-archive-schema"
+
+
 def _schema(*fields: tuple[str, Any, bool]) -> Any:
-    return pa.schema([pa.field(name, type_, nullable=null) for name, type_, null in fields])
+    return pa.schema(
+        [pa.field(name, type_, nullable=null) for name, type_, null in fields],
+        metadata={SCHEMA_KEY: str(SCHEMA_VERSION).encode()},
+    )
 
 
 _I32, _I64, _STR, _BOOL = pa.int32(), pa.int64(), pa.string(), pa.bool_()
@@ -75,6 +87,7 @@ OUTCOME_SCHEMA = _schema(
 MINUTE_SCHEMA = _schema(
     ("minute_ms", _I64, False),
     ("entered", _I64, False),
+    ("accepted", _I64, False),  # schema 2
     ("delivered", _I64, False),
     ("dead_lettered", _I64, False),
     ("dead_lettered_by_reason", pa.map_(_STR, _I64), False),
@@ -101,8 +114,8 @@ SCHEMAS: dict[Kind, Any] = {
 MINUTE_NAMES = frozenset(MINUTE_SCHEMA.names)
 ID_COLUMNS = ["minute_ms", "topic", "partition", "offset", "event_id", "topic_epoch"]
 # Columns files written before them do not have: read as this value (the topic's incarnation,
-# `auditor.incarnations`: 0, the first).
-LATER_COLUMNS = {"topic_epoch": 0}
+# `auditor.incarnations`: 0, the first; no accepted events before schema 2).
+LATER_COLUMNS = {"topic_epoch": 0, "accepted": 0}
 # Outcome columns that repeat a fact's or a slice's value for each of its events: the writer
 # buffers them once per slice as runs (few list appends, and runs decode faster than lists).
 OUTCOME_RUNS = (

@@ -57,6 +57,7 @@ def _minute_row(minute_ms: int, written_ms: int, **extra: Any) -> dict[str, Any]
     row.update(
         minute_ms=minute_ms,
         entered=10,
+        accepted=0,
         delivered=7,
         dead_lettered=2,
         dead_lettered_by_reason={"http_4xx": 1, "malformed": 1},
@@ -492,3 +493,28 @@ def test_files_without_topic_epoch_read_as_the_first_incarnation(tmp_path: Path)
     second = find_ids(tmp_path, "shop", {MINUTE_MS: {(incarnations.key("orders", 1), 0): [5]}})
     assert first == {("orders", 0, 5): "old-5"}
     assert second == {(incarnations.key("orders", 1), 0, 5): "new-5"}
+
+
+def test_minutes_files_of_schema_1_read_with_no_accepted_events(tmp_path: Path) -> None:
+    """A `minutes` file written before schema 2 (no `accepted` column, no version in its
+    metadata) reads with `accepted` 0 beside a new file's row; new files say schema 2."""
+    old_schema = pa.schema([f for f in MINUTE_SCHEMA if f.name != "accepted"])
+    directory = archive_layout.partition_dir(
+        tmp_path, archive_layout.Kind.MINUTES, "shop", MINUTE_MS // HOUR_MS
+    )
+    directory.mkdir(parents=True)
+    old_row = {k: v for k, v in _minute_row(MINUTE_MS, 5).items() if k != "accepted"}
+    old = pa.Table.from_pylist([old_row], schema=old_schema)
+    pq.write_table(old, directory / f"part-{MINUTE_MS}-old.parquet")
+    arc = Archive(tmp_path)
+    arc.minute("shop", _minute_row(MINUTE_MS + 60_000, 6, accepted=12))
+    arc.take().write()
+    rows = read_minutes(tmp_path, "shop", from_ms=None, to_ms=None)
+    assert [(r["minute_ms"], r["accepted"]) for r in rows] == [
+        (MINUTE_MS, 0),
+        (MINUTE_MS + 60_000, 12),
+    ]
+    (new_file,) = (p for p in directory.iterdir() if not p.name.endswith("-old.parquet"))
+    metadata = pq.read_schema(new_file).metadata
+    assert metadata[archive_layout.SCHEMA_KEY] == str(archive_layout.SCHEMA_VERSION).encode()
+    assert archive_layout.SCHEMA_VERSION == 2

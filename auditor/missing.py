@@ -1,0 +1,41 @@
+"""A final minute's missing events named: their origins, then their ids from the archive's entered rows."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from pyroaring import BitMap
+
+from auditor.archive.read import find_ids
+from auditor.buckets import Bucket, Partition
+from auditor.ledger import MAX_MISSING_IDS
+
+
+def missing_origins(bucket: Bucket) -> dict[Partition, list[int]]:
+    """The origins of up to `MAX_MISSING_IDS` missing events of a final bucket (those waiting
+    and never handed off), by partition as the ledgers key them."""
+    origins: dict[Partition, list[int]] = {}
+    left = MAX_MISSING_IDS
+    for tp, waiting in bucket.waiting.items():
+        lost = waiting - bucket.retrying.get(tp, BitMap())
+        if lost and left > 0:
+            offsets = list(lost)[:left]
+            origins[tp] = offsets
+            left -= len(offsets)
+    return origins
+
+
+async def missing_ids(
+    root: Path, dest: str, minute_ms: int, origins: dict[Partition, list[int]]
+) -> list[str]:
+    """The ids of the missing events at `origins`, sorted, read from the archive's entered rows
+    in a thread (`HifiError` when they cannot be read). An event without an id, or one the
+    auditor never saw entering (accepted by the ingest service, then lost), is named by its
+    origin, `topic/partition/offset`."""
+    found = await asyncio.to_thread(find_ids, root, dest, {minute_ms: origins})
+    return sorted(
+        found.get((topic, partition, offset)) or f"{topic}/{partition}/{offset}"
+        for (topic, partition), offsets in origins.items()
+        for offset in offsets
+    )
