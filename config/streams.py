@@ -79,6 +79,12 @@ class Stream(BaseModel):
         description="at most the max_batch_bytes of every destination fed by the topic",
     )
     idempotency_window_s: float = Field(default=86_400.0, gt=0, le=30 * _DAY_S)
+    audit: bool = Field(
+        default=True,
+        description="the ingest service writes the accepted facts of the stream's events"
+        " (as a destination's [accounting] audit); false: the auditor counts none of them as"
+        " accepted, and loss only from what it saw enter",
+    )
 
     @field_validator("topic")
     @classmethod

@@ -1,4 +1,4 @@
-"""`POST /v1/events/{stream}`: events checked, the valid ones produced, one answer once all are acknowledged."""
+"""`POST /v1/events/{stream}`: events checked, the valid ones produced, answered once they and their facts are acked."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class Request:
 
 async def handle_batch(shared: Shared, stream: Stream, request: Request) -> Answer:
     """Read, check and produce one request's events: the answer to send once every accepted
-    event is acknowledged. A `RequestRefused` raised before its body is read (415, 413) is
+    event, and its accepted fact, is acknowledged. A `RequestRefused` raised before its body is read (415, 413) is
     the caller's to answer."""
     kind = bodies.body_format(request.header(b"content-type"))
     gzipped = bodies.is_gzip(request.header(b"content-encoding"))
@@ -97,6 +97,7 @@ async def _produce_body(
     try:
         records = [event.record(stream.topic) for event in valid]
         written = await shared.acks.write(records, arrival_ms) if records else []
+        await shared.accepted.write(stream, valid, written, arrival_ms)
     except BrokerUnavailable as exc:
         log.warning("kafka_not_acknowledged", stream=stream.name, events=len(valid), error=str(exc))
         metrics.SHED.labels("kafka").inc()
@@ -111,7 +112,8 @@ async def _produce_body(
 
 
 def kafka_unavailable() -> Answer:
-    """503: Kafka did not acknowledge every event; the sender resends the whole request."""
+    """503: Kafka did not acknowledge every event, or their accepted facts; the sender resends
+    the whole request."""
     return Answer(
         503,
         error_body(

@@ -18,13 +18,15 @@ import structlog
 import uvicorn
 
 from config.streams import Stream
-from hifi import kafka
+from hifi import audit, kafka
+from hifi.audit_accepted import AcceptedTrail
 from hifi.errors import ConfigError, HifiError
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from hifi.lookup_cache.redis_hash import RedisSettings
 from hifi.ops_http import DEFAULT_HOST, OpsServer, QuietServer
 from hifi.redis_keys import connected_keys
+from ingest.accepted import Accepted
 from ingest.acks import Acks
 from ingest.admission import Admission
 from ingest.app import IngestApp
@@ -36,6 +38,7 @@ log = structlog.get_logger(__name__)
 DEFAULT_PORT = 8080
 DEFAULT_METRICS_PORT = 9403
 _BACKLOG = 2048  # as uvicorn's default
+_AUDIT_PARTITIONS = 4  # the audit topic's, when ingest is the first to create it (as the auditor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +67,15 @@ class IngestService:
         settings: ServiceSettings,
         *,
         redis: RedisSettings | None = None,
+        audit_topic: str | None = None,
     ) -> None:
         self.streams = streams
+        #: where the accepted facts go (`HIFI_AUDIT_TOPIC` by default); None: no stream audits
+        self.audit_topic = (
+            (audit_topic or audit.audit_topic())
+            if any(stream.audit for stream in streams.values())
+            else None
+        )
         self.settings = settings
         self.port = settings.port  #: the port served, once `running` (port 0 picks one)
         self._kafka = kafka_settings
@@ -88,6 +98,7 @@ class IngestService:
             producer = await stack.enter_async_context(
                 kafka.producer(self._kafka, request_timeout_ms=round(settings.ack_timeout_s * 1000))
             )
+            trail = await self._accepted_trail(producer)
             await self._say_missing_topics()
             idempotency = None
             if self._redis is not None:
@@ -99,6 +110,7 @@ class IngestService:
             shared = Shared(
                 self.streams,
                 Acks(producer, ack_timeout_s=settings.ack_timeout_s),
+                Accepted(trail, ack_timeout_s=settings.ack_timeout_s),
                 admission,
                 idempotency,
                 body_timeout_s=settings.body_timeout_s,
@@ -138,6 +150,20 @@ class IngestService:
             await serving
             sock.close()
             log.info("ingest_stopped")
+
+    async def _accepted_trail(self, producer: kafka.Producer) -> AcceptedTrail | None:
+        """The accepted trail on the service's producer, its topic created when missing (an
+        existing one keeps its configuration); None when every stream has `audit = false`."""
+        if self.audit_topic is None:
+            return None
+        await kafka_admin.ensure_topics(
+            self._kafka,
+            [self.audit_topic],
+            partitions=_AUDIT_PARTITIONS,
+            retention_ms=audit.AUDIT_RETENTION_MS,
+        )
+        log.info("accepted_trail", topic=self.audit_topic)
+        return AcceptedTrail(producer, topic=self.audit_topic, node=audit.node_name("ingest"))
 
     async def _say_missing_topics(self) -> None:
         """Warn about streams whose topic does not exist: their requests are answered 503

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from config.streams import Stream
+from ingest.accepted import Accepted
 from ingest.acks import Acks
 from ingest.admission import Admission
 from ingest.auth import Tokens
@@ -19,6 +20,7 @@ class Shared:
 
     streams: Mapping[str, Stream]
     acks: Acks
+    accepted: Accepted  # the accepted facts, acknowledged before a 2xx
     admission: Admission
     idempotency: Idempotency | None = None  # None: no Redis configured, the header is ignored
     body_timeout_s: float = 30.0  # a request's whole body must arrive within this (else 408)

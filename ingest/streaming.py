@@ -3,8 +3,9 @@
 The answer starts (200) once the request is authorized; from then on each event's fate is its
 own line, `{"index": N, ...}` with the result a batch answer would hold, in the order the
 events came. The events of each received chunk are produced together; their lines are
-written once Kafka acknowledged them, while the next chunks are read and produced (at most
-`MAX_PENDING_GROUPS` groups wait for their acknowledgement: beyond, reading pauses).
+written once Kafka acknowledged them and then their accepted facts (`ingest.accepted`), while
+the next chunks are read and produced (at most `MAX_PENDING_GROUPS` groups wait for their
+acknowledgement: beyond, reading pauses).
 
 The last line is `{"end": true, "accepted": A, "rejected": R}`, with `"error"` and
 `"retry_after_s"` when Kafka stopped acknowledging (no event after the last result line is
@@ -170,7 +171,8 @@ async def _next_message(
 async def _answer(
     shared: Shared, stream: Stream, request: Request, groups: asyncio.Queue[_Group | _End]
 ) -> tuple[int, int, _End]:
-    """Write each group's result lines once it is acknowledged; the counts and how it ended."""
+    """Write each group's result lines once it and its accepted facts are acknowledged; the
+    counts and how it ended."""
     taken = refused = 0
     while True:
         group = await groups.get()
@@ -179,6 +181,8 @@ async def _answer(
         pending = group.acknowledged
         try:
             written = await shared.acks.acknowledged(pending) if pending is not None else []
+            valid = [event for event in group.checked if isinstance(event, Checked)]
+            await shared.accepted.write(stream, valid, written, group.arrival_ms)
         except BrokerUnavailable as exc:
             return taken, refused, _End(error=_kafka_error(exc))
         places = iter(written)
