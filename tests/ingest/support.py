@@ -23,6 +23,8 @@ def write_stream(directory: Path, name: str, **keys: Any) -> Path:
     """`NAME.toml` with the given keys (strings quoted, lists of strings as arrays)."""
 
     def toml(value: Any) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
         if isinstance(value, str):
             return f'"{value}"'
         if isinstance(value, list):
@@ -59,13 +61,19 @@ async def serving(
     kafka_settings: KafkaSettings,
     *,
     redis: RedisSettings | None = None,
+    audit_topic: str | None = None,
     **settings: Any,
 ) -> AsyncIterator[IngestService]:
-    """The service on a free loopback port until the block exits, then drained."""
+    """The service on a free loopback port until the block exits, then drained; its accepted
+    facts go to `audit_topic` (default: `HIFI_AUDIT_TOPIC`)."""
     options: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "metrics_port": 0}
     options.update(settings)
     service = IngestService(
-        load_streams(directory), kafka_settings, ServiceSettings(**options), redis=redis
+        load_streams(directory),
+        kafka_settings,
+        ServiceSettings(**options),
+        redis=redis,
+        audit_topic=audit_topic,
     )
     running = asyncio.create_task(service.run())
     started = asyncio.create_task(service.started.wait())
