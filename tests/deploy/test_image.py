@@ -259,7 +259,7 @@ def test_the_entrypoint_refuses_what_it_does_not_run_with_one_line_and_exit_2() 
         return done.returncode, done.stdout.strip(), done.stderr.strip()
 
     code, out, _ = entrypoint("--help")
-    assert (code, out.startswith("usage: IMAGE connector|retrier|auditor|hifi-tenants")) == (
+    assert (code, out.startswith("usage: IMAGE connector|retrier|auditor|ingest|hifi-tenants")) == (
         0,
         True,
     )
@@ -269,7 +269,7 @@ def test_the_entrypoint_refuses_what_it_does_not_run_with_one_line_and_exit_2() 
     code, _, err = entrypoint("sh", "-c", "id")
     assert (code, err) == (
         2,
-        "hifi image: unknown command 'sh'; one of connector, retrier, auditor, hifi-tenants",
+        "hifi image: unknown command 'sh'; one of connector, retrier, auditor, ingest, hifi-tenants",
     )
 
 
@@ -319,9 +319,9 @@ def run_image(image: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.integration
 def test_the_image_runs_each_command_by_its_first_argument_as_a_non_root_user(image: str) -> None:
-    """The entrypoint runs connector, retrier, auditor and hifi-tenants by name, as uid 10001,
+    """The entrypoint runs connector, retrier, auditor, ingest and hifi-tenants by name, as uid 10001,
     points spark-batch to spark-submit, and the image holds no test or demo code."""
-    for name in (*DAEMONS, "hifi-tenants"):
+    for name in (*DAEMONS, "ingest", "hifi-tenants"):
         result = run_image(image, name, "--version")
         assert (result.returncode, result.stdout.strip()) == (0, f"{name} {VERSION}"), result.stderr
     spark = run_image(image, "spark-batch", "reconcile")
