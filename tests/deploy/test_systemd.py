@@ -27,7 +27,7 @@ from devstack.destination import TestDestination
 from hifi.cli_options import METRICS_PORT_ENV
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
-from ingest.cli import cli as ingest_cli
+from tests.deploy.ingest_checks import setting
 from tests.deploy.units import (
     SYSTEM_DIR,
     UNITS_DIR,
@@ -51,19 +51,13 @@ needs_systemd_analyze = pytest.mark.skipif(
 STOP_MARGIN_S = 15.0
 DEFAULT_SHUTDOWN_TIMEOUT_S = Destination.model_fields["shutdown_timeout_s"].default
 
-
-def _ingest_default(name: str) -> float:
-    """The default of one of ingest's options, as its command line has it."""
-    return float(next(p for p in ingest_cli.params if p.name == name).default)  # type: ignore[arg-type]
-
-
 #: The longest a daemon may take from SIGTERM to exit, as its code and catalog defaults say.
 DRAIN_DEADLINE_S = {
     "connector@.service": DEFAULT_SHUTDOWN_TIMEOUT_S,
     "retrier.service": DEFAULT_SHUTDOWN_TIMEOUT_S,  # the largest of its destinations'
     "auditor.service": LAST_ROLL_START_S + SHUTDOWN_TIMEOUT_S,
     # the requests in flight, then the producer's flush, which waits for the broker's acks
-    "ingest.service": _ingest_default("drain_timeout_s") + _ingest_default("ack_timeout_s"),
+    "ingest.service": float(setting([], "drain_timeout_s")) + float(setting([], "ack_timeout_s")),
 }
 #: The units whose daemon keeps files across restarts, in the state directory.
 STATEFUL = ("connector@.service", "retrier.service", "auditor.service")
