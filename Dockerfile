@@ -1,5 +1,5 @@
 # hifi: one image for every daemon; the first argument picks it (deploy/container/entrypoint):
-#   IMAGE connector --dest NAME | IMAGE retrier | IMAGE auditor | IMAGE hifi-tenants diff ...
+#   IMAGE connector --dest NAME | IMAGE retrier | IMAGE auditor | IMAGE ingest | IMAGE hifi-tenants diff ...
 # Build: make image (docs/deploy-container.md). BASE: any image with Python 3.11+ and its venv
 # module as `python3`: python:3.11-slim from a registry, or a Debian base made offline.
 ARG BASE=python:3.11-slim
@@ -53,8 +53,9 @@ ENV PATH=/opt/hifi/bin:$PATH \
     HIFI_ARCHIVE_DIR=/var/lib/hifi/archive
 USER 10001:10001
 WORKDIR /var/lib/hifi
-# The ops ports: connector 9400, retrier 9401, auditor 9402 (/metrics, /healthz, /readyz).
-EXPOSE 9400 9401 9402
+# The ops ports: connector 9400, retrier 9401, auditor 9402, ingest 9403 (/metrics, /healthz,
+# /readyz); ingest's API: 8080.
+EXPOSE 9400 9401 9402 9403 8080
 # Readiness of whichever daemon runs, on the port it uses (--metrics-port, else
 # HIFI_METRICS_PORT, else its default); kept by `podman build --format docker` and Docker.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \

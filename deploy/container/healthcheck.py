@@ -4,7 +4,7 @@
 The daemon is the hifi command among the container's processes (PID 1 when the entrypoint
 execs it, a child of an init such as `--init`'s otherwise). Its ops address is the one it
 chose: its `--metrics-port` argument, else `HIFI_METRICS_PORT` in its environment, else its
-default port (9400 connector, 9401 retrier, 9402 auditor); the host likewise from
+default port (9400 connector, 9401 retrier, 9402 auditor, 9403 ingest); the host likewise from
 `--metrics-host`/`HIFI_METRICS_HOST`, probed on loopback when it listens on every address.
 
 Exit 0 when the daemon is ready, or when the container runs a one-shot command with no ops
@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-# each daemon's default --metrics-port (ingest, 9403, joins when it has a daemon)
-DEFAULT_PORTS = {"connector": 9400, "retrier": 9401, "auditor": 9402}
+# each daemon's default --metrics-port
+DEFAULT_PORTS = {"connector": 9400, "retrier": 9401, "auditor": 9402, "ingest": 9403}
 TOOLS = ("hifi-tenants", "spark-batch")  # one-shot commands: no ops port to probe
 PORT_ENV_VAR = "HIFI_METRICS_PORT"
 HOST_ENV_VAR = "HIFI_METRICS_HOST"
@@ -40,7 +40,7 @@ class Unhealthy(Exception):
 class Command:
     """A hifi command found among the container's processes."""
 
-    name: str  # connector, retrier, auditor, hifi-tenants or spark-batch
+    name: str  # connector, retrier, auditor, ingest, hifi-tenants or spark-batch
     args: tuple[str, ...]  # its arguments after the command's name
     env: Mapping[str, str]  # its environment
 

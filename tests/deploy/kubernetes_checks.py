@@ -2,7 +2,8 @@
 base (no kustomize here) and the semantic checks, each returning the problems it finds.
 
 `kustomization.yaml` may only list `resources`, which are loaded as they are, so what is
-checked is what `kubectl apply -k` applies.
+checked is what `kubectl apply -k` applies. What only the ingest service has (its API port,
+its drain, its streams, its CPU scaling) is checked in ingest_checks.py.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from config.catalog import Catalog
 from connector import metrics as connector_metrics
 from connector.cli import cli as connector_cli
 from hifi.kafka.settings import KafkaSettings
+from ingest.cli import cli as ingest_cli
 from retrier.cli import cli as retrier_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,12 +33,16 @@ DAEMONS: dict[str, click.Command] = {
     "connector": connector_cli,
     "retrier": retrier_cli,
     "auditor": auditor_cli,
+    "ingest": ingest_cli,
 }
-SHIPPED_PACKAGES = ("hifi", "config", "tenants", "connector", "retrier", "auditor")
+SHIPPED_PACKAGES = ("hifi", "config", "tenants", "connector", "retrier", "auditor", "ingest")
 GRACE_MARGIN_S = 15  # the final commit and flushes after the drain deadline
 MIN_SCALE_DOWN_WINDOW_S = 300  # each step down is a rebalance
 PARTITIONS_ANNOTATION = "hifi/source-partitions"
 WORKLOADS = ("Deployment", "StatefulSet")
+#: The container port of ingest's API: the one port beside ops a hifi pod serves.
+API_PORT = "http"
+API_DAEMONS = ("ingest",)
 
 Doc = dict[str, Any]
 
@@ -140,13 +146,15 @@ def ops_port_problems(docs: list[Doc]) -> list[str]:
         services = [
             s for s in of_kind(docs, "Service") if labels.items() >= s["spec"]["selector"].items()
         ]
-        for service in services:
-            if [p["targetPort"] for p in service["spec"]["ports"]] not in (["ops"], [port]):
+        api = [API_PORT] if args[0] in API_DAEMONS else []
+        targets = [[p["targetPort"] for p in s["spec"]["ports"]] for s in services]
+        for service, ports in zip(services, targets, strict=True):
+            if ports not in (["ops"], [port], api):
                 problems.append(
                     f"{where}: Service {service['metadata']['name']} misses the ops port"
                 )
-        if not services:
-            problems.append(f"{where}: no Service selects it")
+        if not any(ports in (["ops"], [port]) for ports in targets):
+            problems.append(f"{where}: no Service selects its ops port")
     return problems
 
 
@@ -155,6 +163,8 @@ def grace_problems(docs: list[Doc], tmp_path: Path) -> list[str]:
     problems = []
     for workload, container in containers(docs):
         args, env = container["args"], pod_env(docs, container)
+        if args[0] in API_DAEMONS:
+            continue  # no destinations: ingest_checks.ingest_grace_problems
         dests = catalog(docs, tmp_path / "catalog", env, for_delivery=False).load_named(
             dests_of(args)
         )
@@ -236,23 +246,45 @@ def trigger_problems(name: str, dest: str | None, trigger: Doc) -> list[str]:
 
 
 def network_problems(docs: list[Doc]) -> list[str]:
-    """An Ingress policy selects every hifi pod and admits only the ops port."""
+    """An Ingress policy selects every hifi pod and admits only the ops port, but for the
+    API port of ingest's pods, which a policy selecting only them admits (from anywhere)."""
     problems = []
     policies = [
         p["spec"] for p in of_kind(docs, "NetworkPolicy") if "Ingress" in p["spec"]["policyTypes"]
     ]
-    for workload, _ in containers(docs):
+    for workload, container in containers(docs):
         labels = workload["spec"]["template"]["metadata"]["labels"]
         selecting = [
             p for p in policies if labels.items() >= p["podSelector"]["matchLabels"].items()
         ]
         if not selecting:
             problems.append(f"{workload['metadata']['name']}: no NetworkPolicy selects its pods")
+        admitted = {
+            port.get("port")
+            for policy in selecting
+            for rule in policy.get("ingress", [])
+            for port in rule.get("ports", [])
+        }
+        if container["args"][0] in API_DAEMONS and API_PORT not in admitted:
+            problems.append(f"{workload['metadata']['name']}: no NetworkPolicy admits its API")
     for policy in policies:
         for rule in policy.get("ingress", []):
-            if [p.get("port") for p in rule.get("ports", [])] != ["ops"] or not rule.get("from"):
+            ports = [p.get("port") for p in rule.get("ports", [])]
+            if ports == [API_PORT] and _selects_only_api_pods(docs, policy):
+                continue
+            if ports != ["ops"] or not rule.get("from"):
                 problems.append(f"a NetworkPolicy rule admits more than named peers on ops: {rule}")
     return problems
+
+
+def _selects_only_api_pods(docs: list[Doc], policy: Doc) -> bool:
+    selector = policy["podSelector"]["matchLabels"].items()
+    selected = [
+        container["args"][0]
+        for workload, container in containers(docs)
+        if workload["spec"]["template"]["metadata"]["labels"].items() >= selector
+    ]
+    return bool(selected) and all(daemon in API_DAEMONS for daemon in selected)
 
 
 def env_problems(docs: list[Doc], tmp_path: Path) -> list[str]:
@@ -276,6 +308,8 @@ def env_problems(docs: list[Doc], tmp_path: Path) -> list[str]:
         unknown = sorted(n for n in env if n not in read and n not in referenced)
         if unknown:
             problems.append(f"{where}: hifi reads none of {unknown}")
+        elif container["args"][0] in API_DAEMONS:
+            KafkaSettings.from_env(env)  # its streams: ingest_checks.ingest_env_problems
         else:
             KafkaSettings.from_env(env)
             args = container["args"]

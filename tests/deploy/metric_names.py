@@ -13,6 +13,7 @@ import auditor.metrics  # noqa: F401 - registers the auditor's metrics
 import connector.metrics  # noqa: F401 - registers the connector's metrics
 import hifi.lookup_cache.metrics  # registers the lookup caches' metrics
 import hifi.ops_http  # noqa: F401 - registers hifi_build_info and hifi_ready
+import ingest.metrics  # noqa: F401 - registers the ingest service's metrics
 import retrier.metrics  # noqa: F401 - registers the retrier's metrics
 
 ROOT = Path(__file__).resolve().parents[2]

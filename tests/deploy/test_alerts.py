@@ -88,9 +88,10 @@ def test_every_alert_has_a_severity_annotations_and_a_runbook_section() -> None:
 
 def test_rules_read_only_series_the_daemons_expose() -> None:
     """Every name an expression selects is in the daemons' registry, is `up`, or is recorded
-    by a rule of the file; recorded names follow level:metric:operations."""
+    by a rule of the file; recorded names follow level:metric:operations, the level a
+    destination's or an ingest stream's."""
     assert unknown_names([str(rule["expr"]) for rule in rules()]) == {}
-    assert all(re.fullmatch(r"dest:hifi_\w+:\w+", name) for name in recorded_names())
+    assert all(re.fullmatch(r"(dest|stream):hifi_\w+:\w+", name) for name in recorded_names())
 
 
 def test_an_unknown_series_is_reported() -> None:

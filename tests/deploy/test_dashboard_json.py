@@ -1,5 +1,6 @@
-"""The Grafana dashboard (deploy/grafana/hifi.json): a data source and a destination variable
-that every panel follows, the rows an operator needs, and only series the daemons expose."""
+"""The Grafana dashboard (deploy/grafana/hifi.json): a data source, a destination and a stream
+variable that every panel follows, the rows an operator needs, and only series the daemons
+expose."""
 
 from __future__ import annotations
 
@@ -13,8 +14,17 @@ from tests.deploy.metric_names import ROOT, referenced_names, unknown_names
 DASHBOARD = ROOT / "deploy" / "grafana" / "hifi.json"
 METRICS_DOC = ROOT / "docs" / "metrics.md"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-DEST_FILTER = 'dest=~"$dest"'
-ROWS = {"Service level", "Lag", "Loss and availability", "Throughput", "Retries", "Dead letters"}
+#: The variables that filter a series by one of its labels: the label, its filter, its level.
+FILTERS = {"dest": ('dest=~"$dest"', "dest:"), "stream": ('stream=~"$stream"', "stream:")}
+ROWS = {
+    "Service level",
+    "Lag",
+    "Loss and availability",
+    "Throughput",
+    "Retries",
+    "Dead letters",
+    "Ingest",
+}
 
 
 def dashboard() -> dict[str, Any]:
@@ -35,30 +45,32 @@ def exprs() -> list[str]:
     return [target["expr"] for panel in panels() for target in panel["targets"]]
 
 
-def labelled_by_dest() -> set[str]:
-    """The series names whose metric has a `dest` label, from docs/metrics.md's tables."""
+def labelled_by(label: str) -> set[str]:
+    """The series names whose metric has label `label`, from docs/metrics.md's tables."""
     names = set()
     for name, labels in re.findall(
         r"^\| `(hifi_\w+)` \| \w+ \| ([^|]*) \|", METRICS_DOC.read_text(), re.M
     ):
-        if "`dest`" in labels:
+        if f"`{label}`" in labels:
             family = name.removesuffix("_total")
             names |= {name, f"{family}_bucket", f"{family}_count", f"{family}_sum"}
     return names
 
 
-def test_variables_choose_the_data_source_and_the_destinations() -> None:
-    """A Prometheus data source variable and a multi-value destination variable read from it."""
+def test_variables_choose_the_data_source_the_destinations_and_the_streams() -> None:
+    """A Prometheus data source variable, and multi-value destination and stream variables read
+    from it."""
     variables = {var["name"]: var for var in dashboard()["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
-    dest = variables["dest"]
-    assert (dest["type"], dest["datasource"]) == ("query", DATASOURCE)
-    assert dest["multi"]
-    assert dest["includeAll"]
-    series = re.fullmatch(r"label_values\((\w+), dest\)", dest["query"]["query"])
-    assert series is not None
-    assert unknown_names([series[1]]) == {}
+    for label in FILTERS:
+        var = variables[label]
+        assert (var["type"], var["datasource"]) == ("query", DATASOURCE)
+        assert var["multi"]
+        assert var["includeAll"]
+        series = re.fullmatch(rf"label_values\((\w+), {label}\)", var["query"]["query"])
+        assert series is not None
+        assert unknown_names([series[1]]) == {}
 
 
 def test_every_panel_reads_the_chosen_data_source() -> None:
@@ -69,19 +81,21 @@ def test_every_panel_reads_the_chosen_data_source() -> None:
         assert panel["targets"], f"{panel['title']}: no query"
 
 
-def test_every_query_of_a_destination_series_follows_the_destination_variable() -> None:
+def test_every_query_of_a_destination_or_stream_series_follows_its_variable() -> None:
     """Each selector of a series with a `dest` label (or a recorded per-destination series)
-    filters on the chosen destinations."""
-    with_dest = labelled_by_dest()
-    for expr in exprs():
-        for name in referenced_names(expr):
-            if name in with_dest or name.startswith("dest:"):
-                selectors = re.findall(rf"(?<![\w:]){re.escape(name)}(\{{[^}}]*\}})?", expr)
-                assert all(DEST_FILTER in s for s in selectors), f"{name} in {expr}"
+    filters on the chosen destinations, and of one with a `stream` label on the chosen streams."""
+    for label, (wanted, level) in FILTERS.items():
+        labelled = labelled_by(label)
+        assert labelled, f"docs/metrics.md has no series labelled {label}"
+        for expr in exprs():
+            for name in referenced_names(expr):
+                if name in labelled or name.startswith(level):
+                    selectors = re.findall(rf"(?<![\w:]){re.escape(name)}(\{{[^}}]*\}})?", expr)
+                    assert all(wanted in s for s in selectors), f"{name} in {expr}"
 
 
 def test_the_rows_cover_what_an_operator_watches() -> None:
-    """Lag, loss, availability, throughput, retries and dead letters each have a row."""
+    """Lag, loss, availability, throughput, retries, dead letters and ingest each have a row."""
     rows = {panel["title"] for panel in dashboard()["panels"] if panel["type"] == "row"}
     assert rows >= ROWS
 

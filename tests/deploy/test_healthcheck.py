@@ -14,6 +14,7 @@ import prometheus_client
 import pytest
 
 from hifi.ops_http import OpsServer, Readiness
+from tests.deploy.kubernetes_checks import DAEMONS, option
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,6 +80,7 @@ def test_healthcheck_probes_the_port_the_daemon_uses() -> None:
     assert url("retrier") == "http://127.0.0.1:9401/readyz"
     assert url("auditor", HIFI_METRICS_HOST="0.0.0.0") == "http://127.0.0.1:9402/readyz"
     assert url("retrier", HIFI_METRICS_PORT="9511") == "http://127.0.0.1:9511/readyz"
+    assert url("ingest", ("--port", "8080")) == "http://127.0.0.1:9403/readyz"
     flags = ("--dest", "a", "--metrics-port", "9600")
     assert url("connector", flags, HIFI_METRICS_PORT="9511") == "http://127.0.0.1:9600/readyz"
     assert url("connector", ("--metrics-port=9601",)) == "http://127.0.0.1:9601/readyz"
@@ -87,6 +89,13 @@ def test_healthcheck_probes_the_port_the_daemon_uses() -> None:
         url("connector", HIFI_METRICS_PORT="x")
     with pytest.raises(healthcheck.Unhealthy, match="--metrics-port '0'"):
         url("connector", ("--metrics-port", "0"))
+
+
+def test_the_default_ports_are_the_daemons_own() -> None:
+    """Each daemon's default port in the healthcheck is its CLI's `--metrics-port` default, and
+    every daemon the entrypoint runs has one."""
+    defaults = {name: option(cli, "metrics_port").default for name, cli in DAEMONS.items()}
+    assert defaults == healthcheck.DEFAULT_PORTS
 
 
 async def test_healthcheck_is_healthy_only_while_the_daemon_is_ready(tmp_path: Path) -> None:

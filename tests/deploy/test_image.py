@@ -21,11 +21,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
+from config.streams import hash_token
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from tests.helpers import write_destination
+from tests.ingest.support import TOKEN, auth, write_stream
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -240,7 +243,7 @@ DEBIAN_BASE_TARBALL = (
 )
 BASE_IMAGE = os.environ.get("HIFI_IMAGE_BASE", DEBIAN_BASE)  # python:3.11-slim, pulled beforehand
 TEST_IMAGE = "localhost/hifi:test"
-DAEMONS = ("connector", "retrier", "auditor")
+DAEMONS = ("connector", "retrier", "auditor", "ingest")
 CONTAINER = ROOT / "deploy" / "container"
 
 
@@ -259,7 +262,7 @@ def test_the_entrypoint_refuses_what_it_does_not_run_with_one_line_and_exit_2() 
         return done.returncode, done.stdout.strip(), done.stderr.strip()
 
     code, out, _ = entrypoint("--help")
-    assert (code, out.startswith("usage: IMAGE connector|retrier|auditor|hifi-tenants")) == (
+    assert (code, out.startswith("usage: IMAGE connector|retrier|auditor|ingest|hifi-tenants")) == (
         0,
         True,
     )
@@ -269,7 +272,7 @@ def test_the_entrypoint_refuses_what_it_does_not_run_with_one_line_and_exit_2() 
     code, _, err = entrypoint("sh", "-c", "id")
     assert (code, err) == (
         2,
-        "hifi image: unknown command 'sh'; one of connector, retrier, auditor, hifi-tenants",
+        "hifi image: unknown command 'sh'; one of connector, retrier, auditor, ingest, hifi-tenants",
     )
 
 
@@ -319,7 +322,7 @@ def run_image(image: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.integration
 def test_the_image_runs_each_command_by_its_first_argument_as_a_non_root_user(image: str) -> None:
-    """The entrypoint runs connector, retrier, auditor and hifi-tenants by name, as uid 10001,
+    """The entrypoint runs connector, retrier, auditor, ingest and hifi-tenants by name, as uid 10001,
     points spark-batch to spark-submit, and the image holds no test or demo code."""
     for name in (*DAEMONS, "hifi-tenants"):
         result = run_image(image, name, "--version")
@@ -357,23 +360,35 @@ async def _healthy(container: str, timeout_s: float) -> bool:
 
 @pytest.mark.integration
 async def test_each_daemon_in_the_image_is_healthy_on_its_own_port_and_drains_on_stop(
-    image: str, kafka_settings: KafkaSettings, catalog_dir: Path, unique: str
+    image: str, kafka_settings: KafkaSettings, catalog_dir: Path, unique: str, tmp_path: Path
 ) -> None:
     """Each daemon run from the image against the test broker passes the image's HEALTHCHECK,
-    which probes that daemon's ops port (its --metrics-port here), and exits 0 on podman stop."""
+    which probes that daemon's ops port (its --metrics-port here), ingest accepts an event on
+    its API, and each exits 0 on podman stop."""
     await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
     write_destination(catalog_dir, unique, url="http://127.0.0.1:9/events", source_topics=[unique])
+    streams = tmp_path / "streams"
+    streams.mkdir()
+    write_stream(streams, "clicks", topic=unique, tokens_sha256=[hash_token(TOKEN)])
     ports = {daemon: _free_port() for daemon in DAEMONS}
+    api_port = _free_port()
+    flags = {
+        "connector": ["--dest", unique],
+        "retrier": [],
+        "auditor": ["--dest", unique],
+        "ingest": ["--port", str(api_port)],
+    }
     containers = {daemon: f"hifi-{unique}-{daemon}" for daemon in DAEMONS}
     try:
         for daemon in DAEMONS:
-            dests = [] if daemon == "retrier" else ["--dest", unique]
             podman(
                 "run", "--detach", "--name", containers[daemon], *podman_flags("run"),
                 "--network", "host", "--health-interval", "disable",
                 "--env", f"HIFI_KAFKA_BOOTSTRAP={kafka_settings.bootstrap}",
                 "--volume", f"{catalog_dir}:/etc/hifi/destinations:ro",
-                image, daemon, *dests, "--metrics-port", str(ports[daemon]),
+                "--env", "HIFI_STREAMS_DIR=/etc/hifi/streams",
+                "--volume", f"{streams}:/etc/hifi/streams:ro",
+                image, daemon, *flags[daemon], "--metrics-port", str(ports[daemon]),
             )  # fmt: skip
         for daemon, container in containers.items():
             healthy = await _healthy(container, timeout_s=90)
@@ -381,6 +396,10 @@ async def test_each_daemon_in_the_image_is_healthy_on_its_own_port_and_drains_on
             assert healthy, f"{daemon} never healthy: {logs.stdout[-2000:]}{logs.stderr[-2000:]}"
             said = podman("exec", container, "hifi-healthcheck").stdout
             assert said.startswith(f"{daemon} ready: http://127.0.0.1:{ports[daemon]}/readyz ready")
+        async with httpx.AsyncClient(timeout=10) as client:
+            url = f"http://127.0.0.1:{api_port}/v1/events/clicks"
+            posted = await client.post(url, json={"id": unique}, headers=auth())
+        assert (posted.status_code, posted.json()["accepted"]) == (200, 1), posted.text
         for container in containers.values():
             podman("stop", "--time", "60", container, timeout_s=90)
             code = podman("inspect", "--format", "{{.State.ExitCode}}", container).stdout.strip()

@@ -18,6 +18,12 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
+from tests.deploy.ingest_checks import (
+    api_problems,
+    ingest_env_problems,
+    ingest_grace_problems,
+    ingest_scaling_problems,
+)
 from tests.deploy.kubernetes_checks import (
     BASE,
     Doc,
@@ -114,6 +120,29 @@ def test_environments_are_what_hifi_reads(tmp_path: Path) -> None:
     assert env_problems(load_base(), tmp_path) == []
 
 
+def test_the_ingest_api_is_reachable() -> None:
+    """ingest's API port, its Service and a NetworkPolicy admitting it follow the port its CLI
+    listens on, on every address."""
+    assert api_problems(load_base()) == []
+
+
+def test_ingest_grace_covers_its_whole_stop() -> None:
+    """terminationGracePeriodSeconds exceeds ingest's preStop sleep, its drain of the requests
+    in flight and its producer's flush, read from the manifest and ingest's flags."""
+    assert ingest_grace_problems(load_base()) == []
+
+
+def test_ingest_scales_on_cpu_and_never_below_two() -> None:
+    """KEDA scales ingest with one cpu trigger on Utilization of its CPU request, 2 replicas
+    at least, no fallback."""
+    assert ingest_scaling_problems(load_base()) == []
+
+
+def test_ingest_loads_the_streams_it_mounts(tmp_path: Path) -> None:
+    """The ConfigMap mounted at HIFI_STREAMS_DIR holds streams ingest loads."""
+    assert ingest_env_problems(load_base(), tmp_path) == []
+
+
 def _spec(docs: list[Doc], kind: str) -> Doc:
     spec: Doc = next(of_kind(docs, kind))["spec"]
     return spec
@@ -121,6 +150,15 @@ def _spec(docs: list[Doc], kind: str) -> Doc:
 
 def _container(docs: list[Doc], daemon: str) -> Doc:
     return next(c for _, c in containers(docs) if c["args"][0] == daemon)
+
+
+def _named(docs: list[Doc], kind: str, name: str) -> Doc:
+    return next(d for d in of_kind(docs, kind) if d["metadata"]["name"] == name)
+
+
+def _ingest_scaling(docs: list[Doc]) -> Doc:
+    spec: Doc = _named(docs, "ScaledObject", "hifi-ingest")["spec"]
+    return spec
 
 
 MUTATIONS: dict[str, tuple[Callable[[list[Doc]], object], str]] = {
@@ -178,6 +216,51 @@ MUTATIONS: dict[str, tuple[Callable[[list[Doc]], object], str]] = {
         lambda d: _container(d, "auditor")["volumeMounts"].pop(),
         "no emptyDir at /tmp",
     ),
+    "ingest alone": (lambda d: _ingest_scaling(d).update(minReplicaCount=1), "fewer than 2"),
+    "ingest on AverageValue": (
+        lambda d: _ingest_scaling(d)["triggers"][0].update(metricType="AverageValue"),
+        "Utilization",
+    ),
+    "ingest fallback": (
+        lambda d: _ingest_scaling(d).update(fallback={"failureThreshold": 3, "replicas": 2}),
+        "KEDA refuses",
+    ),
+    "ingest without a cpu request": (
+        lambda d: _container(d, "ingest")["resources"]["requests"].pop("cpu"),
+        "requests.cpu",
+    ),
+    "ingest short grace": (
+        lambda d: _named(d, "Deployment", "hifi-ingest")["spec"]["template"]["spec"].update(
+            terminationGracePeriodSeconds=45
+        ),
+        "45 s drain",
+    ),
+    "ingest longer drain": (
+        lambda d: _container(d, "ingest")["args"].extend(["--drain-timeout-s", "60"]),
+        "75 s drain",
+    ),
+    "ingest API port": (
+        lambda d: _container(d, "ingest")["args"].extend(["--port", "8081"]),
+        "listens on 8081",
+    ),
+    "ingest API on loopback": (
+        lambda d: _container(d, "ingest")["args"].extend(["--host", "127.0.0.1"]),
+        "127.0.0.1 only",
+    ),
+    "ingest API closed": (
+        lambda d: d.remove(_named(d, "NetworkPolicy", "hifi-ingest-api")),
+        "admits its API",
+    ),
+    "ingest streams unmounted": (
+        lambda d: _container(d, "ingest")["volumeMounts"].pop(0),
+        "HIFI_STREAMS_DIR",
+    ),
+    "API open beyond ingest": (
+        lambda d: _named(d, "NetworkPolicy", "hifi-ingest-api")["spec"]["podSelector"].update(
+            matchLabels={"app.kubernetes.io/part-of": "hifi"}
+        ),
+        "more than named peers",
+    ),
     "unselected pod": (
         lambda d: next(of_kind(d, "NetworkPolicy"))["spec"]["podSelector"]["matchLabels"].update(
             {"app.kubernetes.io/part-of": "other"}
@@ -200,5 +283,9 @@ def test_each_check_fails_without_its_feature(mutation: str, tmp_path: Path) -> 
         *network_problems(docs),
         *hardening_problems(docs),
         *env_problems(docs, tmp_path),
+        *api_problems(docs),
+        *ingest_grace_problems(docs),
+        *ingest_scaling_problems(docs),
+        *ingest_env_problems(docs, tmp_path),
     ]
     assert any(expected in p for p in problems), problems

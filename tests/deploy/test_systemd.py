@@ -1,5 +1,5 @@
-"""The systemd units in deploy/systemd/: systemd accepts them, two connector instances, the retrier
-and the auditor run side by side from them, and each gives its daemon time to drain.
+"""The systemd units in deploy/systemd/: systemd accepts them, two connector instances, the retrier,
+the auditor and ingest run side by side from them, and each gives its daemon time to drain.
 
 systemd is not PID 1 here, so nothing is started by systemd: `systemd-analyze verify --root`
 checks the units against a staged install tree, and the daemons' command lines and environments
@@ -22,10 +22,12 @@ import pytest
 
 from auditor.daemon import LAST_ROLL_START_S, SHUTDOWN_TIMEOUT_S
 from config.destination import Destination
+from config.streams import hash_token
 from devstack.destination import TestDestination
 from hifi.cli_options import METRICS_PORT_ENV
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
+from tests.deploy.ingest_checks import setting
 from tests.deploy.units import (
     SYSTEM_DIR,
     UNITS_DIR,
@@ -37,6 +39,7 @@ from tests.deploy.units import (
     stage_root,
 )
 from tests.helpers import make_destination, wait_exit
+from tests.ingest.support import TOKEN, auth, write_stream
 
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 needs_systemd_analyze = pytest.mark.skipif(
@@ -47,12 +50,17 @@ needs_systemd_analyze = pytest.mark.skipif(
 #: commit, closing the clients and the ops server).
 STOP_MARGIN_S = 15.0
 DEFAULT_SHUTDOWN_TIMEOUT_S = Destination.model_fields["shutdown_timeout_s"].default
+
 #: The longest a daemon may take from SIGTERM to exit, as its code and catalog defaults say.
 DRAIN_DEADLINE_S = {
     "connector@.service": DEFAULT_SHUTDOWN_TIMEOUT_S,
     "retrier.service": DEFAULT_SHUTDOWN_TIMEOUT_S,  # the largest of its destinations'
     "auditor.service": LAST_ROLL_START_S + SHUTDOWN_TIMEOUT_S,
+    # the requests in flight, then the producer's flush, which waits for the broker's acks
+    "ingest.service": float(setting([], "drain_timeout_s")) + float(setting([], "ack_timeout_s")),
 }
+#: The units whose daemon keeps files across restarts, in the state directory.
+STATEFUL = ("connector@.service", "retrier.service", "auditor.service")
 HARDENING = {
     "NoNewPrivileges": "yes",
     "CapabilityBoundingSet": "",
@@ -74,11 +82,11 @@ def _shared_env(bootstrap: str) -> str:
     return filled
 
 
-def _instance_env(port: int) -> str:
-    """deploy/systemd/instance.env.example with this instance's port."""
-    example = (UNITS_DIR / "instance.env.example").read_text()
+def _instance_env(port: int, example_name: str = "instance.env.example") -> str:
+    """deploy/systemd/instance.env.example (or another unit's own example) with this port."""
+    example = (UNITS_DIR / example_name).read_text()
     filled, count = re.subn(rf"(?m)^{METRICS_PORT_ENV}=.*$", f"{METRICS_PORT_ENV}={port}", example)
-    assert count == 1, f"instance.env.example sets {METRICS_PORT_ENV} once"
+    assert count == 1, f"{example_name} sets {METRICS_PORT_ENV} once"
     return filled
 
 
@@ -92,7 +100,14 @@ def _verify(root: Path, *units: str) -> tuple[int, list[str]]:
         timeout=60,
         check=False,
     )
-    ours = ("connector@", "retrier.service", "auditor.service", "/opt/hifi", "/etc/hifi")
+    ours = (
+        "connector@",
+        "retrier.service",
+        "auditor.service",
+        "ingest.service",
+        "/opt/hifi",
+        "/etc/hifi",
+    )
     lines = (done.stdout + done.stderr).splitlines()
     return done.returncode, [line for line in lines if any(name in line for name in ours)]
 
@@ -109,6 +124,7 @@ def test_systemd_analyze_verify_accepts_every_unit(tmp_path: Path) -> None:
         "connector@beta.service",
         "retrier.service",
         "auditor.service",
+        "ingest.service",
     )
     assert about_ours == []
     assert code == 0
@@ -140,7 +156,7 @@ def test_systemd_analyze_security_rates_every_unit_ok(tmp_path: Path) -> None:
     at most MAX_EXPOSURE."""
     assert SYSTEMD_ANALYZE is not None
     root = stage_root(tmp_path / "root", _shared_env("127.0.0.1:9092"))
-    units = ["connector@alpha.service", "retrier.service", "auditor.service"]
+    units = ["connector@alpha.service", "retrier.service", "auditor.service", "ingest.service"]
     done = subprocess.run(
         [SYSTEMD_ANALYZE, "security", "--offline=yes", f"--root={root}", "--no-pager", *units],
         capture_output=True,
@@ -203,12 +219,30 @@ def _start_unit(root: Path, name: str, instance: str | None, work: Path) -> _Sta
     return _Started(unit, port, log_path, _start(command, log_path))
 
 
-def _drop_in(root: Path, name: str, **env: str) -> None:
-    """What `systemctl edit NAME` leaves: a drop-in setting `env` for the unit."""
+def _drop_in(root: Path, name: str, exec_start: str | None = None, **env: str) -> None:
+    """What `systemctl edit NAME` leaves: a drop-in setting `env` for the unit and, with
+    `exec_start`, replacing its command line (an empty `ExecStart=` first, as systemd needs)."""
     folder = root / SYSTEM_DIR / f"{name}.d"
     folder.mkdir(parents=True)
     lines = "".join(f"Environment={key}={value}\n" for key, value in env.items())
+    if exec_start is not None:
+        lines += f"ExecStart=\nExecStart={exec_start}\n"
     (folder / "override.conf").write_text(f"[Service]\n{lines}")
+
+
+async def _stage_ingest(root: Path, kafka_settings: KafkaSettings, unique: str) -> int:
+    """A stream `clicks` on a new topic in /etc/hifi/streams, /etc/hifi/ingest.env from its
+    example with a free ops port, and a drop-in moving the API to a free port, which it returns."""
+    topic = f"{unique}.clicks"
+    await kafka_admin.ensure_topics(kafka_settings, [topic], partitions=1)
+    write_stream(
+        root / "etc/hifi/streams", "clicks", topic=topic, tokens_sha256=[hash_token(TOKEN)]
+    )
+    (root / "etc/hifi/ingest.env").write_text(_instance_env(_free_port(), "ingest.env.example"))
+    api_port = _free_port()
+    exec_start = read_units()["ingest.service"].value("ExecStart")
+    _drop_in(root, "ingest.service", exec_start=f"{exec_start} --port {api_port}")
+    return api_port
 
 
 async def test_every_unit_runs_side_by_side_on_its_own_port(
@@ -218,12 +252,13 @@ async def test_every_unit_runs_side_by_side_on_its_own_port(
     tmp_path: Path,
     processes: list[subprocess.Popen[bytes]],
 ) -> None:
-    """Two `connector@` instances (each with its /etc/hifi/NAME.env), the retrier and the
-    auditor (ports moved by drop-ins, as `systemctl edit` does) started from the installed
-    units' command lines and environments are all ready on their own ports at once: each
-    connector serves its own destination, the retrier's dashboard holds the token from its
-    credential, and each daemon exits 0 on the unit's KillSignal within TimeoutStopSec, the
-    auditor leaving its archive in the state directory."""
+    """Two `connector@` instances (each with its /etc/hifi/NAME.env), the retrier, the auditor
+    (ports moved by drop-ins, as `systemctl edit` does) and ingest (its ops port in
+    /etc/hifi/ingest.env, its API's in a drop-in) started from the installed units' command
+    lines and environments are all ready on their own ports at once: each connector serves its
+    own destination, the retrier's dashboard holds the token from its credential, ingest
+    accepts an event of the stream in /etc/hifi/streams, and each daemon exits 0 on the unit's
+    KillSignal within TimeoutStopSec, the auditor leaving its archive in the state directory."""
     shared = _shared_env(kafka_settings.bootstrap) + f"HIFI_AUDIT_TOPIC={unique}.audit\n"
     root = stage_root(tmp_path / "root", shared)
     names = [f"{unique}a", f"{unique}b"]
@@ -239,11 +274,12 @@ async def test_every_unit_runs_side_by_side_on_its_own_port(
         HIFI_METRICS_PORT=str(_free_port()),
         HIFI_AUDITOR_URL=f"http://127.0.0.1:{auditor_port}",
     )
+    api_port = await _stage_ingest(root, kafka_settings, unique)
     started = {name: _start_unit(root, "connector@.service", name, tmp_path) for name in names}
-    started["retrier"] = _start_unit(root, "retrier.service", None, tmp_path)
-    started["auditor"] = _start_unit(root, "auditor.service", None, tmp_path)
+    for daemon in ("retrier", "auditor", "ingest"):
+        started[daemon] = _start_unit(root, f"{daemon}.service", None, tmp_path)
     processes.extend(one.process for one in started.values())
-    assert len({one.port for one in started.values()}) == 4
+    assert len({one.port for one in started.values()} | {api_port}) == 6
     async with httpx.AsyncClient(timeout=5) as client:
         for key, one in started.items():
             try:
@@ -260,6 +296,10 @@ async def test_every_unit_runs_side_by_side_on_its_own_port(
         )
         assert overview.json()["can_act"] is True
         assert overview.json()["has_token"] is True
+        posted = await client.post(
+            f"http://127.0.0.1:{api_port}/v1/events/clicks", json={"id": unique}, headers=auth()
+        )
+        assert (posted.status_code, posted.json()["accepted"]) == (200, 1), posted.text
     for one in started.values():
         one.process.send_signal(signal.Signals[one.unit.value("KillSignal")])
     for key, one in started.items():
@@ -290,6 +330,26 @@ def test_an_instance_reads_its_own_env_file_after_the_shared_one(tmp_path: Path)
     assert command.env["HIFI_CATALOG_DIR"] == f"{tmp_path}/etc/hifi/destinations"
 
 
+def test_ingest_reads_its_streams_and_its_own_optional_env_file(tmp_path: Path) -> None:
+    """ingest's environment: its streams directory, the shared file, then /etc/hifi/ingest.env
+    when present (its port and its Kafka user win over the shared ones); without that file
+    it starts on the shared settings and its default ports."""
+    unit = read_units()["ingest.service"]
+    assert unit.values("EnvironmentFile") == ["-/etc/hifi/env", "-/etc/hifi/ingest.env"]
+    assert "LoadCredential" not in dict(unit.sections["Service"])  # its tokens are stored hashed
+    etc = tmp_path / "etc" / "hifi"
+    etc.mkdir(parents=True)
+    (etc / "env").write_text("HIFI_KAFKA_BOOTSTRAP=k:9092\nHIFI_KAFKA_USERNAME=hifi\n")
+    without = service_command(unit, "", tmp_path)
+    assert without.argv == [f"{tmp_path}/opt/hifi/bin/ingest", "--log-format", "json"]
+    assert METRICS_PORT_ENV not in without.env
+    assert without.env["HIFI_STREAMS_DIR"] == f"{tmp_path}/etc/hifi/streams"
+    (etc / "ingest.env").write_text(f"{METRICS_PORT_ENV}=9413\nHIFI_KAFKA_USERNAME=hifi-ingest\n")
+    own = service_command(unit, "", tmp_path)
+    assert (own.env[METRICS_PORT_ENV], own.env["HIFI_KAFKA_USERNAME"]) == ("9413", "hifi-ingest")
+    assert own.env["HIFI_KAFKA_BOOTSTRAP"] == "k:9092"
+
+
 def test_no_shared_setting_picks_a_port() -> None:
     """Neither a unit every daemon shares settings with nor the shared env file's example sets
     the ops port: each daemon keeps its own default or its instance's file."""
@@ -313,14 +373,15 @@ def test_each_unit_waits_longer_than_its_daemon_drains(name: str) -> None:
 @pytest.mark.parametrize("unit", list(read_units().values()), ids=lambda unit: unit.name)
 def test_each_unit_is_hardened_and_stays_down_on_bad_configuration(unit: Unit) -> None:
     """Every unit runs as the hifi user without privileges, confined, from the one install
-    path, and is not restarted after exit 2 (bad configuration)."""
+    path, and is not restarted after exit 2 (bad configuration); only a daemon that keeps
+    files has a state directory."""
     for key, value in HARDENING.items():
         assert unit.values(key) == [value], (unit.name, key)
     assert unit.value("User") == "hifi"
     assert unit.value("RestartPreventExitStatus") == "2"
     assert unit.value("Restart") == "on-failure"
     assert unit.value("ExecStart").startswith("/opt/hifi/bin/")
-    assert unit.value("StateDirectory") == "hifi"
+    assert unit.values("StateDirectory") == (["hifi"] if unit.name in STATEFUL else [])
 
 
 def test_every_unit_has_the_same_sandbox() -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 UNITS_DIR = Path(__file__).resolve().parents[2] / "deploy" / "systemd"
-UNIT_NAMES = ("connector@.service", "retrier.service", "auditor.service")
+UNIT_NAMES = ("connector@.service", "retrier.service", "auditor.service", "ingest.service")
 INSTALL_PREFIX = "/opt/hifi"
 #: The host paths the units name; in a staged tree each lives under its root.
 HIFI_PATHS = (INSTALL_PREFIX, "/etc/hifi", "/var/lib/hifi", "/var/cache", "/run/credentials")
@@ -194,7 +194,7 @@ def console_scripts() -> list[str]:
 def stage_root(root: Path, shared_env: str) -> Path:
     """A `--root` tree as the install steps leave it: the console scripts under /opt/hifi/bin
     (wrappers running this venv's), `/etc/hifi/env` holding `shared_env`, the catalog directory,
-    the dashboard token, hifi's units in /etc/systemd/system and this
+    the streams directory, the dashboard token, hifi's units in /etc/systemd/system and this
     machine's own units (the targets ours are ordered after) in /usr/lib/systemd/system."""
     scripts = Path(sysconfig.get_path("scripts"))
     bin_dir = root / INSTALL_PREFIX.lstrip("/") / "bin"
@@ -205,6 +205,7 @@ def stage_root(root: Path, shared_env: str) -> Path:
         wrapper.chmod(0o755)
     etc = root / "etc" / "hifi"
     (etc / "destinations").mkdir(parents=True)
+    (etc / "streams").mkdir()
     (etc / "env").write_text(shared_env)
     (etc / "dashboard-token").write_text("0123456789abcdef0123456789abcdef\n")
     for path in (etc / "env", etc / "dashboard-token"):
