@@ -43,6 +43,7 @@ log = structlog.get_logger(__name__)
 # lived long enough to multiply the connector's peak RSS under a few 503s.
 _GC_GEN0_THRESHOLD = 10_000
 _PRODUCER_BATCH_BYTES = 1024 * 1024  # per partition
+SETTLING_PER_SLOT = 4  # units awaiting their facts' acknowledgement, per in-flight slot
 
 
 def _producer(settings: KafkaSettings) -> contextlib.AbstractAsyncContextManager[kafka.Producer]:
@@ -72,6 +73,10 @@ def worker_options(
         commit_every_records=max(
             dest.max_batch_records, dest.max_in_flight * dest.max_batch_records // 4
         ),
+        # A request gives up its slot while its audit facts wait for the broker (a produce
+        # round trip and the sends queued before it); with only `max_in_flight` of them
+        # allowed to wait, the acknowledgements, not the destination, bounded the requests/s.
+        max_settling=SETTLING_PER_SLOT * dest.max_in_flight,
         shutdown_timeout_s=dest.shutdown_timeout_s,
         until_idle_s=until_idle_s,
         consumer_options=consumer_options(dest),

@@ -55,8 +55,6 @@ log = structlog.get_logger(__name__)
 _GZIP_IN_THREAD_BYTES = 64 * 1024  # compress larger bodies off the event loop
 RECENT_FAILURES = 20
 _event_time_of = attrgetter("event_time_ms")
-_RESULTS = metrics.BATCH_RESULTS
-_SENT_OUTCOMES = (Outcome.DELIVERED, Outcome.HANDED_OFF, Outcome.DEAD_LETTERED)
 
 
 class Deliverer:
@@ -96,13 +94,8 @@ class Deliverer:
         #: the last failures, newest last, for /status (texts masked and shortened)
         self.recent_failures: deque[dict[str, Any]] = deque(maxlen=RECENT_FAILURES)
         self.last_delivered_ms: int | None = None
-        self._lag_out_first = metrics.LAG_OUT.labels(dest.name, "first")
-        self._lag_out_retried = metrics.LAG_OUT.labels(dest.name, "retried")
-        self._batches = {result: metrics.BATCHES.labels(dest.name, result) for result in _RESULTS}
-        self._sent_events = {
-            outcome: metrics.SENT_EVENTS.labels(dest.name, outcome) for outcome in _SENT_OUTCOMES
-        }
-        self.bisection_requests = metrics.BISECTION_REQUESTS.labels(dest.name)
+        self._meters = meters = metrics.DeliveryMeters(dest.name)
+        self.bisection_requests = meters.bisection_requests
 
     async def deliver(self, batch: Batch) -> None:
         """Return once every event has an outcome and its audit facts are acknowledged; raises
@@ -127,10 +120,10 @@ class Deliverer:
         except DestinationUnavailable as exc:
             if not isinstance(exc, Unreachable):  # counted at each attempt already
                 breaker.failed(str(exc))
-            self._batches["handed_off"].inc()
+            self._meters.batches["handed_off"].inc()
             await self.hand_off(batch, exc, sent)
         except DestinationRejected as exc:
-            self._batches["rejected"].inc()
+            self._meters.batches["rejected"].inc()
             if is_destination_fault(self._dest, exc):
                 breaker.failed(str(exc))
                 await self.dead_letter(batch, exc, sent, " (a destination fault: not bisected)")
@@ -139,7 +132,7 @@ class Deliverer:
         else:
             breaker.succeeded()
             self.breakers.forget_if_healthy(route)
-            self._batches["delivered"].inc()
+            self._meters.batches["delivered"].inc()
             return await self.delivered(batch, status, sent)
         return None
 
@@ -155,18 +148,18 @@ class Deliverer:
         except DestinationUnavailable as exc:
             breaker.probe_ended(ok=False, error=str(exc))
             if batch.events:
-                self._batches["handed_off"].inc()
+                self._meters.batches["handed_off"].inc()
                 await self.hand_off(batch, exc, sent)
         except DestinationRejected as exc:
             fault = is_destination_fault(self._dest, exc)
             breaker.probe_ended(ok=not fault, error=str(exc))
             if batch.events:
-                self._batches["rejected"].inc()
+                self._meters.batches["rejected"].inc()
                 await self.dead_letter(batch, exc, sent)
         else:
             breaker.probe_ended(ok=True)
             if batch.events:
-                self._batches["delivered"].inc()
+                self._meters.batches["delivered"].inc()
                 return await self.delivered(batch, status, sent)
         return None
 
@@ -245,7 +238,7 @@ class Deliverer:
         events: int,
         breaker: Breaker | None = None,
     ) -> int:
-        metrics.EVENTS_PER_REQUEST.labels(self._dest_name).observe(events)
+        self._meters.events_per_request.observe(events)
         started = time.perf_counter()
         response: httpx.Response | None = None
         error: BaseException | None = None
@@ -256,7 +249,7 @@ class Deliverer:
             async with asyncio.timeout(self._dest.request_timeout_s):
                 response = await self._client.post(_url_of(url), content=body, headers=headers)
         except httpx.TooManyRedirects as exc:
-            metrics.REQUESTS.labels(self._dest_name, "3xx").inc()
+            self._meters.requests("3xx").inc()
             raise DestinationRejected(
                 f"too many redirects ({exc})", status=None, reason=Reason.REDIRECT
             ) from exc
@@ -268,10 +261,10 @@ class Deliverer:
             raise unavailable from exc
         finally:
             rtt_s = time.perf_counter() - started
-            metrics.REQUEST_DURATION.labels(self._dest_name).observe(rtt_s)
+            self._meters.request_duration.observe(rtt_s)
             pressed = is_back_pressure(response, error)
             self.limiter.answered(rtt_s, processed=response is not None, back_pressure=pressed)
-        metrics.REQUESTS.labels(self._dest_name, status_class(response.status_code)).inc()
+        self._meters.requests(status_class(response.status_code)).inc()
         classify(response)
         return response.status_code
 
@@ -279,9 +272,9 @@ class Deliverer:
         """A request that got no reply: counted as a timeout or a connection failure."""
         name = type(exc).__name__
         if isinstance(exc, TimeoutError | httpx.TimeoutException):
-            metrics.REQUESTS.labels(self._dest_name, "timeout").inc()
+            self._meters.requests("timeout").inc()
             return DestinationUnavailable(f"timeout after {self._dest.request_timeout_s}s ({name})")
-        metrics.REQUESTS.labels(self._dest_name, "connection").inc()
+        self._meters.requests("connection").inc()
         error = short_error(f"connection error: {name}: {exc}")
         if isinstance(exc, httpx.ConnectError):
             return Unreachable(error)  # refused, DNS or TLS: no request reached it
@@ -318,10 +311,10 @@ class Deliverer:
         retried = [event for event in events if event.retried]
         if retried:
             events = [event for event in events if not event.retried]
-            self._lag_out_retried.observe_ages(now_ms, map(_event_time_of, retried))
-        self._lag_out_first.observe_ages(now_ms, map(_event_time_of, events))
-        metrics.RECORDS.labels(self._dest_name, Outcome.DELIVERED).inc(len(batch))
-        self._sent_events[Outcome.DELIVERED].inc(len(batch))
+            self._meters.lag_out_retried.observe_ages(now_ms, map(_event_time_of, retried))
+        self._meters.lag_out_first.observe_ages(now_ms, map(_event_time_of, events))
+        self._meters.delivered_records.inc(len(batch))
+        self._meters.sent_events[Outcome.DELIVERED].inc(len(batch))
         if self._trail is None:
             return None
         return await self._trail.write(Outcome.DELIVERED, batch.events, status=status, sent=sent)
@@ -329,7 +322,7 @@ class Deliverer:
     async def hand_off(self, batch: Batch, exc: DestinationUnavailable, sent: SentBatch) -> None:
         await self._diverter.to_retrier(batch.events, status=exc.status, error=str(exc), sent=sent)
         metrics.RECORDS.labels(self._dest_name, Outcome.HANDED_OFF).inc(len(batch))
-        self._sent_events[Outcome.HANDED_OFF].inc(len(batch))
+        self._meters.sent_events[Outcome.HANDED_OFF].inc(len(batch))
         self.note_failure(Outcome.HANDED_OFF, batch, exc.status, str(exc))
         log.warning(
             "handed_off",
@@ -348,7 +341,7 @@ class Deliverer:
             batch.events, reason=exc.reason, status=exc.status, error=error, sent=sent
         )
         metrics.RECORDS.labels(self._dest_name, Outcome.DEAD_LETTERED).inc(len(batch))
-        self._sent_events[Outcome.DEAD_LETTERED].inc(len(batch))
+        self._meters.sent_events[Outcome.DEAD_LETTERED].inc(len(batch))
         self.note_failure(Outcome.DEAD_LETTERED, batch, exc.status, error, exc.reason)
         log.warning(
             "dead_lettered",

@@ -283,6 +283,7 @@ RATE_LIMITED_ROUTES = Gauge(
 
 _OUTCOMES = (Outcome.DELIVERED, Outcome.HANDED_OFF, Outcome.DEAD_LETTERED)
 BATCH_RESULTS = ("delivered", "handed_off", "rejected")  # the `result` of `BATCHES`
+_SENT = (Outcome.DELIVERED, Outcome.HANDED_OFF, Outcome.DEAD_LETTERED)  # `SENT_EVENTS`' outcomes
 
 
 class _Labelled(Protocol):
@@ -339,3 +340,27 @@ def create_series(dest: str, *, audit: bool, lookups: bool = False) -> None:
             metric.labels(dest, label)
     for labelled_by_dest in _BY_DEST_ONLY:
         labelled_by_dest.labels(dest)
+
+
+class DeliveryMeters:
+    """The children of one destination's delivery metrics, found once: `labels()` is a lookup
+    under a lock, and a request touches several of them."""
+
+    def __init__(self, dest: str) -> None:
+        self._dest = dest
+        self.lag_out_first = LAG_OUT.labels(dest, "first")
+        self.lag_out_retried = LAG_OUT.labels(dest, "retried")
+        self.batches = {result: BATCHES.labels(dest, result) for result in BATCH_RESULTS}
+        self.sent_events = {outcome: SENT_EVENTS.labels(dest, outcome) for outcome in _SENT}
+        self.bisection_requests = BISECTION_REQUESTS.labels(dest)
+        self.events_per_request = EVENTS_PER_REQUEST.labels(dest)
+        self.request_duration = REQUEST_DURATION.labels(dest)
+        self.delivered_records = RECORDS.labels(dest, Outcome.DELIVERED)
+        self._requests: dict[str, Counter] = {}
+
+    def requests(self, status_class: str) -> Counter:
+        """The `hifi_connector_requests_total` child of a status class (`2xx`, `timeout`...)."""
+        child = self._requests.get(status_class)
+        if child is None:
+            child = self._requests[status_class] = REQUESTS.labels(self._dest, status_class)
+        return child

@@ -98,8 +98,9 @@ class TenantPending:
         self._queues: OrderedDict[Route, TenantQueue] = OrderedDict()  # the longest waiting first
         self._orders = itertools.count()  # each queue's `order`, as it joins the end
         # (-length, order, queue) as each queue grew: the longest queue without a scan of all
-        # of them (stale entries are dropped when met, and all rebuilt when they pile up)
-        self._by_length: list[tuple[int, int, TenantQueue]] = []
+        # of them (stale entries are dropped when met, and all rebuilt when they pile up).
+        # Kept only while the buffer is crowded (None otherwise: built again when next asked)
+        self._by_length: list[tuple[int, int, TenantQueue]] | None = None
         self._full: dict[Route, None] = {}  # routes whose queue holds a full batch, in order
         self._diverted: deque[Diversion] = deque()
         self._count = 0
@@ -154,8 +155,10 @@ class TenantPending:
             self._route_slowly(slow, seen)
 
     def _note_lengths(self, grown: Iterable[TenantQueue]) -> None:
-        """Remember the length of queues that grew, for `_longest`."""
+        """Remember the length of queues that grew, for `_longest` (while it keeps them)."""
         by_length, push = self._by_length, heapq.heappush
+        if by_length is None:
+            return
         for queue in grown:
             push(by_length, (-len(queue), queue.order, queue))
         if len(by_length) > 2 * len(self._queues) + _STALE_LENGTHS_MAX:
@@ -166,6 +169,9 @@ class TenantPending:
         """The queue with the most events, the one that waited longest among equals (as
         `max(queues, key=len)` in waiting order), in O(log n) amortized."""
         by_length, queues = self._by_length, self._queues
+        if by_length is None:
+            by_length = self._by_length = [(-len(q), q.order, q) for q in queues.values()]
+            heapq.heapify(by_length)
         while by_length:
             negative_length, order, queue = by_length[0]
             current = queues.get(queue.route) is queue and queue.order == order
@@ -233,7 +239,7 @@ class TenantPending:
         if queue is None:
             queue = self._queues[route] = TenantQueue(route, next(self._orders))
         queue.append(event)
-        heapq.heappush(self._by_length, (-len(queue), queue.order, queue))
+        self._note_lengths((queue,))
         if queue.bodies is not None:
             queue.bodies.append(body)
         queue.size_bytes += len(body) + SEPARATOR_BYTES
@@ -264,6 +270,8 @@ class TenantPending:
         queue (unless the oldest waited too long); else those of the route that waited longest
         (all of them, within the bounds), once they waited `max_linger_s` (None before, unless
         `linger` is False); `max_records`: fewer than the bound."""
+        if not crowded:
+            self._by_length = None  # `_longest` is not asked while the buffer keeps up
         queue = self._choose(crowded, self._holds_back, linger)
         if queue is None:
             return None
@@ -321,7 +329,7 @@ class TenantPending:
         queues = list(self._queues.values())
         diverted = list(self._diverted)
         self._queues.clear()
-        self._by_length.clear()
+        self._by_length = None
         self._full.clear()
         self._diverted.clear()
         self._count = self._queued_bytes = self._diverted_bytes = 0

@@ -90,6 +90,7 @@ class WorkerOptions:
     consumer_options: Mapping[str, Any] = field(default_factory=dict)
     log_context: Mapping[str, str] = field(default_factory=dict)
     limit: Callable[[], int] | None = None  # the bound now, when it moves (adaptive concurrency)
+    max_settling: int | None = None  # units out of their slot, awaiting an ack; None: max_in_flight
 
 
 class PartitionWorker:
@@ -270,11 +271,12 @@ class _Membership:
     # --- bounded work -----------------------------------------------------------------
     def dispatch(self) -> None:
         """Start work while fewer than `max_in_flight` units run, or than `limit()` when given
-        (and at most `max_in_flight` more settle); the one way work starts."""
+        (and at most `max_settling` more settle); the one way work starts."""
         handler, tasks, running, options = self.handler, self.tasks, self.running, self.options
         limit = options.max_in_flight if options.limit is None else options.limit()
         limit = max(1, min(limit, options.max_in_flight))
-        while len(running) < limit and len(tasks) < limit + options.max_in_flight:
+        settling = options.max_in_flight if options.max_settling is None else options.max_settling
+        while len(running) < limit and len(tasks) < limit + settling:
             work = handler.next_work(poll_open=self.poll_open)
             if work is None:
                 return

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -277,6 +278,28 @@ async def test_a_settling_unit_gives_its_slot_to_the_next_and_is_done_once_settl
         handler.settle.setdefault(0, asyncio.Event()).set()
         await handler.changes.until(lambda: 0 in handler.settled, "0 to settle")
         assert await committed_after_two_commits() == 3
+
+
+async def test_max_settling_bounds_the_units_waiting_to_settle_apart_from_the_slots(
+    kafka_settings: KafkaSettings, unique: str
+) -> None:
+    """With one slot and `max_settling = 3`, four units run one after the other while none has
+    settled; the fifth starts once one of them settles."""
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
+    await produce(kafka_settings, unique, {0: 5})
+    handler = SettlingUnits(auto_release=True)
+    worker = PartitionWorker(
+        kafka_settings, replace(options(unique, max_in_flight=1), max_settling=3)
+    )
+    async with running(worker, handler, [unique]):
+        await handler.changes.until(
+            lambda: len(handler.units) == 5 and handler.unit(3).finished, "four units to run"
+        )
+        await asyncio.sleep(0.2)
+        assert not handler.unit(4).started  # the fifth waits
+        assert not handler.settled
+        handler.settle.setdefault(0, asyncio.Event()).set()
+        await handler.changes.until(lambda: handler.unit(4).finished, "the fifth to run")
 
 
 async def test_failing_unit_stops_the_worker_after_the_others_drain(
