@@ -51,7 +51,7 @@ class IngestPlan:
     partitions: int
     delay_ms: float
     pad_bytes: int
-    loads: tuple[tuple[int, int], ...] = ((1, 64), (100, 16), (1000, 4))
+    loads: tuple[tuple[int, int], ...] = ((1, 128), (100, 16), (1000, 4))
 
 
 FULL = IngestPlan(
