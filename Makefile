@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv java browser systemd promtool stunnel podman demo test test-quick check lint typecheck image bench bench-auditor bench-dlq bench-rebalance bench-reconcile chaos clean
+.PHONY: help venv java browser systemd promtool stunnel podman demo test test-quick check lint typecheck image wrk bench bench-auditor bench-ingest bench-dlq bench-rebalance bench-reconcile chaos clean
 
 help:
 	@echo "make demo   - run the connector and retrier against a local broker and a flaky destination"
@@ -15,6 +15,7 @@ help:
 	@echo "make check  - ruff, mypy --strict, tests"
 	@echo "make bench  - throughput, lag and scale benchmark (results in bench/results/)"
 	@echo "make bench-auditor - the auditor's RSS with 1 M events waiting, and its throughput and RSS at 50k/s"
+	@echo "make bench-ingest - the ingest service under wrk: requests/s, events/s, ingest time and CPU, against a bare producer"
 	@echo "make bench-dlq - the retrier's dashboard with 1 M dead letters: list, count, RSS, tiers during a replay"
 	@echo "make bench-rebalance - partitions moved and stalls of a 3-member group scaling out, in and restarting (docs/rebalancing.md)"
 	@echo "make bench-reconcile - spark-batch reconcile of a synthetic day of 10 M events on local[2], checked against DuckDB"
@@ -65,6 +66,10 @@ podman:
 	$(call debian,mmdebstrap,mmdebstrap,the container image's tests)
 	$(if $(wildcard /sys/fs/cgroup/unified/cgroup.controllers),$(call debian,runc,runc,the container image's tests))
 
+# `make bench-ingest` drives the ingest service with Debian's wrk (a Lua script, bench/ingest_wrk.py).
+wrk:
+	$(call debian,wrk,wrk,the ingest benchmark and its short test)
+
 venv: $(STAMP)
 
 # KEEP=1: leave the broker, destination, connector and retrier running after the summary and
@@ -79,7 +84,7 @@ demo: $(STAMP)
 # Four, measured on a busy 2-core machine: most tests wait on I/O (4 workers 6:46, 3 workers 9:00).
 PYTEST_WORKERS ?= 4
 
-test: $(STAMP) java browser systemd promtool stunnel podman
+test: $(STAMP) java browser systemd promtool stunnel podman wrk
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The inner loop: the tests that need no service; a guard fails any that reaches one.
@@ -116,6 +121,9 @@ bench: $(STAMP) stunnel
 
 bench-auditor: $(STAMP)
 	$(BIN)/python -m bench.auditor
+
+bench-ingest: $(STAMP) wrk
+	$(BIN)/python -m bench.ingest
 
 LETTERS ?= 1000000
 bench-dlq: $(STAMP)

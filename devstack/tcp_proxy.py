@@ -1,4 +1,5 @@
-"""A TCP proxy on loopback that can cut every connection and refuse new ones, to test network faults."""
+"""A TCP proxy on loopback that can cut every connection and refuse new ones, to test network
+faults, and can hold every chunk for a while each way, to slow a broker down (`delay_ms`)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,20 @@ import asyncio
 import contextlib
 
 _CHUNK_BYTES = 64 * 1024
+_HELD_CHUNKS = 256  # a delayed link holds at most this many chunks each way, then stops reading
 
 
 class TcpProxy:
     """Forwards 127.0.0.1:`port` to `target_host`:`target_port` until told to cut the link."""
 
-    def __init__(self, target_host: str, target_port: int, *, port: int = 0) -> None:
+    def __init__(
+        self, target_host: str, target_port: int, *, port: int = 0, delay_ms: float = 0.0
+    ) -> None:
         self.target = (target_host, target_port)
         self.port = port
+        # each chunk is written this long after it was read, in each direction (pipelined: the
+        # link's throughput is kept, only its latency grows)
+        self.delay_ms = delay_ms
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -77,9 +84,39 @@ class TcpProxy:
                 self._writers.discard(w)
                 w.transport.abort()
 
-    @staticmethod
-    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.delay_ms > 0:
+            await self._delayed_pipe(reader, writer)
+            return
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
             while chunk := await reader.read(_CHUNK_BYTES):
                 writer.write(chunk)
                 await writer.drain()
+
+    async def _delayed_pipe(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Read as it comes; write each chunk `delay_ms` after it was read, in order."""
+        loop = asyncio.get_running_loop()
+        held: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(maxsize=_HELD_CHUNKS)
+
+        async def release() -> None:
+            while True:
+                due, chunk = await held.get()
+                if not chunk:
+                    return
+                await asyncio.sleep(max(0.0, due - loop.time()))
+                writer.write(chunk)
+                await writer.drain()
+
+        releasing = asyncio.create_task(release())
+        try:
+            with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+                while chunk := await reader.read(_CHUNK_BYTES):
+                    await held.put((loop.time() + self.delay_ms / 1000, chunk))
+            await held.put((loop.time() + self.delay_ms / 1000, b""))
+            with contextlib.suppress(ConnectionError):
+                await releasing
+        finally:
+            releasing.cancel()
+            await asyncio.gather(releasing, return_exceptions=True)
