@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.spark]
 REPORT_KEYS = {
     "minute",
     "entered",
+    "accepted",
     "delivered",
     "dead_lettered",
     "dead_lettered_by_reason",
