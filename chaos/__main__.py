@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from chaos.harness import stage
-from chaos.scenarios import FULL, QUICK, SCENARIOS, Result, run_scenario
+from chaos.registry import SCENARIOS, run
+from chaos.scenarios import FULL, QUICK, Result
 
 
 async def run_all(work_dir: Path, quick: bool, only: list[str]) -> list[Result]:
@@ -18,7 +19,7 @@ async def run_all(work_dir: Path, quick: bool, only: list[str]) -> list[Result]:
         for scenario in SCENARIOS:
             if only and scenario.name not in only:
                 continue
-            result = await run_scenario(scene, scenario, size)
+            result = await run(scene, scenario, size)
             print(result.line(), flush=True)
             results.append(result)
     return results

@@ -67,6 +67,8 @@ class Result:
     audit: audit.AuditAccount | None = None  # the auditor's tables, in an audited scenario
     max_handed_off: int | None = None  # the scenario's bound on `handed_off`, if it has one
     max_refused: int | None = None  # the scenario's bound on events dead-lettered as refused
+    notes: str = ""  # the scenario's own figures, after the account
+    problems: tuple[str, ...] = ()  # what else failed the run (an ingest batch never answered 2xx)
 
     @property
     def within_bounds(self) -> bool:
@@ -77,7 +79,8 @@ class Result:
 
     @property
     def ok(self) -> bool:
-        return self.account.ok and (self.audit is None or self.audit.ok) and self.within_bounds
+        audit_ok = self.audit is None or self.audit.ok
+        return self.account.ok and audit_ok and self.within_bounds and not self.problems
 
     def line(self) -> str:
         a = self.account
@@ -88,6 +91,8 @@ class Result:
             f"drain_s={self.drain_s:.1f} kills={self.kills} restarts={self.restarts}"
             + (f" lost_sample={list(a.lost_sample)}" if a.lost else "")
             + (f" wrong_sample={list(a.wrong_dlq_sample)}" if a.wrong_dlq else "")
+            + (f" {self.notes}" if self.notes else "")
+            + (f" problems={list(self.problems)}" if self.problems else "")
             + (f" {self.audit.line()}" if self.audit is not None else "")
             + (
                 f" handed_off_over_bound={self.max_handed_off}"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from chaos.harness import Stage, stage
+from chaos.ingest_scenarios import INGEST_SCENARIOS, IngestScenario, run_ingest_scenario
 from chaos.scenarios import QUICK, SCENARIOS, Scenario, run_scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -33,3 +34,19 @@ async def test_scenario_loses_nothing(scene: Stage, scenario: Scenario) -> None:
         assert result.audit is not None, result.line()
         assert result.audit.mismatches == (), result.line()
         assert result.audit.entered == result.account.produced, result.line()
+
+
+@pytest.mark.parametrize("scenario", INGEST_SCENARIOS, ids=[s.name for s in INGEST_SCENARIOS])
+async def test_ingest_scenario_loses_nothing_acknowledged(
+    scene: Stage, scenario: IngestScenario
+) -> None:
+    """Under this fault every batch is resent until ingest answers 2xx, and every id so answered is delivered."""
+    result = await run_ingest_scenario(scene, scenario, QUICK)
+    print(result.line())
+    # every batch got its 2xx in the end; under the cut, after 503s
+    assert result.problems == (), result.line()
+    assert result.account.produced == QUICK.events, result.line()
+    assert result.account.lost == 0, result.line()
+    assert result.account.wrong_dlq == 0, result.line()
+    if scenario.name == "ingest_kill9":
+        assert result.kills == QUICK.kills, result.line()
