@@ -42,6 +42,7 @@ OUTCOME_COLUMNS = [
     "topic",
     "partition",
     "offset",
+    "event_time_ms",  # read only for accepted rows (Spark prunes it otherwise)
     "taken_ms",
 ]
 _DAY = timedelta(days=1)

@@ -1,12 +1,14 @@
-"""The reconciliation's join by origin: one row per origin that entered, where it counts and what became of it."""
+"""The reconciliation's join by origin: one row per origin entered or accepted, where it counts and its fate."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from auditor.archive.layout import Kind
+from auditor.buckets import MINUTE_MS
 from hifi.vocabulary import Outcome
-from spark_batch.archive_input import ArchiveInputError
+from spark_batch.archive_input import ArchiveInputError, Window, read_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -25,6 +27,8 @@ _HANDED = (str(Outcome.HANDED_OFF), str(Outcome.RE_OFFERED))
 #   outcome rows:  the bit of its outcome, the codes of its reason and node (`Names`);
 #                  `minute_or_outcome_ms` = outcome_ms, `event_or_taken_ms` = taken_ms,
 #                  `kafka_ms` null
+#   and besides, of an accepted row that counts (`_ROW_ACCEPTED`, `accepted_rules`): the
+#   minute an entry of it would count in and its event time (null for every other row)
 _MINUTE_OR_OUTCOME, _EVENT_OR_TAKEN = "minute_or_outcome_ms", "event_or_taken_ms"
 _ROW_ENTERED, _ROW_DELIVERED, _ROW_DEAD, _ROW_FILTERED, _ROW_HANDED, _ROW_OTHER = (
     1,
@@ -36,13 +40,17 @@ _ROW_ENTERED, _ROW_DELIVERED, _ROW_DEAD, _ROW_FILTERED, _ROW_HANDED, _ROW_OTHER 
 )
 _FUTURE = 64  # an entered row whose problem is time_future
 _AFTER_FUTURE = 128  # one whose problem sorts after time_future (then max(problem) is not it)
-_BITS = 0xFF
-_REASON_SHIFT, _REASON_MASK = 8, (1 << 24) - 1
+_ROW_ACCEPTED = 256  # an accepted row at or after the first offset its partition entered at
+_BITS = 0x1FF
+_REASON_SHIFT, _REASON_MASK = 9, (1 << 23) - 1
+_ACCEPTED_MINUTE, _ACCEPTED_EVENT = "accepted_minute_ms", "accepted_event_ms"
 _NODE_SHIFT = 32
 _PARTITION_BYTES = 32 * 2**20  # of input per partition of the shuffle by origin
 # an origin's status, by the auditor's precedence
 STATUSES = ("delivered", "dead_lettered", "filtered", "in_retry", "missing")
 DELIVERED, DEAD_LETTERED, FILTERED, IN_RETRY, MISSING = range(len(STATUSES))
+# an origin's membership (`member`): entered, accepted (by the ingest service), or both
+ENTERED, ACCEPTED = 1, 2
 _UNKNOWN_REASON = "unknown"
 
 
@@ -53,6 +61,7 @@ class Names:
 
     nodes: list[str]
     reasons: list[str]
+    accepting: bool = False  # whether any row is an accepted one (the ingest service's)
 
 
 def names_of(spark: SparkSession, outcomes: DataFrame | None) -> tuple[Names, DataFrame | None]:
@@ -62,7 +71,11 @@ def names_of(spark: SparkSession, outcomes: DataFrame | None) -> tuple[Names, Da
 
     if outcomes is None:
         return Names([], []), None
-    pairs = outcomes.select("node", _reason_key().alias("reason_key")).distinct().collect()
+    pairs = (
+        outcomes.groupBy("node", _reason_key().alias("reason_key"))
+        .agg(F.max(F.col("outcome") == str(Outcome.ACCEPTED)).alias("accepted"))
+        .collect()
+    )
     nodes = sorted({row["node"] for row in pairs})
     reasons = sorted({row["reason_key"] for row in pairs})
     node_code = {name: i for i, name in enumerate(nodes)}
@@ -81,7 +94,8 @@ def names_of(spark: SparkSession, outcomes: DataFrame | None) -> tuple[Names, Da
         ],
         "node string, reason_key string, named long",
     )
-    return Names(nodes, reasons), F.broadcast(codes)
+    accepting = any(row["accepted"] for row in pairs)
+    return Names(nodes, reasons, accepting), F.broadcast(codes)
 
 
 def _reason_key() -> Column:
@@ -104,29 +118,74 @@ def _entered_rows(entered: DataFrame) -> DataFrame:
         F.col("minute_ms").alias(_MINUTE_OR_OUTCOME),
         F.col("event_time_ms").alias(_EVENT_OR_TAKEN),
         "kafka_ms",
+        F.lit(None).cast("long").alias(_ACCEPTED_MINUTE),
+        F.lit(None).cast("long").alias(_ACCEPTED_EVENT),
     )
 
 
-def _outcome_rows(outcomes: DataFrame, codes: DataFrame) -> DataFrame:
-    """Outcome rows as fixed-width rows and their fact id (see `_ROW_ENTERED`)."""
+def _outcome_rows(
+    outcomes: DataFrame, codes: DataFrame, first_offsets: DataFrame | None
+) -> DataFrame:
+    """Outcome rows as fixed-width rows and their fact id (see `_ROW_ENTERED`). Accepted rows
+    count (`_ROW_ACCEPTED`) only with `first_offsets` (`first_offsets`), at or after the first
+    offset their partition entered at; the others are as any outcome the tables do not count."""
     from pyspark.sql import functions as F
 
     outcome = F.col("outcome")
+    no_time = F.lit(None).cast("long")
+    accepted_minute, accepted_event = no_time, no_time
     kind = (
         F.when(outcome == str(Outcome.DELIVERED), _ROW_DELIVERED)
         .when(outcome == str(Outcome.DEAD_LETTERED), _ROW_DEAD)
         .when(outcome == str(Outcome.FILTERED), _ROW_FILTERED)
         .when(outcome.isin(*_HANDED), _ROW_HANDED)
-        .otherwise(_ROW_OTHER)
     )
+    if first_offsets is not None:
+        outcomes = outcomes.join(first_offsets, ["dest", "topic", "partition"], "left")
+        counts = (outcome == str(Outcome.ACCEPTED)) & (F.col("offset") >= F.col("first_offset"))
+        kind = kind.when(counts, _ROW_ACCEPTED)
+        accepted_minute = F.when(counts, _minute_of_entry())
+        accepted_event = F.when(counts, F.col("event_time_ms"))
     named = outcomes.withColumn("reason_key", _reason_key()).join(codes, ["node", "reason_key"])
     return named.select(
         *ORIGIN,
         "fact_id",
-        (F.col("named") + kind).alias("code"),
+        (F.col("named") + kind.otherwise(_ROW_OTHER)).alias("code"),
         F.col("outcome_ms").alias(_MINUTE_OR_OUTCOME),
         F.col("taken_ms").alias(_EVENT_OR_TAKEN),
+        accepted_minute.alias(_ACCEPTED_MINUTE),
+        accepted_event.alias(_ACCEPTED_EVENT),
     )
+
+
+def _minute_of_entry() -> Column:
+    """The minute an accepted event never seen entering counts in: as an entry's
+    (`Ledger.bucket_for_entry`), the arrival time (`taken_ms`) standing in for the Kafka
+    timestamp: that of its event time, or of its arrival when the event time is over
+    `FUTURE_TOLERANCE_MS` after it (time_future). The auditor's time_past rule depends on
+    what it had settled while reading, which the archive does not say: not applied."""
+    from pyspark.sql import functions as F
+
+    event_ms = F.col("event_time_ms")
+    taken = F.col("taken_ms")
+    at_ms = F.when(taken > 0, taken).otherwise(event_ms)
+    at = F.when(event_ms > at_ms + FUTURE_TOLERANCE_MS, at_ms).otherwise(event_ms)
+    return at - F.pmod(at, F.lit(MINUTE_MS))
+
+
+def first_offsets(spark: SparkSession, archive: str, dests: list[str] | None) -> DataFrame | None:
+    """Per (dest, topic, partition), the first offset seen entering (`first_offset`), from the
+    entered rows of every date: accepted events before it, and those of a partition never seen
+    entering, cannot be judged and are not counted (`auditor/accepted.py`)."""
+    from pyspark.sql import functions as F
+
+    everywhere = read_rows(spark, archive, Kind.ENTERED, ORIGIN, Window(0, 1), dests, any_date=True)
+    if everywhere is None:
+        return None
+    firsts = everywhere.groupBy("dest", "topic", "partition").agg(
+        F.min("offset").alias("first_offset")
+    )
+    return F.broadcast(firsts)
 
 
 def shuffle_partitions(spark: SparkSession, *frames: DataFrame) -> int:
@@ -147,9 +206,14 @@ def shuffle_partitions(spark: SparkSession, *frames: DataFrame) -> int:
 
 
 def origins(
-    entered: DataFrame, outcomes: DataFrame | None, codes: DataFrame | None, partitions: int
+    entered: DataFrame,
+    outcomes: DataFrame | None,
+    codes: DataFrame | None,
+    partitions: int,
+    first_offsets: DataFrame | None = None,
 ) -> DataFrame:
-    """One row per origin that entered: where it counts and what became of it.
+    """One row per origin that entered, or was accepted (with `first_offsets`, at or after
+    the first offset of its partition seen entering): where it counts and what became of it.
 
     Entered and outcome rows are shuffled by origin into the same `partitions`, so what
     follows needs no other exchange: outcome rows are grouped per origin and fact (a fact
@@ -161,12 +225,14 @@ def origins(
     rows = _entered_rows(entered).repartition(partitions, *ORIGIN)
     if outcomes is not None and codes is not None:
         facts = (
-            _outcome_rows(outcomes, codes)
+            _outcome_rows(outcomes, codes, first_offsets)
             .repartition(partitions, *ORIGIN)
             .groupBy(*ORIGIN, "fact_id", "code")
             .agg(
                 F.min(_MINUTE_OR_OUTCOME).alias(_MINUTE_OR_OUTCOME),
                 F.min(_EVENT_OR_TAKEN).alias(_EVENT_OR_TAKEN),
+                F.min(_ACCEPTED_MINUTE).alias(_ACCEPTED_MINUTE),
+                F.min(_ACCEPTED_EVENT).alias(_ACCEPTED_EVENT),
             )
             .select(
                 *ORIGIN,
@@ -174,6 +240,8 @@ def origins(
                 _MINUTE_OR_OUTCOME,
                 _EVENT_OR_TAKEN,
                 F.lit(None).cast("long").alias("kafka_ms"),
+                _ACCEPTED_MINUTE,
+                _ACCEPTED_EVENT,
             )
         )
         rows = rows.unionByName(facts)
@@ -203,6 +271,8 @@ def origins(
         F.max(F.when(code.bitwiseAND(_ROW_ENTERED) == 0, minute_or_outcome)).alias(
             "last_outcome_ms"
         ),
+        F.min(_ACCEPTED_MINUTE).alias(_ACCEPTED_MINUTE),
+        F.min(_ACCEPTED_EVENT).alias(_ACCEPTED_EVENT),
     )
     return _fates(grouped)
 
@@ -231,10 +301,22 @@ def _fates(grouped: DataFrame) -> DataFrame:
         & (F.col("taken_ms") > 0)
         & (F.col("event_time_ms") <= F.col("taken_ms") + FUTURE_TOLERANCE_MS)
     )
-    return grouped.where(F.col("minute_ms").isNotNull()).select(
+    # an origin counts when it entered (in the minute of its entry), or when it was accepted
+    # (never seen entering: in the minute an entry of it would count in)
+    member = F.when(has(_ROW_ENTERED), ENTERED).otherwise(0) + F.when(
+        has(_ROW_ACCEPTED), ACCEPTED
+    ).otherwise(0)
+    placed = grouped.withColumns(
+        {
+            "minute_ms": F.coalesce("minute_ms", _ACCEPTED_MINUTE),
+            "event_time_ms": F.coalesce("event_time_ms", _ACCEPTED_EVENT),
+        }
+    )
+    return placed.where(F.col("minute_ms").isNotNull()).select(
         *ORIGIN,
         "minute_ms",
         "event_time_ms",
+        member.alias("member"),
         "first_2xx_ms",
         "node",
         "reason",

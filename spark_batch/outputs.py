@@ -43,6 +43,7 @@ MINUTES_SCHEMA = pa.schema(
         ("dest", _STR),
         ("minute_ms", _I64),
         ("entered", _I64),
+        ("accepted", _I64),
         ("delivered", _I64),
         ("dead_lettered", _I64),
         ("dead_lettered_by_reason", pa.map_(_STR, _I64)),
@@ -263,7 +264,13 @@ def _minutes_json(minutes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _write_tables(directory: Path, result: Reconciled, summary: Mapping[str, Any]) -> None:
-    minutes = [{name: row[name] for name in MINUTES_SCHEMA.names} for row in result.minutes]
+    minutes = [
+        {
+            name: row.get(name, 0) if name == "accepted" else row[name]
+            for name in MINUTES_SCHEMA.names
+        }
+        for row in result.minutes
+    ]
     for row in minutes:
         row["dead_lettered_by_reason"] = list(row["dead_lettered_by_reason"].items())
     pq.write_table(pa.Table.from_pylist(minutes, MINUTES_SCHEMA), directory / "minutes.parquet")

@@ -9,7 +9,9 @@ shuffled by origin, outcome rows grouped per fact, then with the entered rows pe
 The rules are the auditor's (`auditor/ledger.py`):
 
 - an origin counts in the minute the auditor filed it under (its `minute_ms`); repeated rows
-  (a crash repeats a roll) and repeated facts (same `fact_id`) count once;
+  (a crash repeats a roll) and repeated facts (same `fact_id`) count once; an origin accepted
+  by the ingest service (`accepted` rows, `auditor/accepted.py`) counts too, in the minute of
+  its entry, or never seen entering in that of its own time (`origins._minute_of_entry`);
 - its status is the first of: delivered (any 2xx: a later 2xx wins over a dead letter),
   dead-lettered (the reason of its first dead letter), filtered, in retry (handed off or
   re-offered, nothing final yet), missing (no outcome at all);
@@ -48,9 +50,20 @@ from spark_batch.archive_input import (
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-from spark_batch.origins import ORIGIN, STATUSES, Names, names_of, origins, shuffle_partitions
+from spark_batch.origins import (
+    ACCEPTED,
+    ENTERED,
+    ORIGIN,
+    STATUSES,
+    Names,
+    first_offsets,
+    names_of,
+    origins,
+    shuffle_partitions,
+)
 from spark_batch.tally import (
     DEAD_REASON,
+    MEMBERS,
     PERCENTILES,
     RANKED,
     WHICH_MISSING,
@@ -106,7 +119,8 @@ def reconcile(
     names, codes = names_of(spark, outcomes)
     in_window = (F.col("minute_ms") >= window.from_ms) & (F.col("minute_ms") < window.to_ms)
     partitions = shuffle_partitions(spark, entered, *([outcomes] if outcomes else []))
-    per_origin = origins(entered, outcomes, codes, partitions).where(in_window)
+    firsts = first_offsets(spark, archive, dests) if names.accepting else None
+    per_origin = origins(entered, outcomes, codes, partitions, firsts).where(in_window)
     settled = _settled_minutes(spark, archive, window, dests)
     versions = read_settings(spark, archive)
     found = sorted({v.dest for v in versions} | set(dests or []))
@@ -134,7 +148,9 @@ def _minute_rows(
                 (dest, minute_ms), _empty_minute(dest, minute_ms)
             )
             n, value = int(counted["n"]), int(counted["value"])
-            row["entered"] += n
+            value, member = divmod(value, MEMBERS)
+            row["entered"] += n if member & ENTERED else 0
+            row["accepted"] += n if member & ACCEPTED else 0
             row[STATUSES[value % DEAD_REASON]] += n
             if value >= DEAD_REASON:
                 dead_by_reason[dest, minute_ms][names.reasons[value // DEAD_REASON - 1]] = n
@@ -157,6 +173,7 @@ def _empty_minute(dest: str, minute_ms: int) -> dict[str, Any]:
         "dest": dest,
         "minute_ms": minute_ms,
         "entered": 0,
+        "accepted": 0,
         **dict.fromkeys(STATUSES, 0),
         "duplicates": 0,
         "on_time": 0,
@@ -338,6 +355,7 @@ def _judged(
     by_reason = dict(sorted(dead_by_reason.get((dest, minute_ms), {}).items()))
     counts = Counts(
         entered=int(row["entered"]),
+        accepted=int(row.get("accepted", 0)),
         delivered=int(row["delivered"]),
         dead_lettered_by_reason=by_reason,
         filtered=int(row["filtered"]),
@@ -355,6 +373,7 @@ def _judged(
         "dest": dest,
         "minute_ms": minute_ms,
         "entered": counts.entered,
+        "accepted": counts.accepted,
         "delivered": counts.delivered,
         "dead_lettered": counts.dead_lettered,
         "dead_lettered_by_reason": by_reason,

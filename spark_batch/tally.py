@@ -24,7 +24,10 @@ RANKED = {
     WHICH_PROCESS: ("process", (95,)),
     WHICH_NODE: ("process", PERCENTILES),  # per node, not per minute
 }
-DEAD_REASON = 8  # a dead letter's status value: DEAD_LETTERED + 8 * (1 + its reason's code)
+DEAD_REASON = 8  # a dead letter's status: DEAD_LETTERED + 8 * (1 + its reason's code)
+# a status row's value: MEMBERS * its status (as above) + its membership (`origins.ENTERED`,
+# `origins.ACCEPTED`: 1, 2 or both)
+MEMBERS = 4
 
 
 def tally(per_origin: DataFrame, on_time: Column) -> Any:
@@ -96,10 +99,13 @@ def _stacked(per_origin: DataFrame, on_time: Column) -> DataFrame:
         "process_ms",
         "duplicates",
         "seen_ms",
-        F.when(status == DEAD_LETTERED, status + DEAD_REASON * (F.col("reason") + 1))
-        .otherwise(status)
-        .cast("long")
-        .alias("status_value"),
+        (
+            F.when(status == DEAD_LETTERED, status + DEAD_REASON * (F.col("reason") + 1))
+            .otherwise(status)
+            .cast("long")
+            * MEMBERS
+            + F.col("member")
+        ).alias("status_value"),
         on_time.cast("long").alias("on_time"),
         F.when(status == MISSING, F.col("offset")).alias("missing_offset"),
     )
