@@ -17,7 +17,7 @@ from prometheus_client.utils import floatToGoString
 
 from hifi.audit import EVENTS_WRITTEN as AUDIT_EVENTS
 from hifi.audit import FACTS_WRITTEN as AUDIT_FACTS
-from hifi.vocabulary import Outcome, Reason
+from hifi.vocabulary import LAG_BUCKETS_S, Outcome, Reason
 
 _INF = float("inf")
 _format_le: Callable[[float], str] = floatToGoString  # how Histogram writes `le` (untyped upstream)
@@ -112,27 +112,6 @@ class PerEventHistogram:
                 family.samples.append(Sample(f"{self._name}_created", labels, child.created))
         return [family]
 
-
-LAG_BUCKETS_S = (
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    300.0,
-    900.0,
-    3600.0,
-    21600.0,
-    86400.0,
-)
 
 LAG_BOUNDS_S = (*LAG_BUCKETS_S, float("inf"))  # the histograms' bucket upper bounds, +Inf last
 

@@ -89,3 +89,26 @@ class StartedOver(StrEnum):
     #: the partition's end stayed below the offset read up to, and its leader confirmed it:
     #: a broker that answers a fetch beyond the end with no error (Tansu) and no records
     END_BELOW_POSITION = "end_below_position"
+
+
+# The buckets of every lag histogram (seconds), one set so a dashboard compares the nodes.
+LAG_BUCKETS_S = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    900.0,
+    3600.0,
+    21600.0,
+    86400.0,
+)

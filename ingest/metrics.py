@@ -8,29 +8,10 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from hifi.vocabulary import LAG_BUCKETS_S
+
 UNKNOWN_STREAM = "-"
 
-# as connector.metrics.LAG_BUCKETS_S (the ingest service does not import the connector)
-LAG_BUCKETS_S = (
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    300.0,
-    900.0,
-    3600.0,
-    21600.0,
-    86400.0,
-)
 
 REQUESTS = Counter(
     "hifi_ingest_requests",
