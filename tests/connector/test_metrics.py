@@ -6,7 +6,8 @@ import random
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from connector.metrics import LAG_BUCKETS_S, PerEventHistogram
+from connector.metrics import PerEventHistogram
+from hifi.vocabulary import LAG_BUCKETS_S
 
 NOW_MS = 1_795_000_000_000.0
 
