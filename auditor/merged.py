@@ -32,15 +32,21 @@ KEEP_POSTED_MS = 2 * MINUTE_MS
 def share_entry(
     ledger: Ledger, *, horizon_ms: int, changed: Mapping[int, int], now_ms: int
 ) -> dict[str, Any]:
-    """What a share posts of one destination: its horizon, and the rows other members need
-    (those not final yet, and final ones near the destination's horizon or changed lately)."""
+    """What a share posts of one destination: its horizon, and its rows of every minute it
+    holds; final ones well behind the destination's horizon (their lags fixed in the lead's
+    row) without their distributions, unless they changed lately."""
     keep_from = horizon_ms - KEEP_POSTED_MS
+    recent_ms = now_ms - KEEP_POSTED_MS
     rows = [
-        share_row(ledger, bucket, changed_ms=changed.get(bucket.minute_ms, 0))
+        share_row(
+            ledger,
+            bucket,
+            changed_ms=changed.get(bucket.minute_ms, 0),
+            spread=not bucket.final
+            or bucket.minute_ms >= keep_from
+            or changed.get(bucket.minute_ms, 0) >= recent_ms,
+        )
         for bucket in ledger.rows()
-        if not bucket.final
-        or bucket.minute_ms >= keep_from
-        or changed.get(bucket.minute_ms, 0) >= now_ms - KEEP_POSTED_MS
     ]
     return {
         "closed_before_ms": ledger.closed_before_ms,

@@ -24,16 +24,17 @@ from config.destination import Accounting
 Row = dict[str, Any]  # a share's minute, plain values (msgpack)
 
 
-def share_row(ledger: Ledger, bucket: Bucket, *, changed_ms: int = 0) -> Row:
-    """One share's minute: its counts and distributions now (final ones as fixed)."""
+def share_row(ledger: Ledger, bucket: Bucket, *, changed_ms: int = 0, spread: bool = True) -> Row:
+    """One share's minute: its counts and distributions now (final ones as fixed); `spread`
+    False leaves a final minute's distributions out (its counts are what may still change)."""
     counts = ledger.tally(bucket)
     if bucket.final:
-        lags, lag_in, process = _unpacked(bucket.spread)
+        lags, lag_in, process = _unpacked(bucket.spread if spread else None)
     else:
         lags = sorted(bucket.lags_ms.items())
         lag_in = [(i, n) for i, n in enumerate(bucket.lag_in.counts) if n]
         process = [(i, n) for i, n in enumerate(bucket.process.counts) if n]
-    fixed = bucket.lags if bucket.final and bucket.spread is None else None
+    fixed = bucket.lags if spread and bucket.final and bucket.spread is None else None
     return {
         "minute_ms": bucket.minute_ms,
         "counts": msgspec.to_builtins(counts),
