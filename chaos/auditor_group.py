@@ -71,7 +71,7 @@ async def run_group_scenario(
         await daemon.start()
     rate = size.rate_per_s * scenario.rate_factor
     try:
-        if not await connector.ready(timeout_s=60.0):
+        if not await connector.ready(timeout_s=120.0):  # seven processes start on a small machine
             raise RuntimeError(f"{connector.name} never became ready (/readyz)")
         stage.destination.set_faults(
             0.2, [Reply(503), Reply(500), Reply(drop=True)], seed=rng.randrange(1000)
@@ -115,8 +115,16 @@ def _auditor(
         shutil.rmtree(archive, ignore_errors=True)  # a snapshot of an earlier run's broker
     port = free_port()
     args = ["--archive", str(archive), "--archive-roll-s", "1", "--group", f"{name}.{group}"]
-    daemon = stage.daemon("auditor", name, args=args, env=env, metrics_port=port)
-    daemon.name = f"auditor-{name}-{group}-{index}"
+    label = f"auditor-{name}-{group}-{index}"
+    daemon = Daemon(
+        label,
+        "auditor",
+        ["--dest", name, "--catalog", str(stage.catalog), *args],
+        bootstrap=stage.settings.bootstrap,
+        log_path=stage.work_dir / f"{label}.log",
+        env=env,
+        metrics_port=port,
+    )
     return daemon, f"http://127.0.0.1:{port}"
 
 
@@ -124,7 +132,7 @@ async def _gap(stage: Stage, name: str, topic: str) -> dict[str, int]:
     """`GAP_EVENTS` events on one partition the connector will never read: its group's
     committed offset moved past them before it starts."""
     event_ms = now_ms()
-    records = [
+    records: list[Any] = [
         (topic, None, orjson.dumps({"id": f"{name}-gap-{i}", "event_time": event_ms}), [])
         for i in range(GAP_EVENTS)
     ]

@@ -114,7 +114,7 @@ def _records() -> tuple[list[Any], list[Fact]]:
     dead = _seen(P0, range(10, 12), T0 + MINUTE_MS)
     handed = _seen(P0, range(12, 13), T0 + MINUTE_MS)
     facts = [_unsplit(early, Outcome.DELIVERED, T0 + 900)]
-    values = [(AUDIT, b"d", encode_fact(facts[0]), [(HDR_FORMAT, b"1.3")])]
+    values: list[Any] = [(AUDIT, b"d", encode_fact(facts[0]), [(HDR_FORMAT, b"1.3")])]
     for events, outcome, at_ms, reason in [
         (later, Outcome.DELIVERED, T0 + MINUTE_MS + 500, None),
         (dead, Outcome.DEAD_LETTERED, T0 + MINUTE_MS + 900, Reason.HTTP_4XX),
