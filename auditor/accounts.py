@@ -27,6 +27,7 @@ from auditor.archive import Archive, PendingFiles, write_snapshot
 from auditor.archive.read import read_snapshot
 from auditor.assignor import sources_of
 from auditor.epochs import Epochs
+from auditor.health import Health
 from auditor.incarnations import Incarnations
 from auditor.intake import Intake
 from auditor.legacy import LegacySnapshot
@@ -97,11 +98,12 @@ class Accounts(PartitionHandler):
         self._to_resolve: list[tuple[TopicPartition, str, int, dict[tuple[str, int], list[int]]]]
         self._to_resolve = []
         self._audit_owned: set[TopicPartition] = set()
+        self._health_restored: set[str] = set()
         self._then_stop: Callable[[], None] | None = None  # set by `roll_and_stop`
         self.stopping = False  # the last roll is taken: nothing settles after it
 
     @property
-    def health(self) -> dict[str, Any]:
+    def health(self) -> dict[str, Health]:
         return self.intake.health
 
     @property
@@ -163,6 +165,7 @@ class Accounts(PartitionHandler):
                 return share
             self._clock.restore(state["progress"])
             self.incarnations.add(state["incarnations"])
+            self._restore_health(state.get("health", {}))
             self._again(self._epochs.restore(state.get("held_facts", ())))
         except (msgspec.DecodeError, ValueError, KeyError, TypeError) as exc:
             raise HifiError(
@@ -170,6 +173,20 @@ class Accounts(PartitionHandler):
                 " away to count the share afresh from the committed offsets"
             ) from None
         return share
+
+    def _restore_health(self, states: dict[str, Any]) -> None:
+        """The health a snapshot kept (the member's that wrote it): the first one read is taken
+        whole, the newest 2xx of any."""
+        for name, state in states.items():
+            health = self.health.get(name)
+            if health is None:
+                continue
+            if name not in self._health_restored:
+                self._health_restored.add(name)
+                health.restore(state)
+            elif state["last_delivered_ms"] is not None:
+                last = int(state["last_delivered_ms"])
+                health.last_delivered_ms = max(last, health.last_delivered_ms or last)
 
     # --- taking records in ------------------------------------------------------------
 
@@ -279,6 +296,9 @@ class Accounts(PartitionHandler):
                 self._clock.state(only=tp), self.incarnations.state(only=(tp.topic, tp.partition))
             )
             state["held_facts"] = held
+            state["health"] = {
+                name: self.health[name].snapshot() for name in share.ledgers if name in self.health
+            }
             state["written_ms"] = self._now_ms()
             states[snapshot_name(self._group_id, tp)] = msgspec.msgpack.encode(state)
         return states

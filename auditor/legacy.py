@@ -88,6 +88,7 @@ class LegacySnapshot:
                 row for row in state.get("incarnations", ()) if (row[0], row[1]) == mine
             ],
             "held_facts": state.get("held_facts", ()),
+            "health": state.get("health", {}),
         }
 
 

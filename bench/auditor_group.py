@@ -74,6 +74,7 @@ async def group_phase(
 ) -> Group:
     """The backlog delivered once, then read by one auditor and by two of one group."""
     topic, prefix = "bench.group", "group"
+    work.mkdir(parents=True, exist_ok=True)
     with LocalBroker(log_path=work / "broker-group.log") as broker:
         settings = KafkaSettings(bootstrap=broker.bootstrap)
         await kafka_admin.ensure_topics(settings, [topic], partitions=partitions)
