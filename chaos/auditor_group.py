@@ -1,10 +1,11 @@
 """The three-auditor scenario: one destination counted by three auditors of one group, against the run and one auditor.
 
 A flaky destination (20 % of requests fail, as in `flaky_destination`), the connector killed
-with SIGKILL while it delivers, one of the three auditors killed with SIGKILL, and a deliberate
-gap: the connector's committed offset on partition 1 is moved past `GAP_EVENTS` events before it
-starts, so they are never delivered. Three auditor processes share the destination's six
-partitions (group `NAME.auditors`, one archive); a fourth counts it alone (`NAME.single`).
+with SIGKILL while it delivers, then one of the three auditors (a round per two of the size's
+kills, another auditor each round), and a deliberate gap: the connector's committed offset on
+partition 1 is moved past `GAP_EVENTS` events before it starts, so they are never delivered.
+Three auditor processes share the destination's six partitions (group `NAME.auditors`, one
+archive); a fourth counts it alone (`NAME.single`).
 Every minute of every member's `/tables` must equal the run's own count by id (the gap's
 events `missing`, in their minute) and the single auditor's row.
 """
@@ -76,7 +77,8 @@ async def run_group_scenario(
         stage.destination.set_faults(
             0.2, [Reply(503), Reply(500), Reply(drop=True)], seed=rng.randrange(1000)
         )
-        fault = asyncio.create_task(_kills(stage, connector, members[1][0], rng, size))
+        auditors = [d for d, _ in members]
+        fault = asyncio.create_task(_kills(stage, connector, auditors, rng, size))
         ids = await _produce(stage, name, topic, size.events, rate)
         await fault
         stage.destination.reset_script()
@@ -145,16 +147,18 @@ async def _gap(stage: Stage, name: str, topic: str) -> dict[str, int]:
 
 
 async def _kills(
-    stage: Stage, connector: Daemon, auditor: Daemon, rng: random.Random, size: Size
+    stage: Stage, connector: Daemon, auditors: list[Daemon], rng: random.Random, size: Size
 ) -> None:
-    """SIGKILL the connector while it delivers, then one auditor of the group."""
+    """SIGKILL the connector while it delivers, then one auditor of the group (another each
+    round): half as many rounds as `size.kills`, at least one."""
     destination = stage.destination
-    if not await destination.wait_for_requests(destination.request_count + 5, 60.0):
-        return
-    await asyncio.sleep(rng.uniform(0.0, 1.0))
-    connector.kill9()
-    await asyncio.sleep(rng.uniform(1.0, 3.0))
-    auditor.kill9()
+    for round_ in range(max(1, size.kills // 2)):
+        if not await destination.wait_for_requests(destination.request_count + 5, 60.0):
+            return
+        await asyncio.sleep(rng.uniform(0.0, 1.0))
+        connector.kill9()
+        await asyncio.sleep(rng.uniform(1.0, 3.0))
+        auditors[(round_ + 1) % len(auditors)].kill9()
 
 
 async def _produce(
