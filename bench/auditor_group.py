@@ -133,9 +133,9 @@ async def _drain(
     cpu_at_first: list[float] = []
     while time.monotonic() < deadline:
         scrapes = [await a.scrape() for a in auditors]
-        read = [0 if s is None else s.records.get(topic, 0) for s in scrapes]
+        read: list[int] = [0 if s is None else s.records.get(topic, 0) for s in scrapes]
         now = time.monotonic()
-        if first_s is None and sum(read):
+        if first_s is None and sum(read) > 0:
             first_s = now
             cpu_at_first = [read_cpu_s(a.pid) or 0.0 for a in auditors]
         if first_s is not None and sum(read) >= events:
