@@ -27,6 +27,7 @@ from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 
 DEST = "bench"
+MIN_EVENTS = 100_000  # fewer drain within a scrape or two: no rate to speak of (--quick)
 _SCRAPE_S = 0.1
 _ROLL_S = 10.0
 _IDLE_S = 600.0
@@ -74,6 +75,7 @@ async def group_phase(
 ) -> Group:
     """The backlog delivered once, then read by one auditor and by two of one group."""
     topic, prefix = "bench.group", "group"
+    events = max(events, MIN_EVENTS)
     work.mkdir(parents=True, exist_ok=True)
     with LocalBroker(log_path=work / "broker-group.log") as broker:
         settings = KafkaSettings(bootstrap=broker.bootstrap)
@@ -128,20 +130,31 @@ async def _members(
 async def _drain(
     auditors: list[AuditorProcess], topic: str, events: int, timeout_s: float
 ) -> Members:
+    """From the moment every member is ready until they have read `events` between them: each
+    member's events and CPU counted from that moment (what one read before the other joined is
+    left out of both), the drain from the first record any member read."""
+    base = [await _reading(a, topic) for a in auditors]
     deadline = time.monotonic() + timeout_s
-    first_s: float | None = None
-    cpu_at_first: list[float] = []
+    first_s: float | None = time.monotonic() if sum(r for r, _ in base) > 0 else None
     while time.monotonic() < deadline:
-        scrapes = [await a.scrape() for a in auditors]
-        read: list[int] = [0 if s is None else s.records.get(topic, 0) for s in scrapes]
+        now_read = [await _reading(a, topic) for a in auditors]
         now = time.monotonic()
+        read = [r for r, _ in now_read]
         if first_s is None and sum(read) > 0:
             first_s = now
-            cpu_at_first = [read_cpu_s(a.pid) or 0.0 for a in auditors]
         if first_s is not None and sum(read) >= events:
-            cpu = [
-                (read_cpu_s(a.pid) or 0.0) - c for a, c in zip(auditors, cpu_at_first, strict=True)
-            ]
-            return Members(len(auditors), now - first_s, read, cpu)
+            return Members(
+                len(auditors),
+                now - first_s,
+                [r - b for (r, _), (b, _) in zip(now_read, base, strict=True)],
+                [c - b for (_, c), (_, b) in zip(now_read, base, strict=True)],
+            )
         await asyncio.sleep(_SCRAPE_S)
     raise RuntimeError(f"group: {len(auditors)} auditor(s) did not read {events} events in time")
+
+
+async def _reading(auditor: AuditorProcess, topic: str) -> tuple[int, float]:
+    """The source events `auditor` has read so far, and its CPU seconds."""
+    scrape = await auditor.scrape()
+    read = 0 if scrape is None else scrape.records.get(topic, 0)
+    return read, read_cpu_s(auditor.pid) or 0.0

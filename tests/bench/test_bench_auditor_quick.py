@@ -63,8 +63,8 @@ def test_quick_run_ends_with_the_summary_line_of_real_figures(tmp_path: Path) ->
     assert report["group_line"] == group.group(0)
     one, two = report["group"]["one"], report["group"]["two"]
     assert (one["members"], len(two["events"])) == (1, 2)
-    assert sum(one["events"]) >= QUICK_BACKLOG
-    assert sum(two["events"]) >= QUICK_BACKLOG
+    assert sum(one["events"]) > 0
+    assert sum(two["events"]) > 0
     assert min(two["events"]) > 0  # both members read a share of the source events
     assert float(group.group(1)) > 0
     assert float(group.group(2)) > 0
