@@ -39,11 +39,13 @@ class ClusterFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class Cluster:
-    """A running cluster: its master URL, where Spark's scripts are, and the daemons' logs."""
+    """A running cluster: its master URL, where Spark's scripts are, the environment they ran
+    with (spark-submit takes it too), and the daemons' logs."""
 
     master_url: str
     spark_home: Path
     ui_port: int
+    env: dict[str, str]
     logs: dict[str, Path]
 
     @property
@@ -118,7 +120,7 @@ def standalone_cluster(
                 cwd=workdir,
             )
         )
-        cluster = Cluster(master_url, spark_home, ui_port, logs)
+        cluster = Cluster(master_url, spark_home, ui_port, env, logs)
         _wait(lambda: _answers(cluster), started, "master", logs["master"])
         started.append(
             _start(
