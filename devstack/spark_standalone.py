@@ -88,6 +88,8 @@ def spark_environment(spark_home: Path, workdir: Path) -> dict[str, str]:
             "SPARK_CONF_DIR": str(conf_dir),
             "SPARK_LOCAL_IP": LOOPBACK,
             "SPARK_DAEMON_MEMORY": _DAEMON_MEMORY,
+            # two small daemons: the quick compiler only, the serial collector
+            "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
             "SPARK_NO_DAEMONIZE": "1",
             # no REST submission server: it takes port 6066 whatever --port says
             "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
