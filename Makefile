@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv java browser systemd promtool stunnel podman demo test test-quick check lint typecheck image wrk bench bench-auditor bench-ingest bench-dlq bench-rebalance bench-reconcile chaos clean
+.PHONY: help venv java browser systemd promtool stunnel podman demo test test-quick check lint typecheck image wrk bench bench-auditor bench-ingest bench-dlq bench-rebalance bench-reconcile spark-zip chaos clean
 
 help:
 	@echo "make demo   - run the connector and retrier against a local broker and a flaky destination"
@@ -19,6 +19,7 @@ help:
 	@echo "make bench-dlq - the retrier's dashboard with 1 M dead letters: list, count, RSS, tiers during a replay"
 	@echo "make bench-rebalance - partitions moved and stalls of a 3-member group scaling out, in and restarting (docs/rebalancing.md)"
 	@echo "make bench-reconcile - spark-batch reconcile of a synthetic day of 10 M events on local[2], checked against DuckDB"
+	@echo "make spark-zip - dist/spark/: the reconciliation's zip and driver file for spark-submit (docs/spark-cluster.md)"
 	@echo "make chaos  - fault-injection runs that count loss by event id"
 	@echo "make image  - the container image with podman, on a Debian base made here (docs/deploy-container.md)"
 
@@ -137,6 +138,10 @@ EVENTS ?= 10000000
 
 bench-reconcile: $(STAMP) java
 	$(BIN)/python -m bench.reconcile --events $(EVENTS)
+
+# what spark-submit runs on a cluster: dist/spark/hifi-spark.zip and spark_batch_driver.py
+spark-zip: $(STAMP)
+	$(BIN)/spark-batch package --out dist/spark
 
 chaos: $(STAMP)
 	$(BIN)/python -m chaos

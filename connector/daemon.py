@@ -161,7 +161,11 @@ class Connector:
             )
             self._rate_limits = deliverer.rate_limits
             delivery = DeliveryHandler(
-                dest, deliverer, diverter, route_of=None if routes is None else routes.get
+                dest,
+                deliverer,
+                diverter,
+                route_of=None if routes is None else routes.get,
+                highwater=self._worker.highwater,
             )
             if self.ops is not None:
                 lookups = None if routes is None else routes.status

@@ -54,9 +54,11 @@ class DeliveryHandler(PartitionHandler):
         diverter: Diverter,
         *,
         route_of: Callable[[str], Route | None] | None = None,
+        highwater: Callable[[TopicPartition], int | None] | None = None,
     ) -> None:
         """`route_of`: a tenant's route (the lookup cache's `get`), for a destination with
-        `[lookups]`."""
+        `[lookups]`; `highwater`: a partition's high watermark as of its last fetch (the
+        worker's), to tell records still waiting in Kafka."""
         self._dest = dest
         self._deliverer = deliverer
         self._diverter = diverter
@@ -80,6 +82,9 @@ class DeliveryHandler(PartitionHandler):
         self._malformed: list[Unreadable] = []
         self._paused = False
         self._behind = False  # a backlog: see `_backlog`
+        self._highwater = highwater
+        self._unread: dict[TopicPartition, int] = {}  # records in Kafka past those taken in
+        self._window_records = dest.max_in_flight * dest.max_batch_records
         # keeping up, a tenant destination's batches fill while they linger: a request need
         # not keep its slot until its audit facts are acknowledged to let the next one grow
         self._lingers = dest.lookups is not None and dest.lookups.max_linger_s > 0
@@ -106,6 +111,10 @@ class DeliveryHandler(PartitionHandler):
             metrics.MISSING_FIELDS.labels(dest.name, "event_time").inc(parsed.missing_time)
         self._lag_in.observe_ages(now_ms, map(_event_time_of, parsed.events))
         self._pending.extend(parsed.events)
+        if self._highwater is not None and records:
+            highwater = self._highwater(tp)
+            unread = 0 if highwater is None else highwater - records[-1].offset - 1
+            self._unread[tp] = max(0, unread)
 
     def next_work(self, *, poll_open: bool) -> Work | None:
         """Dead letters for unreadable records first, then the next batch: a full one while the
@@ -197,13 +206,21 @@ class DeliveryHandler(PartitionHandler):
 
     def _backlog(self) -> bool:
         """Whether the connector is behind: from the moment its buffer holds `BEHIND_SHARE` of
-        its limit (records wait in Kafka faster than it sends them) until it falls below
-        `CAUGHT_UP_SHARE`. A connector that keeps up holds what arrives within its linger and
-        one round of its tenants, far below the limit whatever its load; one that is behind
-        keeps the buffer near full. A half-full buffer is read either way by where it came from."""
-        if self._holds(BEHIND_SHARE):
+        its limit, or more than a window of requests (`max_in_flight` full batches) waits in
+        Kafka past the records taken in, until the buffer falls below `CAUGHT_UP_SHARE` and
+        less than that share of a window waits. A connector that keeps up holds what arrives
+        within its linger and one round of its tenants, far below the limit whatever its load,
+        and reads each partition up to its end; one that is behind keeps the buffer near full,
+        or, when its intake is what holds it back, leaves records in Kafka. A half-full buffer
+        is read either way by where it came from."""
+        unread = sum(self._unread.values())
+        if self._holds(BEHIND_SHARE) or unread >= self._window_records:
             self._behind = True
-        elif self._behind and not self._holds(CAUGHT_UP_SHARE):
+        elif (
+            self._behind
+            and not self._holds(CAUGHT_UP_SHARE)
+            and unread < CAUGHT_UP_SHARE * self._window_records
+        ):
             self._behind = False
         return self._behind
 
@@ -229,6 +246,7 @@ class DeliveryHandler(PartitionHandler):
         ]
         for tp in partitions:
             self._lag_records.pop(tp, None)
+            self._unread.pop(tp, None)
             with contextlib.suppress(KeyError):
                 metrics.CONSUMER_LAG.remove(self._dest.name, tp.topic, str(tp.partition))
 

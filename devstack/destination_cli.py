@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import IO
 
 import click
-import orjson
+import msgspec
 
 from devstack.destination import TestDestination
 from devstack.destination_script import Delivery, Reply
@@ -25,6 +25,7 @@ _FAULT_HELP = (
     " 30 by default)."
 )
 _TIMEOUT_DELAY_S = 30.0
+_LINES = msgspec.json.Encoder()
 
 
 @dataclass(frozen=True)
@@ -183,13 +184,7 @@ class DeliveriesFile:
     def __call__(self, deliveries: Sequence[Delivery]) -> None:
         if self._file is None:
             raise RuntimeError(f"deliveries file {self._path} is not open")
-        self._file.write(
-            b"".join(
-                orjson.dumps({"id": d.id, "received_ms": d.received_ms, "event_time": d.event_time})
-                + b"\n"
-                for d in deliveries
-            )
-        )
+        self._file.write(_LINES.encode_lines(deliveries))  # {"id", "received_ms", "event_time"}
         self._file.flush()
 
 

@@ -7,6 +7,8 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import msgspec
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -45,12 +47,12 @@ class ReceivedRequest:
     ids: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
+class Delivery(msgspec.Struct, frozen=True):
     """One event accepted (answered 2xx): its id, when its request was read, and its event time.
 
     `event_time` is the event's event-time field as sent (None when absent), so lag is
-    `received_ms - event_time` for producers that stamp epoch milliseconds.
+    `received_ms - event_time` for producers that stamp epoch milliseconds. A msgspec struct:
+    made and written as JSON lines in C, at a receipt per event.
     """
 
     id: str
@@ -114,6 +116,11 @@ class Script:
         self._rejected_ids.clear()
         self._poison = None
         self.set_faults(0.0, (), seed=0)
+
+    @property
+    def reads_events(self) -> bool:
+        """Whether a choice needs the events' fields beyond their ids (a poison rule)."""
+        return self._poison is not None
 
     def choose(self, ids: Sequence[str], events: Sequence[dict[str, object]]) -> Decision:
         """Decide the reply for a request carrying `events` with ids `ids`."""

@@ -2,9 +2,11 @@
 
     spark-batch reconcile --archive PATH [--dest NAME ...] --from DATE [--to DATE] --out DIR
                           [--lag-sla-s S] [--master local[*]]
+    spark-batch package --out DIR
 
-Run directly it starts a local Spark (`--master`, default `local[*]`); the same entry point
-runs under `spark-submit` (docs/reconciliation.md), which then decides the master. Bad input
+Run directly it starts a local Spark (`--master`, default `local[*]`); under `spark-submit`
+(`package` builds the zip and driver file it takes: docs/spark-cluster.md) the submit command
+decides the master. Bad input
 (an archive with no rows, a destination or range it does not hold, a corrupt Parquet file,
 bad flags) is one line on stderr and exit 2, with nothing written under `--out`; other
 failures exit 1. Neither Spark nor the archive reader is imported before `reconcile` runs.
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from spark_batch.archive_input import Window
 
 PROG = "spark-batch"
+ZIP_NAME, DRIVER_NAME = "hifi-spark.zip", "spark_batch_driver.py"  # as spark_batch.package
 DEFAULT_MASTER = "local[*]"  # as spark_batch.session.DEFAULT_MASTER
 _DAY_MS = 86_400_000
 _MINUTE_MS = 60_000
@@ -117,6 +120,30 @@ def reconcile(
     for dest, about in summary["destinations"].items():
         click.echo(verdict_line(dest, about))
     click.echo(f"{PROG} reconcile: wrote {out} in {time.monotonic() - started:.1f} s")
+
+
+@cli.command()
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help=f"Directory for {ZIP_NAME} and {DRIVER_NAME} (created; both replaced).",
+)
+def package(out: Path) -> None:
+    """Build what spark-submit runs on a cluster: the job's zip and its driver file.
+
+    The zip holds spark_batch, auditor, config and hifi; the driver's Python needs hifi's
+    dependencies (pip install 'hifi-streams[spark]'). Then: spark-submit --master URL
+    --py-files DIR/hifi-spark.zip DIR/spark_batch_driver.py reconcile ...
+    """
+    from spark_batch.package import package as build
+
+    built = build(out)
+    click.echo(
+        f"{PROG} package: wrote {built.zip_path} ({built.files} files,"
+        f" {built.zip_path.stat().st_size // 1024:,} KiB) and {built.driver_path}"
+    )
 
 
 def verdict_line(dest: str, about: Mapping[str, Any]) -> str:

@@ -266,6 +266,42 @@ def test_the_connector_cuts_the_longest_queue_only_while_it_is_behind(
     assert next_offsets() == list(range(510, 515))  # t52's waited longest; big's is longer
 
 
+def test_records_waiting_in_kafka_are_a_backlog_too(catalog_dir: Path) -> None:
+    """An intake that holds the connector back leaves its buffer far from full, with records
+    waiting in Kafka: more than a window of requests (`max_in_flight` full batches) past the
+    records taken in is a backlog (the longest queue first), until less than a quarter of a
+    window waits and the buffer is under a quarter of its limit."""
+    dest = write_tenant_destination(
+        catalog_dir,
+        "tv",
+        "https://c.test/{region}/{tenant}",
+        "src",
+        lookups="buffer_records = 1000\nmax_linger_s = 0.0\n",
+        extra="max_in_flight = 2\nmax_batch_records = 100\n",
+    )
+    routes = _routes(dest, old={}, big={})
+    deliverer = Mock(rate_limits=RateLimits(dest))
+    tp = TopicPartition("src", 0)
+    highwaters = {tp: 0}
+    delivery = DeliveryHandler(
+        dest, deliverer, Mock(), route_of=routes.get, highwater=highwaters.get
+    )
+
+    def next_tenant() -> str:
+        work = delivery.next_work(poll_open=False)
+        assert work is not None
+        work.job.close()
+        return "old" if 0 in work.offsets[tp] or 10 in work.offsets[tp] else "big"
+
+    events = tenant_events(["old"] + ["big"] * 9)
+    highwaters[tp] = 10 + 200  # a window (2 x 100) waits past the ten taken in
+    delivery.take(tp, _records(events))
+    assert next_tenant() == "big"  # behind: the longest queue, though old's waited longer
+    highwaters[tp] = 11 + 49  # under a quarter of a window waits: caught up
+    delivery.take(tp, _records(tenant_events(["old", "big"], start=10), start=10))
+    assert next_tenant() == "old"  # keeping up: the queue that waited longest
+
+
 def test_the_longest_queue_is_found_as_a_scan_would_find_it(dest: Destination) -> None:
     """Crowded, the queue cut is the one a scan of every queue picks (the most events; among
     equals, the one that waited longest), through random growth, cuts, partial cuts and

@@ -289,6 +289,41 @@ async def test_record_bodies_off_keeps_ids_only(client: httpx.AsyncClient) -> No
         assert dest.delivered_ids() == ["1", "2"]
 
 
+BODIES: list[tuple[bytes, str]] = [
+    (b'[{"id": "a", "event_time": 5, "x": {"y": [1]}}, {"id": 7}]', "application/json"),
+    (b'[{"id": "a"}, {"x": 1}, 3, {"id": "b", "event_time": "2026"}]', "application/json"),
+    (b'{"id": "a"}', "application/json"),
+    (b"not json", "application/json"),
+    (b'{"id": "n1", "event_time": 1}\n{"id": "n2"}\n', "application/x-ndjson"),
+]
+
+
+async def test_record_bodies_off_reads_receipts_as_a_whole_parse_would(
+    client: httpx.AsyncClient,
+) -> None:
+    """Without bodies kept, events are read for their ids and times alone; every body gets the
+    answer, request ids and receipts it gets when its events are parsed whole (extra fields,
+    events without an id or not objects, a body that is not an array, not JSON, NDJSON)."""
+    async with (
+        TestDestination(record_bodies=False) as fast,
+        TestDestination(record_bodies=True) as whole,
+    ):
+        for body, content_type in BODIES:
+            answers = [
+                await client.post(dest.url, content=body, headers={"content-type": content_type})
+                for dest in (fast, whole)
+            ]
+            assert answers[0].json() == answers[1].json()
+        assert [r.ids for r in fast.requests] == [r.ids for r in whole.requests]
+        assert fast.deliveries() != []
+        received = [(d.id, d.event_time) for d in fast.deliveries()]
+        assert received == [(d.id, d.event_time) for d in whole.deliveries()]
+        assert received[:2] == [("a", 5), ("7", None)]
+        # the first body was read for its receipts alone; the others fell back to a whole parse
+        read = [fast._receipts.read(body, content_type) for body, content_type in BODIES]
+        assert [r is not None for r in read] == [True, False, False, False, False]
+
+
 async def test_on_delivery_hook_sees_each_accepted_request(client: httpx.AsyncClient) -> None:
     """The on_delivery hook gets the deliveries of each 2xx request, even with no history kept."""
     seen: list[str] = []

@@ -102,3 +102,18 @@ class Built:
 
 def minute(index: int) -> int:
     return T0 + index * MINUTE_MS
+
+
+def small_archive(root: Path) -> Path:
+    """One destination over three minutes: 8 delivered, a dead letter, 2 missing (one in a
+    minute of its own)."""
+    built = Built(root)
+    m0 = minute(0)
+    built.enter(m0, list(range(8)))
+    built.fact(Outcome.DELIVERED, list(range(6)), at_ms=m0 + 1400, minute_ms=m0)
+    built.fact(Outcome.DEAD_LETTERED, [6], at_ms=m0 + 1400, minute_ms=m0, reason=Reason.REDIRECT)
+    built.enter(minute(3), [8, 9])
+    built.fact(Outcome.DELIVERED, [8, 9], at_ms=minute(3) + 1100, minute_ms=minute(3))
+    built.enter(minute(30), [10])
+    built.close()
+    return root

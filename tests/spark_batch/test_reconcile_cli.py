@@ -14,9 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from hifi.vocabulary import Outcome, Reason
 from spark_batch.cli import cli
-from tests.spark_batch.support import DAY, Built, minute
+from tests.spark_batch.support import DAY, small_archive
 
 pytestmark = [pytest.mark.spark]
 REPORT_KEYS = {
@@ -42,19 +41,6 @@ REPORT_KEYS = {
 }
 
 
-def _archive(root: Path) -> Path:
-    built = Built(root)
-    m0 = minute(0)
-    built.enter(m0, list(range(8)))
-    built.fact(Outcome.DELIVERED, list(range(6)), at_ms=m0 + 1400, minute_ms=m0)
-    built.fact(Outcome.DEAD_LETTERED, [6], at_ms=m0 + 1400, minute_ms=m0, reason=Reason.REDIRECT)
-    built.enter(minute(3), [8, 9])
-    built.fact(Outcome.DELIVERED, [8, 9], at_ms=minute(3) + 1100, minute_ms=minute(3))
-    built.enter(minute(30), [10])
-    built.close()
-    return root
-
-
 def _reconcile(*args: str) -> Any:
     return CliRunner().invoke(cli, ["reconcile", *args], catch_exceptions=False)
 
@@ -72,7 +58,7 @@ def test_outputs_a_person_and_a_backfill_can_use_and_a_rerun_is_identical(
 ) -> None:
     """Parquet tables, minutes.json with the report's keys, a summary, an HTML page with its
     four charts; the missing event in missing.parquet; a second run writes the same bytes."""
-    archive, out = _archive(tmp_path / "archive"), tmp_path / "out"
+    archive, out = small_archive(tmp_path / "archive"), tmp_path / "out"
     run = _reconcile("--archive", str(archive), "--from", DAY, "--out", str(out))
     assert run.exit_code == 0, run.output
     assert (
@@ -127,16 +113,16 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(
         archive.mkdir()
         expected = "no entered rows"
     elif case == "no_such_dest":
-        _archive(archive)
+        small_archive(archive)
         args += ["--dest", "nowhere"]
         expected = "no entered rows of destination nowhere"
     elif case == "corrupt":
-        _archive(archive)
+        small_archive(archive)
         victim = next(archive.glob("entered/**/*.parquet"))
         victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
         expected = "cannot be read (corrupt or not Parquet)"
     else:
-        _archive(archive)
+        small_archive(archive)
         args += ["--to", "2026-09-20"]
         expected = "is not after --from"
     run = CliRunner().invoke(cli, ["reconcile", *args])
@@ -151,7 +137,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(
 @pytest.mark.slow
 def test_the_entry_point_runs_as_its_own_process(spark: Any, tmp_path: Path) -> None:
     """`python -m spark_batch reconcile` (the file spark-submit runs) starts its own local Spark."""
-    archive, out = _archive(tmp_path / "archive"), tmp_path / "out"
+    archive, out = small_archive(tmp_path / "archive"), tmp_path / "out"
     run = subprocess.run(
         [
             sys.executable,
