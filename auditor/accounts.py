@@ -1,11 +1,20 @@
-"""The auditor's partition handler: records and facts into the ledgers, rolls written, then committed."""
+"""The auditor's partition handler: its shares' records into their ledgers, rolls written, then committed.
+
+A member of an auditor group owns some source partitions of its destinations, its **shares**
+(`auditor/shares.py`, given by `auditor/assignor.py`), and reads every partition of the audit
+topic, taking only the facts about its shares (`auditor/intake.py`). A share's state travels
+in its own snapshot: read when the share is assigned, written with each roll before the
+offsets behind it are committed. After each commit the member settles its shares on their
+destination's clock and posts them to the board, where the other members read them
+(`auditor/settling.py`).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -15,27 +24,26 @@ from aiokafka import TopicPartition
 
 from auditor import metrics
 from auditor.archive import Archive, PendingFiles, write_snapshot
-from auditor.buckets import MINUTE_MS, Problem, Settled
-from auditor.entered import entered_columns
+from auditor.archive.read import read_snapshot
+from auditor.assignor import sources_of
 from auditor.epochs import Epochs
 from auditor.health import Health
-from auditor.incarnations import Incarnations, key
-from auditor.ledger import Ledger
-from auditor.missing import missing_ids, missing_origins
+from auditor.incarnations import Incarnations
+from auditor.intake import Intake
+from auditor.legacy import LegacySnapshot
+from auditor.missing import missing_ids
 from auditor.progress import ProgressClock
-from auditor.tables import archive_row, iso_minute
+from auditor.settling import Settling
+from auditor.shares import Share, snapshot_name
+from auditor.tables import iso_minute
 from config.destination import Destination
-from config.parsing import parse
-from hifi.audit import TOPIC_MARK, Fact, FactRefused, decode_fact
 from hifi.errors import HifiError
-from hifi.vocabulary import Outcome
 from hifi.worker import PartitionHandler, Work
 
 log = structlog.get_logger(__name__)
 
 ROLL_ROWS = 200_000  # roll sooner once this many rows wait: bounds the offsets tracked per roll
 MAX_BUFFERED_ROWS = 400_000  # intake pauses while this many rows wait for a roll
-SNAPSHOT_FORMAT = 1
 _offset_of = attrgetter("offset")
 _kafka_ms_of_record = attrgetter("timestamp")
 
@@ -55,64 +63,130 @@ class Accounts(PartitionHandler):
         audit_topic: str,
         clock: ProgressClock,
         roll_s: float,
-        snapshot_name: str,
+        group_id: str,
+        partitions: Mapping[str, Sequence[int]],
+        member: str = "auditor",
         now_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
+        """`partitions`: of each source topic, its partitions (the shares there are)."""
         self._dests = dests
         self._archive = archive
         self._audit_topic = audit_topic
         self._clock = clock
         self._roll_s = roll_s
-        self._snapshot_name = snapshot_name
+        self._group_id = group_id
         self._now_ms = now_ms
-        self.ledgers = {name: Ledger(name, dest.accounting) for name, dest in dests.items()}
-        self.health = {name: Health() for name in dests}
+        self.shares: dict[TopicPartition, Share] = {}
         self.incarnations = Incarnations()
         self._epochs = Epochs(self.incarnations, clock, now_ms)
-        self._readers: dict[str, list[Destination]] = defaultdict(list)
-        for dest in dests.values():
-            for topic in dest.source_topics:
-                self._readers[topic].append(dest)
+        self.intake = Intake(
+            dests,
+            self.shares,
+            archive,
+            epochs=self._epochs,
+            incarnations=self.incarnations,
+            now_ms=now_ms,
+        )
+        self.settling = Settling(
+            dests, self.shares, archive, self.intake, group_id=group_id, member=member
+        )
+        self.settling.know_partitions(partitions)
+        self._legacy: LegacySnapshot | None = None
         self._offsets: dict[TopicPartition, list[int]] = defaultdict(list)
-        self._facts: list[tuple[TopicPartition, list[Any]]] = []  # audit records of the poll
+        self._facts: list[tuple[TopicPartition, list[Any], bool]] = []  # audit polls, `again`
         self._last_roll = time.monotonic()
-        self._to_resolve: list[tuple[str, int, dict[tuple[str, int], list[int]]]] = []
-        self._changed: set[tuple[str, int]] = set()  # final minutes a late outcome changed
-        self.refused: dict[str, int] = defaultdict(int)
-        self._refusal_logged: set[str] = set()
+        self._to_resolve: list[tuple[TopicPartition, str, int, dict[tuple[str, int], list[int]]]]
+        self._to_resolve = []
+        self._audit_owned: set[TopicPartition] = set()
+        self._health_restored: set[str] = set()
         self._then_stop: Callable[[], None] | None = None  # set by `roll_and_stop`
         self.stopping = False  # the last roll is taken: nothing settles after it
 
-    async def restore(self) -> None:
-        """Carry on from the last snapshot in the archive, if there is one."""
-        from auditor.archive.read import read_snapshot
+    @property
+    def health(self) -> dict[str, Health]:
+        return self.intake.health
 
-        data = await asyncio.to_thread(read_snapshot, self._archive.root, self._snapshot_name)
+    @property
+    def refused(self) -> dict[str, int]:
+        return self.intake.refused
+
+    async def restore(self) -> None:
+        """Read the group's snapshot of an auditor before shares (`auditor-GROUP`), if there is
+        one: shares without a snapshot of their own start from it (`auditor/legacy.py`)."""
+        name = f"auditor-{self._group_id}"
+        data = await asyncio.to_thread(read_snapshot, self._archive.root, name)
         if data is None:
-            log.info("no_snapshot", archive=str(self._archive.root))
+            log.info("no_group_snapshot", archive=str(self._archive.root))
             return
+        self._legacy = LegacySnapshot.read(data, self._archive.root, name)
+        log.info("group_snapshot_read", snapshot=name)
+
+    # --- assignment ---------------------------------------------------------------------
+
+    def assigned(self, partitions: set[TopicPartition]) -> dict[TopicPartition, int]:
+        """A rebalance gave this member `partitions`: keep the shares it still owns, read the
+        snapshots of the new ones, forget the others (their snapshots are on disk as of their
+        last roll, the commits with them); read the audit topic again from where the share
+        least far along stopped."""
+        owned = sources_of(partitions, self._audit_topic)
+        for tp in set(self.shares) - owned:
+            del self.shares[tp]
+            self.intake.changed = defaultdict(
+                dict, {k: v for k, v in self.intake.changed.items() if k[0] != tp}
+            )
+        for tp in sorted(owned - set(self.shares)):
+            self.shares[tp] = self._open_share(tp)
+        self._audit_owned = partitions - owned
+        positions: dict[TopicPartition, int] = {}
+        for audit in self._audit_owned:
+            positions[audit] = min(
+                (share.audit_next.get(audit.partition, 0) for share in self.shares.values()),
+                default=0,
+            )
+            self._clock.restart(audit)  # read again from there: its progress too
+        self.settling.assigned(set(self.shares))
+        log.info("shares_assigned", shares=sorted(f"{t.topic}/{t.partition}" for t in owned))
+        return positions
+
+    def _open_share(self, tp: TopicPartition) -> Share:
+        share = Share.of(tp, self.intake.readers.get(tp.topic, []))
+        name = snapshot_name(self._group_id, tp)
+        data = read_snapshot(self._archive.root, name)
         try:
-            state = msgspec.msgpack.decode(data)
-            if state.get("format") != SNAPSHOT_FORMAT:
-                raise ValueError(f"format {state.get('format')!r}, not {SNAPSHOT_FORMAT}")
-            for name, ledger_state in state["ledgers"].items():
-                if name in self.ledgers:
-                    self.ledgers[name].restore(ledger_state)
-            for name, health_state in state.get("health", {}).items():  # older snapshots have none
-                if name in self.health:
-                    self.health[name].restore(health_state)
+            if data is not None:
+                state = msgspec.msgpack.decode(data)
+                share.restore(state)
+            elif self._legacy is not None:
+                leads = {name: view.lead for name, view in self.settling.views.items()}
+                state = self._legacy.share_state(
+                    tp, share, leads=leads, audit_topic=self._audit_topic
+                )
+            else:
+                return share
             self._clock.restore(state["progress"])
-            self.incarnations.restore(state.get("incarnations", ()))  # older snapshots: none
+            self.incarnations.add(state["incarnations"])
+            self._restore_health(state.get("health", {}))
             self._again(self._epochs.restore(state.get("held_facts", ())))
         except (msgspec.DecodeError, ValueError, KeyError, TypeError) as exc:
             raise HifiError(
-                f"archive {self._archive.root}: snapshot {self._snapshot_name} cannot be read:"
-                f" {exc}; move it away to start the tables afresh from the committed offsets"
+                f"archive {self._archive.root}: snapshot {name} cannot be read: {exc}; move it"
+                " away to count the share afresh from the committed offsets"
             ) from None
-        log.info(
-            "snapshot_restored",
-            minutes={n: len(ledger.buckets) for n, ledger in self.ledgers.items()},
-        )
+        return share
+
+    def _restore_health(self, states: dict[str, Any]) -> None:
+        """The health a snapshot kept (the member's that wrote it): the first one read is taken
+        whole, the newest 2xx of any."""
+        for name, state in states.items():
+            health = self.health.get(name)
+            if health is None:
+                continue
+            if name not in self._health_restored:
+                self._health_restored.add(name)
+                health.restore(state)
+            elif state["last_delivered_ms"] is not None:
+                last = int(state["last_delivered_ms"])
+                health.last_delivered_ms = max(last, health.last_delivered_ms or last)
 
     # --- taking records in ------------------------------------------------------------
 
@@ -121,118 +195,43 @@ class Accounts(PartitionHandler):
             return  # after the last roll: left uncommitted, read again by the next run
         self._offsets[tp].extend(map(_offset_of, records))
         metrics.RECORDS.labels(tp.topic).inc(len(records))
-        last, readers = records[-1], self._readers.get(tp.topic, ())
-        epoch, held = self._epochs.of_poll(tp, records[0]) if readers else (0, [])
+        last = records[-1]
+        if tp.topic == self._audit_topic:
+            self._clock.read(tp, last.offset + 1, max(map(_kafka_ms_of_record, records)))
+            self._facts.append((tp, records, False))  # after the poll's entries
+            return
+        share = self.shares.get(tp)
+        if share is None:
+            return
+        epoch, held = self._epochs.of_poll(tp, records[0])
         self._again(held)  # facts that waited for this epoch
         self._clock.read(tp, last.offset + 1, max(map(_kafka_ms_of_record, records)))
-        if tp.topic == self._audit_topic:
-            self._facts.append((tp, records))  # after the poll's entries: their epochs first
-        for dest in readers:
-            self._take_entries(dest, tp, records, epoch)
+        self.intake.entries(share, tp, records, epoch)
 
     def started_over(self, tp: TopicPartition) -> None:
         """A source partition's topic was created again while the auditor runs (`auditor.epochs`)."""
-        if tp.topic in self._readers:
+        if tp.topic in self.intake.readers:
             self._epochs.started_over(tp)
 
     def _again(self, records: list[Any]) -> None:
         """Facts held while a partition started over: applied after the poll's entries."""
         if records:
-            self._facts.append((TopicPartition(self._audit_topic, -1), records))
-
-    def _take_entries(
-        self, dest: Destination, tp: TopicPartition, records: list[Any], epoch: int
-    ) -> None:
-        """Note one poll of one partition as entered, a column at a time (the auditor reads
-        every record the connector reads: this is its hot path)."""
-        ledger, name = self.ledgers[dest.name], dest.name
-        observed_ms = self._now_ms()
-        parsed = parse(dest, tp, records, taken_ms=observed_ms)  # the connector's rules
-        columns = entered_columns(ledger, parsed)
-        self._archive.entered_many(name, tp.topic, tp.partition, observed_ms, columns, epoch=epoch)
-        minutes, offsets, problems = columns.minutes_ms, columns.offsets, columns.problems
-        origin = (key(tp.topic, epoch), tp.partition)
-        if minutes and min(minutes) == max(minutes):
-            ledger.enter(minutes[0], origin, offsets)
-        else:
-            by_minute: dict[int, list[int]] = defaultdict(list)
-            for minute, offset in zip(minutes, offsets, strict=True):
-                by_minute[minute].append(offset)
-            for minute, of_minute in by_minute.items():
-                ledger.enter(minute, origin, of_minute)
-        if problems.count(None) != len(problems):
-            counted = Counter(
-                (minute, problem)
-                for minute, problem in zip(minutes, problems, strict=True)
-                if problem is not None
-            )
-            for (minute, problem), count in counted.items():
-                ledger.note_problem(minute, Problem(problem), count)
-                metrics.PROBLEMS.labels(name, problem).inc(count)
+            self._facts.append((TopicPartition(self._audit_topic, -1), records, True))
 
     def _take_all_facts(self) -> None:
         """The facts of the polls taken in, once their entries are (a re-created partition's
         new epoch is known before a fact about its events counts)."""
         self._again(self._epochs.due())
         facts, self._facts = self._facts, []
-        for _, records in facts:
-            self._take_facts(records)
-
-    def _take_facts(self, records: list[Any]) -> None:
-        read_ms = self._now_ms()
-        for record in records:
-            try:
-                fact = decode_fact(record.value, record.headers)
-            except FactRefused as exc:
-                self._refuse(record, exc)
-                continue
-            dests = self._dests_of(fact)
-            if not dests or self._epochs.holds(fact, record):
-                continue  # destinations this auditor does not serve, or a fact held
-            epochs = self.incarnations.epochs_of(fact)
-            for dest in dests:
-                self._take_fact(dest, fact, epochs, read_ms)
-
-    def _dests_of(self, fact: Fact) -> list[str]:
-        """The destinations a fact counts for: its own, or for an accepted fact (which names a
-        stream's topic) every one whose `source_topics` include the topic."""
-        if fact.outcome == Outcome.ACCEPTED:
-            return [d.name for d in self._readers.get(fact.dest.removeprefix(TOPIC_MARK), ())]
-        return [fact.dest] if fact.dest in self.ledgers else []
-
-    def _take_fact(self, dest: str, fact: Fact, epochs: list[int], read_ms: int) -> None:
-        ledger = self.ledgers[dest]
-        repeated = ledger.repeated_facts
-        changes = ledger.apply(fact, epochs)
-        if ledger.repeated_facts != repeated:
-            metrics.REPEATED.labels(dest).inc()
-            return
-        self.health[dest].note(fact, read_ms)
-        for i, part in enumerate(fact.slices):
-            minutes = [t - t % MINUTE_MS for t in part.event_times_ms]
-            self._archive.outcomes(dest, minutes, fact, part, epoch=epochs[i] if epochs else 0)
-        for change in changes:
-            self._changed.add((dest, change.minute_ms))
-            metrics.count_late(dest, change)
-
-    def _refuse(self, record: Any, exc: FactRefused) -> None:
-        metrics.REFUSED.labels(exc.reason).inc()
-        self.refused[exc.reason] += 1
-        if exc.reason not in self._refusal_logged:  # the first of each reason; the rest counted
-            self._refusal_logged.add(exc.reason)
-            log.warning(
-                "audit_record_refused",
-                reason=exc.reason,
-                error=str(exc),
-                origin=f"{record.topic}/{record.partition}/{record.offset}",
-            )
+        for tp, records, again in facts:
+            self.intake.facts(tp, records, again=again)
 
     # --- rolls --------------------------------------------------------------------------
 
     def roll_and_stop(self, then: Callable[[], None]) -> None:
         """Roll once more at the next chance, whatever `roll_s` says, then call `then` (the
         worker's stop): what the tables concluded (minutes made final since the last roll, the
-        snapshot) is archived before the offsets behind it are committed and the auditor exits."""
+        snapshots) is archived before the offsets behind it are committed and the auditor exits."""
         self._then_stop = then
 
     def next_work(self, *, poll_open: bool) -> Work | None:
@@ -243,7 +242,7 @@ class Accounts(PartitionHandler):
             return None
         self._take_all_facts()
         last = self._then_stop is not None
-        if not (self._offsets or archive.buffered_rows or self._changed):
+        if not (self._offsets or archive.buffered_rows):
             if last:
                 self._stop_now()
             return None
@@ -251,12 +250,11 @@ class Accounts(PartitionHandler):
         if not last and waited_s < self._roll_s and archive.buffered_rows < ROLL_ROWS:
             return None
         self._last_roll = time.monotonic()
-        self._archive_changed()
         pending = archive.take()
-        state = self._snapshot()
+        states = self._snapshots()
         offsets, self._offsets = dict(self._offsets), defaultdict(list)
         resolve, self._to_resolve = self._to_resolve, []
-        work = Work(self._roll(pending, state, resolve, last=last), offsets)
+        work = Work(self._roll(pending, states, resolve, last=last), offsets)
         if last:
             self._stop_now()
         return work
@@ -267,16 +265,6 @@ class Accounts(PartitionHandler):
         if then is not None:
             log.info("last_roll_started")
             then()
-
-    def _archive_changed(self) -> None:
-        """A new row for each final minute a late outcome changed since the last roll."""
-        now_ms = self._now_ms()
-        for dest, minute_ms in sorted(self._changed):
-            ledger = self.ledgers[dest]
-            bucket = ledger.buckets.get(minute_ms)
-            if bucket is not None:
-                self._archive.minute(dest, archive_row(ledger, bucket, written_ms=now_ms))
-        self._changed.clear()
 
     @property
     def buffered_rows(self) -> int:
@@ -291,53 +279,64 @@ class Accounts(PartitionHandler):
 
     @property
     def busy(self) -> bool:
-        return bool(self._offsets or self._facts or self._changed) or self.buffered_rows > 0
+        return bool(self._offsets or self._facts) or self.buffered_rows > 0
 
     def drop(self, partitions: set[TopicPartition]) -> None:
         self._again(self._epochs.drop(partitions))
         for tp in partitions:
             self._offsets.pop(tp, None)
-        self._facts = [(tp, records) for tp, records in self._facts if tp not in partitions]
+        self._facts = [f for f in self._facts if f[0] not in partitions]
 
-    def _snapshot(self) -> bytes:
-        state = {
-            "format": SNAPSHOT_FORMAT,
-            "written_ms": self._now_ms(),
-            "ledgers": {name: ledger.snapshot() for name, ledger in self.ledgers.items()},
-            "health": {name: health.snapshot() for name, health in self.health.items()},
-            "progress": self._clock.state(),
-            "incarnations": self.incarnations.state(),
-            "held_facts": self._epochs.state(),
-        }
-        return msgspec.msgpack.encode(state)
+    def _snapshots(self) -> dict[str, bytes]:
+        """Each share's snapshot, taken now."""
+        held = self._epochs.state()
+        states = {}
+        for tp, share in self.shares.items():
+            state = share.state(
+                self._clock.state(only=tp), self.incarnations.state(only=(tp.topic, tp.partition))
+            )
+            state["held_facts"] = held
+            state["health"] = {
+                name: self.health[name].snapshot() for name in share.ledgers if name in self.health
+            }
+            state["written_ms"] = self._now_ms()
+            states[snapshot_name(self._group_id, tp)] = msgspec.msgpack.encode(state)
+        return states
 
     async def _roll(
         self,
         pending: PendingFiles,
-        state: bytes,
-        resolve: list[tuple[str, int, dict[tuple[str, int], list[int]]]],
+        states: dict[str, bytes],
+        resolve: list[tuple[TopicPartition, str, int, dict[tuple[str, int], list[int]]]],
         *,
         last: bool = False,
     ) -> None:
-        """Write the rows, then the snapshot; name the missing events of minutes made final
+        """Write the rows, then the snapshots; name the missing events of minutes made final
         (their rows go in the next roll, or in this one when it is the last)."""
-        await self._write(pending, state)
-        for dest, minute_ms, origins in resolve:
-            await self._resolve_missing(dest, minute_ms, origins)
+        await self._write(pending, states)
+        for tp, dest, minute_ms, origins in resolve:
+            await self._resolve_missing(tp, dest, minute_ms, origins)
         if last and self._archive.buffered_rows:
-            await self._write(self._archive.take(), self._snapshot())
+            await self._write(self._archive.take(), self._snapshots())
 
-    async def _write(self, pending: PendingFiles, state: bytes) -> None:
+    async def _write(self, pending: PendingFiles, states: dict[str, bytes]) -> None:
         started = time.perf_counter()
         await asyncio.to_thread(pending.write)
-        await asyncio.to_thread(write_snapshot, self._archive.root, self._snapshot_name, state)
+        root = self._archive.root
+        for name, data in states.items():
+            await asyncio.to_thread(write_snapshot, root, name, data)
         metrics.ARCHIVE_ROWS.inc(pending.rows)
         metrics.ARCHIVE_WRITE.observe(time.perf_counter() - started)
 
     async def _resolve_missing(
-        self, dest: str, minute_ms: int, origins: dict[tuple[str, int], list[int]]
+        self,
+        tp: TopicPartition,
+        dest: str,
+        minute_ms: int,
+        origins: dict[tuple[str, int], list[int]],
     ) -> None:
-        """Name the missing events of a final minute by id, from the archive's entered rows."""
+        """Name a share's missing events of a final minute by id, from the archive's entered
+        rows; the destination's row gets them from the board (`auditor/lead.py`)."""
         try:
             ids = await missing_ids(self._archive.root, dest, minute_ms, origins)
         except HifiError as exc:
@@ -345,16 +344,16 @@ class Accounts(PartitionHandler):
                 "missing_ids_unresolved", dest=dest, minute=iso_minute(minute_ms), error=str(exc)
             )
             return
-        bucket = self.ledgers[dest].buckets.get(minute_ms)
+        share = self.shares.get(tp)
+        bucket = None if share is None else share.ledgers[dest].buckets.get(minute_ms)
         if bucket is not None:
             bucket.missing_ids = ids
-            self._archive.minute(
-                dest, archive_row(self.ledgers[dest], bucket, written_ms=self._now_ms())
-            )
+            self.intake.changed[tp, dest][minute_ms] = self._now_ms()
         log.error(
             "missing_events",
             dest=dest,
             minute=iso_minute(minute_ms),
+            share=f"{tp.topic}/{tp.partition}",
             missing=len(ids),
             first_ids=ids[:10],
         )
@@ -367,34 +366,5 @@ class Accounts(PartitionHandler):
         self._take_all_facts()
         for tp, lag in self._clock.lag_records().items():
             metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)
-        now_ms = self._now_ms()
-        for name, ledger in self.ledgers.items():
-            dest = self._dests[name]
-            progress_ms = self._clock.at([*dest.source_topics, self._audit_topic])
-            final_before_ms = ledger.last_final_ms
-            for settled in ledger.advance(progress_ms):
-                self._settled(ledger, settled, now_ms)
-            metrics.count_final(name, ledger.first_minute_ms, final_before_ms, ledger.last_final_ms)
-            metrics.UNSETTLED.labels(name).set(ledger.unsettled())
-            metrics.WAITING.labels(name).set(ledger.waiting_events())
-            availability = ledger.availability(progress_ms)
-            if availability is not None:
-                metrics.AVAILABILITY.labels(name).set(availability)
-
-    def _settled(self, ledger: Ledger, settled: Settled, now_ms: int) -> None:
-        bucket, name = settled.bucket, ledger.dest
-        counts, lags = ledger.tally(bucket), ledger.lags(bucket)
-        self._archive.minute(name, archive_row(ledger, bucket, written_ms=now_ms))
-        metrics.count_settled(name, counts, lags.p95_ms, settled)
-        if settled.alarm:
-            log.error(
-                "loss_alarm",
-                dest=name,
-                minute=iso_minute(bucket.minute_ms),
-                missing=counts.missing,
-                entered=counts.entered,
-                accepted=counts.accepted,
-                loss_ratio=round(settled.loss_ratio, 6),
-            )
-        if counts.missing:
-            self._to_resolve.append((name, bucket.minute_ms, missing_origins(bucket)))
+        progress = {tp: self._clock.of([tp, *self._audit_owned]) for tp in self.shares}
+        self._to_resolve.extend(self.settling.cycle(progress, self._now_ms()))

@@ -155,6 +155,9 @@ class Bucket:
     up: bool | None = None
     down_reason: str | None = None  # "loss" or "lag" (late events are lag)
     missing_ids: list[str] | None = None  # resolved from the archive, when any are missing
+    # once final: the lag distributions it was judged on, packed (`pack_spread`): what several
+    # auditors' shares of one minute merge into exact percentiles (`auditor/share_rows.py`)
+    spread: bytes | None = None
 
     @property
     def end_ms(self) -> int:
@@ -253,6 +256,7 @@ def bucket_state(bucket: Bucket) -> dict[str, Any]:
         "up": bucket.up,
         "down_reason": bucket.down_reason,
         "missing_ids": bucket.missing_ids,
+        "spread": bucket.spread,
     }
 
 
@@ -281,6 +285,7 @@ def bucket_from(raw: Mapping[str, Any]) -> Bucket:
         up=raw["up"],
         down_reason=raw["down_reason"],
         missing_ids=raw["missing_ids"],
+        spread=raw.get("spread"),  # snapshots before shares: none
     )
 
 
@@ -359,7 +364,20 @@ def finalize(bucket: Bucket, outcomes: Mapping[Partition, Outcomes]) -> tuple[Co
                 bucket.retrying[tp] = retrying
         known.forget(entered - waiting)
     bucket.counts, bucket.lags, bucket.final = counts, lags, True
+    bucket.spread = pack_spread(bucket)
     bucket.entered, bucket.accepted = {}, {}
     bucket.lags_ms = {}
     bucket.lag_in = bucket.process = LogHistogram()
     return counts, lags
+
+
+def pack_spread(bucket: Bucket) -> bytes:
+    """A bucket's lag distributions (end-to-end lags by value, lag-in and process histograms by
+    bin, the empty bins left out) as compact bytes."""
+    return msgspec.msgpack.encode(
+        [
+            sorted(bucket.lags_ms.items()),
+            [(i, n) for i, n in enumerate(bucket.lag_in.counts) if n],
+            [(i, n) for i, n in enumerate(bucket.process.counts) if n],
+        ]
+    )

@@ -63,7 +63,7 @@ def _archive_default() -> Path:
     "group_id",
     default=GROUP_ID,
     show_default=True,
-    help="Consumer group; auditors that split the destinations between them need one each.",
+    help="Consumer group: its members share the destinations' partitions; split destinations with a group each.",
 )
 @click.option(
     "--archive-roll-s",

@@ -1,9 +1,11 @@
 """The auditor daemon: observes what enters each destination's source topics, reads the audit facts, keeps the accounts.
 
-It is the third `PartitionWorker` daemon (group `hifi.auditor`). Its unit of work is a roll:
-the archive rows and the accounts' snapshot taken at one instant, written to closed files in a
+It is the third `PartitionWorker` daemon (group `hifi.auditor`). Several auditors of one
+group share its destinations' source partitions (`auditor/assignor.py`, `auditor/shares.py`)
+and each answers for the whole destination (`auditor/merged.py`). Its unit of work is a roll:
+the archive rows and its shares' snapshots taken at one instant, written to closed files in a
 thread; only then are the offsets of the records behind them done and committed. A kill -9
-repeats rows in the archive, never drops one, and a restart carries on from the snapshot and
+repeats rows in the archive, never drops one, and a restart carries on from the snapshots and
 the committed offsets with the same tables (bitmaps and fact ids make a replay idempotent).
 
 The auditor never touches the delivery path: being down, slow or killed delays only its own
@@ -26,9 +28,11 @@ from auditor.archive import (
     Archive,
     write_settings,
 )
+from auditor.assignor import shares_assignor
 from auditor.pages import Pages
 from auditor.progress import ProgressClock
 from config.destination import Destination
+from hifi import audit
 from hifi.audit import AUDIT_RETENTION_MS, audit_topic
 from hifi.errors import ConfigError
 from hifi.kafka import admin as kafka_admin
@@ -84,7 +88,10 @@ class Auditor:
             commit_interval_s=1.0,
             shutdown_timeout_s=SHUTDOWN_TIMEOUT_S,
             until_idle_s=until_idle_s,
-            consumer_options=_CONSUMER_OPTIONS,
+            consumer_options={
+                **_CONSUMER_OPTIONS,
+                "partition_assignment_strategy": (shares_assignor(self.audit_topic),),
+            },
             log_context={"component": "auditor"},
         )
         self._worker = PartitionWorker(settings, options, ops=self.ops)
@@ -139,7 +146,9 @@ class Auditor:
                 audit_topic=self.audit_topic,
                 clock=ProgressClock(self._worker.highwater, wall_clock_ms),
                 roll_s=self._roll_s,
-                snapshot_name=f"auditor-{self.group_id}",
+                group_id=self.group_id,
+                partitions=await kafka_admin.partitions_of(self._settings, sorted(sources)),
+                member=audit.node_name("auditor"),
             )
             await accounts.restore()
             self.accounts = accounts

@@ -132,15 +132,21 @@ class Incarnations:
             for (topic, partition), found in sorted(self._by_partition.items())
         ]
 
-    def state(self) -> list[list[Any]]:
+    def state(self, only: tuple[str, int] | None = None) -> list[list[Any]]:
+        """What a snapshot keeps: of every partition, or of `only` (a share's)."""
         return [
             [topic, partition, i.epoch, i.from_ms, i.noticed_ms, i.known_offset]
             for (topic, partition), found in self._by_partition.items()
+            if only is None or only == (topic, partition)
             for i in found
         ]
 
     def restore(self, state: Iterable[list[Any]]) -> None:
         self._by_partition = {}
+        self.add(state)
+
+    def add(self, state: Iterable[list[Any]]) -> None:
+        """`restore` for some partitions (a share's), keeping what is known of the others."""
         for topic, partition, epoch, from_ms, noticed_ms, known in state:
             self._by_partition.setdefault((str(topic), int(partition)), []).append(
                 Incarnation(int(epoch), int(from_ms), int(noticed_ms), int(known))

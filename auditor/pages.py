@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 
 from auditor.buckets import MINUTE_MS
-from auditor.tables import live_rows
+from auditor.tables import report_row
 
 if TYPE_CHECKING:
     from auditor.accounts import Accounts
-    from auditor.ledger import Ledger
+    from auditor.merged import DestinationView
 
 
 class Pages:
@@ -32,15 +32,17 @@ class Pages:
     async def tables(self, request: Request) -> Any:
         """`/tables?dest=NAME&from=MS&to=MS`: the per-minute rows (all destinations without dest)."""
         params = request.query_params
-        ledgers = self._accounts.ledgers
+        views = self._accounts.settling.views
         now_ms = self._now_ms()
         from_ms, to_ms = _ms_param(params.get("from")), _ms_param(params.get("to"))
         wanted = params.get("dest")
-        names = [wanted] if wanted else sorted(ledgers)
+        names = [wanted] if wanted else sorted(views)
         return {
-            name: live_rows(ledgers[name], from_ms=from_ms, to_ms=to_ms, now_ms=now_ms)
+            name: [
+                report_row(r) for r in views[name].rows(from_ms=from_ms, to_ms=to_ms, now_ms=now_ms)
+            ]
             for name in names
-            if name in ledgers
+            if name in views
         }
 
     async def status(self, request: Request) -> Any:
@@ -48,14 +50,15 @@ class Pages:
         return {
             "dests": {
                 name: {
-                    "unsettled_minutes": ledger.unsettled(),
-                    "tracked_events": ledger.waiting_events(),
-                    "final_before_ms": ledger.closed_before_ms or None,
-                    "counted_from_ms": counted_from_ms(ledger, now_ms),
-                    "settings": ledger.settings.model_dump(),
+                    "unsettled_minutes": view.unsettled(),
+                    "tracked_events": view.waiting_events(),
+                    "final_before_ms": view.final_before_ms() or None,
+                    "counted_from_ms": counted_from_ms(view.counted_from_ms(), now_ms),
+                    "settings": view.dest.accounting.model_dump(),
                     "health": accounts.health[name].view(now_ms),
+                    "shares": _shares(view),
                 }
-                for name, ledger in accounts.ledgers.items()
+                for name, view in accounts.settling.views.items()
             },
             "refused_facts": dict(accounts.refused),
             "recreated_partitions": accounts.incarnations.view(),
@@ -64,13 +67,24 @@ class Pages:
         }
 
 
-def counted_from_ms(ledger: Ledger, now_ms: int) -> int:
-    """Since when the auditor counts a destination's minutes: the first minute it ever
+def counted_from_ms(first_minute_ms: int | None, now_ms: int) -> int:
+    """Since when the auditor counts a destination's minutes: the first minute any share ever
     accounted for (kept in its snapshot across restarts), else the current minute. Minutes
     before it have no data at all: a day's availability leaves them out instead of counting
     them as up."""
-    first = ledger.first_minute_ms
-    return first if first is not None else now_ms - now_ms % MINUTE_MS
+    return first_minute_ms if first_minute_ms is not None else now_ms - now_ms % MINUTE_MS
+
+
+def _shares(view: DestinationView) -> dict[str, Any]:
+    """Each share of the destination: which member posted it last, how far it has read."""
+    return {
+        f"{tp.topic}/{tp.partition}": {
+            "member": view.members.get(tp),
+            "progress_ms": view.progress.get(tp),
+            "final_before_ms": view.shares[tp]["closed_before_ms"] if tp in view.shares else None,
+        }
+        for tp in view.partitions
+    }
 
 
 def _ms_param(value: str | None) -> int | None:

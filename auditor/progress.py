@@ -88,6 +88,13 @@ class ProgressClock:
                 least = min(least, self._partition_ms(tp, now))
         return least
 
+    def of(self, partitions: Iterable[TopicPartition]) -> int:
+        """The progress of some owned partitions (a share's source partition and the audit
+        topic's): the least of theirs; 0 before they are owned."""
+        now = self._now_ms()
+        owned = [tp for tp in partitions if tp in self._owned]
+        return min((self._partition_ms(tp, now) for tp in owned), default=0)
+
     def _partition_ms(self, tp: TopicPartition, now: int) -> int:
         read = self._reads[tp]
         highwater = self._highwater(tp)
@@ -108,11 +115,12 @@ class ProgressClock:
             return 0  # nothing read yet: no minute can settle on this partition's account
         return read.last_record_ms
 
-    def state(self) -> list[list[Any]]:
+    def state(self, only: TopicPartition | None = None) -> list[list[Any]]:
+        """What a snapshot keeps: how far each partition was read, or only `only` (a share's)."""
         return [
             [tp.topic, tp.partition, r.next_offset, r.last_record_ms]
             for tp, r in self._reads.items()
-            if r.next_offset is not None
+            if r.next_offset is not None and (only is None or tp == only)
         ]
 
     def restore(self, state: Iterable[list[Any]]) -> None:

@@ -75,15 +75,6 @@ def report_row(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def live_rows(
-    ledger: Ledger, *, from_ms: int | None, to_ms: int | None, now_ms: int
-) -> list[dict[str, Any]]:
-    return [
-        report_row(archive_row(ledger, bucket, written_ms=now_ms))
-        for bucket in ledger.rows(from_ms=from_ms, to_ms=to_ms)
-    ]
-
-
 def day_availability(
     rows: Iterable[Mapping[str, Any]],
     day: date,

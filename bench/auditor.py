@@ -21,6 +21,12 @@ Two phases, each on a fresh embedded Tansu broker, with the auditor as its own p
    the first one's batch, and pair up on one broker; the pair with the median ratio counts
    (`keeps_up`: the auditor reads at least as fast as the connector delivers).
 
+4. group: the backlog of phase 3 delivered once more, then read by one auditor alone and by
+   two auditors of one group (`bench/auditor_group.py`): `per_cpu_two_over_one` (the pair's
+   events per CPU-second over the single one's: the work splits, it does not grow) and
+   `two_over_one_drain` (the single one's drain time over the pair's), on the line
+   `bench-auditor: per_cpu_two_over_one=R two_over_one_drain=D`.
+
 The timeline starts 240 s before the auditor does (the bench waits for that moment when
 producing was quicker) and runs on into the future. It cannot start earlier: at its first
 commit, before it owns a partition, a fresh auditor's progress clock says "now" and closes
@@ -46,6 +52,7 @@ import click
 import orjson
 
 from bench import auditor_load, load, machine, phases
+from bench.auditor_group import group_phase
 from bench.auditor_process import AuditorProcess, write_catalog
 from bench.auditor_watch import Drain, Watch
 from devstack.broker import LocalBroker
@@ -366,7 +373,23 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
     )
     _check(waiting, sustained)
     backlog = await _backlog(plan, work)
+    _say(f"4. group: {plan.backlog_events:,} events read by one auditor, then by two of one group")
+    group = await group_phase(
+        work / "group",
+        events=plan.backlog_events,
+        partitions=plan.partitions,
+        settle_s=SETTLE_S,
+        timeout_s=plan.timeout_s,
+    )
+    _say(f"   {group.line()}")
     return {
+        "group": {
+            "one": asdict(group.one),
+            "two": asdict(group.two),
+            "per_cpu_two_over_one": group.per_cpu_two_over_one,
+            "two_over_one_drain": group.two_over_one_drain,
+        },
+        "group_line": group.line(),
         "waiting": asdict(waiting),
         "sustained": asdict(sustained),
         "backlog": {
@@ -476,6 +499,7 @@ def main(
     print(results["table"])
     print(f"results: {path}")
     print(results["backlog_line"])
+    print(results["group_line"])
     print(results["summary"])
 
 

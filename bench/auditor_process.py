@@ -62,7 +62,9 @@ class AuditorProcess(ReaderProcess):
         log_path: Path,
         roll_s: float,
         until_idle_s: float,
+        group_id: str | None = None,
     ) -> None:
+        """`group_id`: the auditor's consumer group (`--group`); the default one when None."""
         self.metrics_port = free_port()
         self.scrapes: list[Scrape] = []
         args = [
@@ -84,6 +86,7 @@ class AuditorProcess(ReaderProcess):
             "json",
             "--log-level",
             "WARNING",
+            *(["--group", group_id] if group_id else []),
         ]
         env = {**os.environ, "HIFI_KAFKA_BOOTSTRAP": bootstrap, AUDIT_TOPIC_ENV_VAR: audit_topic}
         super().__init__(args, log_path=log_path, env=env)

@@ -11,7 +11,7 @@ from bench.auditor_load import Timeline
 from bench.auditor_process import AuditorProcess, Scrape
 
 SCRAPE_S = 0.5
-SNAPSHOT = Path("_state") / "auditor-hifi.auditor.snapshot"  # the accounts, in the archive
+SNAPSHOTS = "auditor-hifi.auditor--*.snapshot"  # the shares' accounts, in the archive's _state
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,7 @@ class Watch:
         partitions = sum(1 for name, _ in scrape.lag if name == self.topic)
         read = self.events - lag if lag is not None and partitions == self._partitions else 0
         self._note_position(read)
-        snapshot = self._archive / SNAPSHOT
-        snapshot_bytes = snapshot.stat().st_size if snapshot.exists() else 0
+        snapshot_bytes = sum(p.stat().st_size for p in (self._archive / "_state").glob(SNAPSHOTS))
         self.snapshot_bytes_max = max(self.snapshot_bytes_max, snapshot_bytes)
         if not self.points or scrape.at_s - self.points[-1]["t_s"] - self.ready_at >= 1.0:
             self.points.append(

@@ -24,9 +24,9 @@ auditor is upgraded first. 1.3 adds the facts of events the ingest service accep
 (their `dest` is `topic:` and the topic of their events); a 1.2 reader refuses them as it
 refuses breaker facts.
 
-A fact is written with acks=all and awaited before the offsets of its events are committed:
-a crash can repeat a fact, never lose one. Each fact has a random `fact_id`; the auditor
-counts a repeated fact once.
+A fact names one origin partition and is keyed by it (`hifi/audit_keys.py`). It is written
+with acks=all and awaited before the offsets of its events are committed: a crash can repeat a
+fact, never lose one. Each fact has a random `fact_id`; the auditor counts a repeated fact once.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from hifi.audit_columns import Observed as Observed
 from hifi.audit_columns import Seen as Seen
 from hifi.audit_columns import Slice as Slice
 from hifi.audit_columns import slices_of as slices_of
+from hifi.audit_keys import chunks_of, origin_key
 from hifi.errors import HifiError
 from hifi.kafka import Record, RecordWriter
 from hifi.redaction import shorten
@@ -60,6 +61,7 @@ HDR_FORMAT = "hifi-audit-format"
 FORMAT_MAJOR = 1
 FORMAT_MINOR = 3
 _FORMAT = f"{FORMAT_MAJOR}.{FORMAT_MINOR}".encode()
+_HEADERS = [(HDR_FORMAT, _FORMAT)]
 # Events per fact at most: a batch of 100,000 events with 250-byte ids is ~30 MB; the producer
 # takes 16 MiB per request, so a large outcome is written as several facts.
 MAX_EVENTS_PER_FACT = 20_000
@@ -70,7 +72,6 @@ BREAKER_ERROR_MAX_CHARS = 120
 #: an accepted fact's `dest` (1.3): this and the stream's topic; never a destination's name
 TOPIC_MARK = "topic:"
 
-# Both daemons that write facts (connector, retrier) count them here, once acknowledged.
 FACTS_WRITTEN = Counter(
     "hifi_audit_facts", "Audit facts acknowledged by the broker, by outcome.", ["dest", "outcome"]
 )
@@ -247,8 +248,8 @@ def build_facts(
     outcome_ms: int,
     sent: SentBatch | None = None,
 ) -> list[Fact]:
-    """The facts of one outcome: one per `MAX_EVENTS_PER_FACT` events, each with a fresh id;
-    `sent`: the batch they were sent in, when they were."""
+    """The facts of one outcome: one per origin partition (`hifi/audit_keys.py`) and
+    `MAX_EVENTS_PER_FACT` events, each with a fresh id; `sent`: the batch they were sent in."""
     batch, bisection_requests = (None, 0) if sent is None else (sent.batch, sent.bisection_requests)
     return [
         Fact(
@@ -261,11 +262,20 @@ def build_facts(
             None if reason is None else str(reason),
             status,
             outcome_ms,
-            slices_of(events[start : start + MAX_EVENTS_PER_FACT]),
+            [chunk],
             batch,
             bisection_requests,
         )
-        for start in range(0, len(events), MAX_EVENTS_PER_FACT)
+        for part in slices_of(events)
+        for chunk in chunks_of(part, MAX_EVENTS_PER_FACT)
+    ]
+
+
+def fact_records(topic: str, facts: Sequence[Fact]) -> list[Record]:
+    """The audit records of facts about events, each keyed by its origin partition."""
+    return [
+        (topic, origin_key(f.slices[0].topic, f.slices[0].partition), encode_fact(f), _HEADERS)
+        for f in facts
     ]
 
 
@@ -312,12 +322,7 @@ class AuditTrail:
 
     async def record_breaker(self, fact: Fact) -> None:
         """Write a breaker fact and wait for its acknowledgement (counted then)."""
-        record: Record = (
-            self.topic,
-            self._dest.encode(),
-            encode_fact(fact),
-            [(HDR_FORMAT, _FORMAT)],
-        )
+        record: Record = (self.topic, self._dest.encode(), encode_fact(fact), _HEADERS)
         await (await self._producer.append_all([record]))
         FACTS_WRITTEN.labels(self._dest, BREAKER).inc()
 
@@ -372,12 +377,8 @@ class AuditTrail:
         if not events:
             return _nothing()
         facts = self.facts(outcome, events, reason=reason, status=status, sent=sent)
-        key = self._dest.encode()
-        records: list[Record] = [
-            (self.topic, key, encode_fact(fact), [(HDR_FORMAT, _FORMAT)]) for fact in facts
-        ]
-        written = await self._producer.append_all(records)
-        return self._counted(written, outcome, facts=len(records), events=len(events))
+        written = await self._producer.append_all(fact_records(self.topic, facts))
+        return self._counted(written, outcome, facts=len(facts), events=len(events))
 
     async def _counted(
         self, written: Awaitable[object], outcome: Outcome, *, facts: int, events: int

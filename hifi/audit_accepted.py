@@ -21,22 +21,17 @@ from itertools import groupby
 from hifi.audit import (
     EVENTS_WRITTEN,
     FACTS_WRITTEN,
-    FORMAT_MAJOR,
-    FORMAT_MINOR,
-    HDR_FORMAT,
     TOPIC_MARK,
     Fact,
     build_facts,
-    encode_fact,
+    fact_records,
     node_name,
 )
 from hifi.audit_columns import Observed, Seen
-from hifi.kafka import Record, RecordWriter
+from hifi.kafka import RecordWriter
 from hifi.vocabulary import Outcome
 
 __all__ = ["AcceptedTrail", "Seen", "accepted_event", "accepted_facts", "stream_dest"]
-
-_FORMAT = f"{FORMAT_MAJOR}.{FORMAT_MINOR}".encode()
 
 
 def stream_dest(topic: str) -> str:
@@ -94,10 +89,7 @@ class AcceptedTrail:
             return _nothing()
         at_ms = int(time.time() * 1000) if accepted_ms is None else accepted_ms
         facts = accepted_facts(self.node, events, accepted_ms=at_ms)
-        records: list[Record] = [
-            (self.topic, fact.dest.encode(), encode_fact(fact), [(HDR_FORMAT, _FORMAT)])
-            for fact in facts
-        ]
+        records = fact_records(self.topic, facts)
         written = await self._producer.append_all(records)
         return _counted(written, facts)
 

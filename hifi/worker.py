@@ -22,7 +22,7 @@ commit. The `PartitionWorker` does the rest, the same way for every daemon:
 - `request_stop()` (SIGTERM): stop polling, let running work finish within the deadline,
   cancel what is left, commit, return. A stop during a group join or rebalance returns once
   that rebalance ends (aiokafka leaves the group only then); the other members' drains bound
-  it by their `shutdown_timeout_s`;
+  it by their `shutdown_timeout_s`; an assignment starts where the handler says, if it does;
 - a partition whose topic was created again starts over (`worker_restarts`), old records first.
 
 How a new daemon uses it (the auditor next):
@@ -31,12 +31,11 @@ How a new daemon uses it (the auditor next):
         def take(self, tp, records): ...             # parse, keep what is to be written
         def next_work(self, *, poll_open): ...       # Work(job=self._write(...), offsets=...)
 
-    worker = PartitionWorker(settings, WorkerOptions(group_id="hifi.auditor", max_in_flight=4,
-                             commit_interval_s=1.0, shutdown_timeout_s=30.0))
+    worker = PartitionWorker(settings, WorkerOptions(group_id="g", max_in_flight=4, ...))
     await worker.run(Auditing(...), topics=[...])    # worker.request_stop() from a signal
 
 The consumer is a seam (`worker_seams.GroupConsumer`): by default a `kafka.consumer` of the
-settings; tests pass `consumer=` a fake to run the lifecycle without a broker.
+settings; tests pass `consumer=` a fake.
 """
 
 from __future__ import annotations
@@ -363,6 +362,8 @@ class _Membership:
         self.epoch += 1
         self.owned = set(partitions)
         self.restarts.forget(partitions)
+        for tp, offset in self.handler.assigned(partitions).items():
+            self.consumer.seek(tp, offset)
         self.assigned_once = True
         self.last_busy_s = asyncio.get_running_loop().time()  # the join was not idle time
         if self.ops is not None:

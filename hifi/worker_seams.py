@@ -91,6 +91,11 @@ class PartitionHandler(abc.ABC):
         """How many records the next poll may bring; 0 pauses every partition."""
         return 500
 
+    def assigned(self, partitions: set[TopicPartition]) -> Mapping[TopicPartition, int]:
+        """A rebalance gave this member `partitions`; where to read some of them from instead
+        of the group's committed offsets (the auditor keeps its audit-topic positions itself)."""
+        return {}
+
     def held(self, owned: set[TopicPartition]) -> set[TopicPartition]:
         """Owned partitions that must not be fetched now (the rest are resumed)."""
         return set()

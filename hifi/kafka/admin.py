@@ -59,6 +59,13 @@ async def ensure_topics(
         return existing | set(missing)
 
 
+async def partitions_of(settings: KafkaSettings, topics: Sequence[str]) -> dict[str, list[int]]:
+    """The partitions of each of `topics` that exists, from the cluster's metadata."""
+    async with kafka.consumer(settings, group_id=None) as reader:
+        await reader.topics()
+        return {topic: sorted(tp.partition for tp in reader.partitions(topic)) for topic in topics}
+
+
 async def list_topics(settings: KafkaSettings) -> set[str]:
     """Every topic of the cluster."""
     async with _admin(settings) as admin:

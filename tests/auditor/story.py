@@ -205,9 +205,9 @@ async def _odd_input(settings: KafkaSettings, story: Story, audit_topic: str) ->
 
 
 def _snapshot_after(archive: Path, since_s: float) -> bool:
-    """Whether the process wrote a snapshot (and so finished a roll) after `since_s`."""
-    path = archive / "_state" / f"auditor-{GROUP_ID}.snapshot"
-    return path.exists() and path.stat().st_mtime > since_s
+    """Whether the process wrote a share's snapshot (and so finished a roll) after `since_s`."""
+    paths = (archive / "_state").glob(f"auditor-{GROUP_ID}--*.snapshot")
+    return any(path.stat().st_mtime > since_s for path in paths)
 
 
 async def _minute_a(

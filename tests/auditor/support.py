@@ -16,8 +16,7 @@ from prometheus_client import REGISTRY
 
 from auditor.buckets import MINUTE_MS
 from auditor.daemon import Auditor
-from auditor.ledger import Ledger
-from auditor.tables import live_rows
+from auditor.tables import report_row
 from config.catalog import Catalog
 from config.destination import Destination
 from hifi import kafka
@@ -96,22 +95,19 @@ async def running(daemon: Daemon) -> AsyncIterator[asyncio.Task[None]]:
         await asyncio.wait_for(task, 60)
 
 
-async def settled(auditor: Auditor, dest: str, entered: int, timeout_s: float = 100.0) -> Ledger:
-    """Wait until every minute holding events is final and `entered` events are counted."""
+async def settled(
+    auditor: Auditor, dest: str, entered: int, timeout_s: float = 100.0
+) -> list[dict[str, Any]]:
+    """Wait until every minute holding events is final and `entered` events are counted; the
+    rows then, as `/tables` gives them (summed over every share of the destination)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:
-        accounts = auditor.accounts
-        if accounts is not None:
-            ledger = accounts.ledgers[dest]
-            buckets = list(ledger.rows())
-            total = sum(ledger.tally(b).entered for b in buckets)
-            if (
-                buckets
-                and total >= entered
-                and all(b.final for b in buckets if ledger.tally(b).entered)
-            ):
-                return ledger
+        if auditor.accounts is not None:
+            rows = rows_of(auditor, dest)
+            total = sum(r["entered"] for r in rows)
+            if rows and total >= entered and all(r["final"] for r in rows if r["entered"]):
+                return rows
         assert loop.time() < deadline, "the auditor did not settle its minutes in time"
         await asyncio.sleep(0.5)
 
@@ -132,8 +128,8 @@ async def sleep_until(epoch_ms: int) -> None:
 def rows_of(auditor: Auditor, dest: str) -> list[dict[str, Any]]:
     """An in-process auditor's rows for `dest`, as `/tables` gives them."""
     assert auditor.accounts is not None, "the auditor has not started"
-    ledger = auditor.accounts.ledgers[dest]
-    return live_rows(ledger, from_ms=None, to_ms=None, now_ms=now_ms())
+    view = auditor.accounts.settling.views[dest]
+    return [report_row(r) for r in view.rows(from_ms=None, to_ms=None, now_ms=now_ms())]
 
 
 def by_minute(

@@ -17,6 +17,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 _BACKLOG_LINE = re.compile(
     r"^bench-auditor: backlog=(\d+) connector_eps=(\d+) auditor_eps=(\d+) keeps_up=(\d+\.\d\d)$"
 )
+_GROUP_LINE = re.compile(
+    r"^bench-auditor: per_cpu_two_over_one=(\d+\.\d\d) two_over_one_drain=(\d+\.\d\d)$"
+)
 _LINE = re.compile(
     r"^bench-auditor: waiting=(\d+) rss_waiting_mb=(\d+) sustained_eps=(\d+) rss_sustained_mb=(\d+)$"
 )
@@ -28,7 +31,7 @@ def test_quick_run_ends_with_the_summary_line_of_real_figures(tmp_path: Path) ->
         [sys.executable, "-m", "bench.auditor", "--quick", "--results-dir", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=360,
         check=False,
     )
     assert run.returncode == 0, run.stderr[-3000:]
@@ -47,11 +50,21 @@ def test_quick_run_ends_with_the_summary_line_of_real_figures(tmp_path: Path) ->
     assert report["sustained"]["facts"] > 0
     assert report["sustained"]["max_tracked_events"] == QUICK_SUSTAINED  # nothing settles yet
     assert report["waiting"]["time_past"] == report["sustained"]["time_past"] == 0
-    backlog = _BACKLOG_LINE.match(run.stdout.strip().splitlines()[-2])
-    assert backlog, run.stdout.strip().splitlines()[-2]
+    backlog = _BACKLOG_LINE.match(run.stdout.strip().splitlines()[-3])
+    assert backlog, run.stdout.strip().splitlines()[-3]
     events, connector_eps, auditor_eps = map(int, backlog.groups()[:3])
     assert events == QUICK_BACKLOG
     assert connector_eps > 0
     assert auditor_eps > 0
     assert report["backlog"]["auditor"]["facts"] > 0  # the connector's own facts were read
     assert report["keeps_up"] == (float(backlog.group(4)) >= 1.0)
+    group = _GROUP_LINE.match(run.stdout.strip().splitlines()[-2])
+    assert group, run.stdout.strip().splitlines()[-2]
+    assert report["group_line"] == group.group(0)
+    one, two = report["group"]["one"], report["group"]["two"]
+    assert (one["members"], len(two["events"])) == (1, 2)
+    assert sum(one["events"]) > 0
+    assert sum(two["events"]) > 0
+    assert min(two["events"]) > 0  # both members read a share of the source events
+    assert float(group.group(1)) > 0
+    assert float(group.group(2)) > 0

@@ -32,7 +32,8 @@ def _written(unique: str) -> float:
 
 
 async def test_accepted_events_are_written_as_a_fact_naming_their_topic(unique: str) -> None:
-    """Three events of one stream: one 1.3 fact keyed and named `topic:TOPIC`, with each event's
+    """Three events of one stream: one 1.3 fact named `topic:TOPIC`, keyed by its origin
+    partition (`TOPIC/2`, hifi/audit_keys.py), with each event's
     origin, id, time and arrival, counted once the broker acknowledged it."""
     writer = FakeKafka()
     trail = AcceptedTrail(writer, topic="hifi.audit", node="ingest@h:7")
@@ -45,7 +46,7 @@ async def test_accepted_events_are_written_as_a_fact_naming_their_topic(unique: 
     ((topic, key, value, headers),) = writer.records
     assert (topic, key, headers) == (
         "hifi.audit",
-        f"topic:{unique}".encode(),
+        f"{unique}/2".encode(),
         [(HDR_FORMAT, b"1.3")],
     )
     fact = decode_fact(value, headers)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from aiokafka import TopicPartition
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -26,6 +27,7 @@ from tests.auditor.support import audited_destination
 DAY = datetime(2026, 11, 26, tzinfo=UTC)
 STARTED_MS = int(DAY.timestamp() * 1000) + 10 * 60 * MINUTE_MS  # 10:00, the auditor's first minute
 BASE = "http://auditor.test"
+SOURCE = TopicPartition("shop.src", 0)
 
 
 def _json(
@@ -51,13 +53,15 @@ async def test_today_counts_only_the_minutes_since_the_auditor_counts(
         audit_topic="audit",
         clock=ProgressClock(lambda tp: None, lambda: now_ms),
         roll_s=60.0,
-        snapshot_name="auditor-test",
+        group_id="test",
+        partitions={"shop.src": [0]},
         now_ms=lambda: now_ms,
     )
-    ledger = accounts.ledgers[dest.name]
+    accounts.assigned({SOURCE, TopicPartition("audit", 0)})
+    ledger = accounts.shares[SOURCE].ledgers[dest.name]
     ledger.enter(STARTED_MS, ("shop.src", 0), [0])  # entered, never delivered: a down minute
     ledger.enter(STARTED_MS + 2 * MINUTE_MS, ("shop.src", 0), [])  # an empty minute: up
-    ledger.advance(STARTED_MS + 5 * MINUTE_MS + 1000)  # 10:00 to 10:04 final
+    accounts.settling.cycle({SOURCE: STARTED_MS + 5 * MINUTE_MS + 1000}, now_ms)  # 10:00-10:04
     pages = Pages(accounts, lambda: now_ms)
     app = Starlette(
         routes=[Route("/tables", _json(pages.tables)), Route("/status", _json(pages.status))]
@@ -90,7 +94,8 @@ async def test_an_auditor_without_a_minute_counts_from_now(
         audit_topic="audit",
         clock=ProgressClock(lambda tp: None, lambda: now_ms),
         roll_s=60.0,
-        snapshot_name="auditor-test",
+        group_id="test",
+        partitions={"shop.src": [0]},
         now_ms=lambda: now_ms,
     )
     status = await Pages(accounts, lambda: now_ms).status(None)  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
+from aiokafka import TopicPartition
 from starlette.applications import Starlette
 from starlette.routing import Route
 
@@ -41,6 +42,7 @@ def _record(fact: Fact, offset: int) -> SimpleNamespace:
         topic="audit",
         partition=0,
         offset=offset,
+        key=fact.dest.encode(),  # a breaker fact names no events: keyed by its destination
         value=encode_fact(fact),
         headers=[("hifi-audit-format", b"1.2")],
     )
@@ -60,12 +62,14 @@ async def test_an_open_breaker_reaches_the_panel_through_the_auditor(
         audit_topic="audit",
         clock=ProgressClock(lambda tp: None, lambda: NOW_MS),
         roll_s=60.0,
-        snapshot_name="auditor-test",
+        group_id="test",
+        partitions={"shop.src": [0]},
         now_ms=lambda: NOW_MS,
     )
     opened = _fact("c-1", "open", error="HTTP 401 Unauthorized")
     facts = [opened, opened, _fact("c-2", "closed"), _fact("c-2", "open", route="acme")]
-    accounts._take_facts([_record(fact, n) for n, fact in enumerate(facts)])
+    records = [_record(fact, n) for n, fact in enumerate(facts)]
+    accounts.intake.facts(TopicPartition("audit", 0), records)
     assert accounts.refused == {}
     pages = Pages(accounts, lambda: NOW_MS)
     app = Starlette(

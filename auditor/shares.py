@@ -1,0 +1,78 @@
+"""A share: one source partition of the audited destinations, the unit several auditors split.
+
+The members of an auditor group split the source partitions (`auditor/assignor.py`); each
+owns the accounts of its partitions, a `Share` each: a `Ledger` per destination reading the
+partition (the same ledger as one auditor keeps, over one partition), how far it applied each
+partition of the audit topic (`audit_next`: a fact at a lower offset was applied already, or
+was not about it), and, on the destination's lead share (its first source partition), what
+the member owning it wrote of the destination's merged minutes (`auditor/lead.py`).
+
+Each share has its own snapshot (`auditor-GROUP--TOPIC--PARTITION`), written with the rows of
+each roll before the offsets behind them are committed: a share that moves in a rebalance
+takes its state with it to the member that gets it, which reads it when it is assigned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from auditor.ledger import Ledger
+from config.destination import Destination
+
+SHARE_SNAPSHOT_FORMAT = 2  # the group's single snapshot (`auditor-GROUP`) is format 1
+
+
+def snapshot_name(group_id: str, tp: TopicPartition) -> str:
+    """The name of a share's snapshot in the archive's `_state`."""
+    return f"auditor-{group_id}--{tp.topic}--{tp.partition}"
+
+
+@dataclass(slots=True)
+class Share:
+    """The accounts of one source partition, per destination that reads it."""
+
+    tp: TopicPartition
+    ledgers: dict[str, Ledger]
+    audit_next: dict[int, int] = field(default_factory=dict)  # audit partition: next offset
+    lead: dict[str, Any] = field(default_factory=dict)  # dest: `lead.Written` state, if lead
+
+    @classmethod
+    def of(cls, tp: TopicPartition, readers: list[Destination]) -> Share:
+        return cls(tp, {d.name: Ledger(d.name, d.accounting) for d in readers})
+
+    def takes(self, audit_partition: int, offset: int) -> bool:
+        """Whether the audit record at `offset` of `audit_partition` is still to apply."""
+        return offset >= self.audit_next.get(audit_partition, 0)
+
+    def applied_to(self, audit_partition: int, next_offset: int) -> None:
+        """Everything of `audit_partition` before `next_offset` is applied (or not its own)."""
+        if next_offset > self.audit_next.get(audit_partition, 0):
+            self.audit_next[audit_partition] = next_offset
+
+    def state(self, progress: list[list[Any]], incarnations: list[list[Any]]) -> dict[str, Any]:
+        return {
+            "format": SHARE_SNAPSHOT_FORMAT,
+            "topic": self.tp.topic,
+            "partition": self.tp.partition,
+            "ledgers": {name: ledger.snapshot() for name, ledger in self.ledgers.items()},
+            "audit_next": sorted(self.audit_next.items()),
+            "progress": progress,
+            "incarnations": incarnations,
+            "lead": self.lead,
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Carry on from a share snapshot; raises `ValueError`/`KeyError` when it is not one."""
+        if state.get("format") != SHARE_SNAPSHOT_FORMAT:
+            raise ValueError(f"format {state.get('format')!r}, not {SHARE_SNAPSHOT_FORMAT}")
+        if (state["topic"], state["partition"]) != (self.tp.topic, self.tp.partition):
+            raise ValueError(f"it is of {state['topic']}/{state['partition']}")
+        for name, ledger_state in state["ledgers"].items():
+            if name in self.ledgers:
+                self.ledgers[name].restore(ledger_state)
+        self.audit_next = {int(p): int(o) for p, o in state["audit_next"]}
+        self.lead = dict(state.get("lead") or {})
