@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -41,8 +42,11 @@ def write_part(root: Path, kind: Kind, dest: str, hour: int, table: Any) -> Path
 
 
 def _write_atomic(final: Path, fill: Callable[[Path], object]) -> None:
-    """`fill` a temporary file readers skip, fsync it, rename it to `final`, fsync the dir."""
-    temp = final.with_name(f".{final.name}.tmp")
+    """`fill` a temporary file readers skip, fsync it, rename it to `final`, fsync the dir.
+
+    The temporary name is this writer's own: the members of an auditor group share an archive,
+    and two writing the same file at once must not rename each other's."""
+    temp = final.with_name(f".{final.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
         fill(temp)
         _fsync(temp)
