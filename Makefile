@@ -92,7 +92,7 @@ test: $(STAMP) java browser systemd promtool stunnel podman wrk
 QUICK_TIER := not integration and not spark and not browser
 
 test-quick: $(STAMP)
-	$(BIN)/python -m pytest -m "$(QUICK_TIER)" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 -m "$(QUICK_TIER)" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
