@@ -117,7 +117,7 @@ async def account(
     result = AuditAccount(0, 0, 0, 0, 0, 0, 0, ("the auditor never answered",))
     async with httpx.AsyncClient(timeout=5.0) as client:
         while True:
-            rows = await _tables(client, url, dest)
+            rows = await tables(client, url, dest)
             if rows is not None:
                 result = check(rows, expected)
                 if result.ok:
@@ -127,7 +127,8 @@ async def account(
             await asyncio.sleep(_POLL_S)
 
 
-async def _tables(client: httpx.AsyncClient, url: str, dest: str) -> list[Any] | None:
+async def tables(client: httpx.AsyncClient, url: str, dest: str) -> list[Any] | None:
+    """An auditor's `/tables` rows of `dest`; None while it does not answer (restarting)."""
     try:
         response = await client.get(f"{url}/tables", params={"dest": dest})
     except httpx.HTTPError:

@@ -194,7 +194,7 @@ async def _tables_agree(
     result = audit.AuditAccount(0, 0, 0, 0, 0, 0, 0, ("no auditor answered",))
     async with httpx.AsyncClient(timeout=5.0) as client:
         while True:
-            tables = [await _rows(client, url, dest) for url in urls]
+            tables = [await audit.tables(client, url, dest) for url in urls]
             if all(t is not None for t in tables):
                 result = _compare([t for t in tables if t is not None], truth, missing)
                 if not result.mismatches:
@@ -237,14 +237,3 @@ def _figures(rows: list[dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
 
 def _ms(iso: str) -> int:
     return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
-
-
-async def _rows(client: httpx.AsyncClient, url: str, dest: str) -> list[dict[str, Any]] | None:
-    try:
-        response = await client.get(f"{url}/tables", params={"dest": dest})
-    except httpx.HTTPError:
-        return None  # restarting after a kill
-    if response.status_code != 200:
-        return None
-    rows: list[dict[str, Any]] | None = response.json().get(dest)
-    return rows
