@@ -49,12 +49,12 @@ from pathlib import Path
 from statistics import median_low
 
 import click
-import orjson
 
 from bench import auditor_load, load, machine, phases
 from bench.auditor_group import group_phase
 from bench.auditor_process import AuditorProcess, write_catalog
 from bench.auditor_watch import Drain, Watch
+from bench.report import write_results
 from devstack.broker import LocalBroker
 from hifi import kafka
 from hifi.audit import AUDIT_RETENTION_MS, DEFAULT_AUDIT_TOPIC
@@ -493,9 +493,7 @@ def main(
         "targets": TARGETS,
         **results,
     }
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / f"bench-auditor-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    path = write_results(results_dir, "bench-auditor", started, report)
     print(results["table"])
     print(f"results: {path}")
     print(results["backlog_line"])

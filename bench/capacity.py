@@ -24,18 +24,17 @@ import asyncio
 import bisect
 import contextlib
 import sys
-import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
-import orjson
 from aiokafka import TopicPartition
 
 from bench import machine
 from bench.memory_batches import RefusingProducer, memory_batch
-from bench.report import Row, render_table, say
+from bench.report import Row, render_table, say, write_results
 from config.destination import Destination
 from connector.concurrency import Limiter
 from connector.delivery import Deliverer
@@ -312,7 +311,7 @@ def main(quick: bool, results_dir: Path) -> None:
     """The capacity phase alone; the last line is its summary."""
     configure_logging("console", "ERROR")
     plan = QUICK if quick else FULL
-    started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    started = datetime.now(UTC)
     rows: list[Row] = []
     phase = asyncio.run(run_phase(plan, rows))
     p95 = phase.p95_ms
@@ -325,15 +324,13 @@ def main(quick: bool, results_dir: Path) -> None:
         + f" p95_adaptive_n8_ms={p95['adaptive@8']:.0f} p95_fixed64_n8_ms={p95['fixed64@8']:.0f}"
         + f" switch_s={','.join(str(s) for s in phase.switch_s)} held={'yes' if phase.held() else 'no'}"
     )
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / f"bench-capacity-{started}.json"
     report = {
         "machine": machine.describe(),
         "plan": asdict(plan),
         **phase.report(),
         "summary": summary,
     }
-    path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    path = write_results(results_dir, "bench-capacity", started, report)
     print(render_table(rows))
     print(f"results: {path}")
     print(summary)

@@ -30,6 +30,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ import orjson
 
 from bench.dlq_index import TOKEN, event_id, letters
 from bench.measure import read_peak_rss_kb
+from bench.report import write_results
 from config.catalog import Catalog
 from config.topics import ensure_destination_topics
 from devstack.broker import LocalBroker
@@ -345,10 +347,7 @@ def main(count: int, replay: int, handoffs: int, work: Path, results: Path) -> N
     """The dashboard's list, counts and RSS with COUNT dead letters, and the tiers during a replay."""
     replay = min(count, max(_SEND_CHUNK, replay // _SEND_CHUNK * _SEND_CHUNK))
     result = asyncio.run(_bench(count, replay, handoffs, work))
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    results.mkdir(parents=True, exist_ok=True)
-    out = results / f"dlq-{stamp}.json"
-    out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    out = write_results(results, "dlq", datetime.now(UTC), result)
     for key, value in result.items():
         if isinstance(value, float):
             _say(f"   {key}: {value:,.1f}")

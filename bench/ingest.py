@@ -24,11 +24,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import click
-import orjson
 
 from bench import ingest_service, ingest_wrk, machine
 from bench.measure import read_cpu_s
-from bench.report import Row, render_table, say
+from bench.report import Row, render_table, say, write_results
 from devstack.broker import LocalBroker
 from devstack.ports import free_port
 from devstack.tcp_proxy import TcpProxy
@@ -284,8 +283,6 @@ def main(quick: bool, results_dir: Path) -> None:
         raise
     shutil.rmtree(work, ignore_errors=True)
     summary = summary_line(plain)
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / f"bench-ingest-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
     report = {
         "started": started.isoformat(timespec="seconds"),
         "machine": machine.describe(),
@@ -296,7 +293,7 @@ def main(quick: bool, results_dir: Path) -> None:
         "targets": targets(plain),
         "summary": summary,
     }
-    path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    path = write_results(results_dir, "bench-ingest", started, report)
     print(render_table(rows))
     print(f"results: {path}")
     print(summary)

@@ -31,7 +31,7 @@ import redis
 
 from bench import ceiling, load, machine, phases
 from bench.catalog import DEST
-from bench.report import Row, render_table, say
+from bench.report import Row, render_table, say, write_results
 from devstack.broker import LocalBroker
 from devstack.redis import RedisServer
 from hifi.kafka import admin as kafka_admin
@@ -258,8 +258,6 @@ def main(quick: bool, results_dir: Path) -> None:
         raise
     shutil.rmtree(work, ignore_errors=True)
     summary = f"bench-lookups: {phase.fields(phase.ceiling_events_per_s)}"
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / f"bench-lookups-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
     report = {
         "started": started.isoformat(timespec="seconds"),
         "machine": machine.describe(),
@@ -267,7 +265,7 @@ def main(quick: bool, results_dir: Path) -> None:
         **phase.report(phase.ceiling_events_per_s),
         "summary": summary,
     }
-    path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    path = write_results(results_dir, "bench-lookups", started, report)
     print(render_table(rows))
     print(f"results: {path}")
     print(summary)

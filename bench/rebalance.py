@@ -34,7 +34,7 @@ import orjson
 from aiokafka import TopicPartition
 
 from bench import machine
-from bench.report import say
+from bench.report import say, write_results
 from devstack.broker import LocalBroker
 from hifi import kafka
 from hifi.kafka import admin as kafka_admin
@@ -335,9 +335,7 @@ def main(partitions: int, repeats: int, session_ms: int, restart_after_s: float)
         "plan": asdict(plan),
         **results,
     }
-    RESULTS_DIR.mkdir(exist_ok=True)
-    path = RESULTS_DIR / f"rebalance-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    path = write_results(RESULTS_DIR, "rebalance", started, report)
     print(orjson.dumps(results, option=orjson.OPT_INDENT_2).decode())
     print(f"results: {path} (load average {load_before} -> {report['loadavg_after']})")
 

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-import orjson
 
 from bench import machine, reconcile_duckdb
 from bench.reconcile_archive import DAY_MS, Plan, Truth, generate
+from bench.report import write_results
 from spark_batch.archive_input import Window
 from spark_batch.reconcile import Reconciled
 
@@ -256,9 +256,7 @@ def main(events: int, seed: int, work: Path | None, master: str, results_dir: Pa
         "targets": TARGETS,
         "line": figures.line(),
     }
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / f"bench-reconcile-{start.strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    path = write_results(results_dir, "bench-reconcile", start, report)
     console = Console(width=120)
     console.print(_table(figures, truth, master))
     if generate_s is not None:

@@ -1,11 +1,15 @@
-"""The bench's results table: one row per phase or probe, rendered as fixed-width text."""
+"""The bench's results: the table (one row per phase or probe, fixed-width text) and the JSON file."""
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import orjson
 
 HEADER = (
     "phase",
@@ -75,3 +79,13 @@ def render_table(rows: Sequence[Row]) -> str:
 def say(text: str) -> None:
     """A progress line on stderr, with the time."""
     print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def write_results(
+    directory: Path, name: str, started: datetime, report: Mapping[str, object]
+) -> Path:
+    """Write `report` as `directory/NAME-STARTED.json` (UTC, to the second), indented; its path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+    path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    return path

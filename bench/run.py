@@ -32,12 +32,11 @@ from pathlib import Path
 from statistics import median_low
 
 import click
-import orjson
 
 from bench import capacity, ceiling, live, load, lookups, machine, phases, tls_cost
 from bench.measure import scale_rating
 from bench.phases import LAG_LIMIT_MS
-from bench.report import Row, render_table, say
+from bench.report import Row, render_table, say, write_results
 from devstack.broker import LocalBroker
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
@@ -372,9 +371,7 @@ def main(
         "targets": TARGETS,
         **results,
     }
-    RESULTS_DIR.mkdir(exist_ok=True)
-    path = RESULTS_DIR / f"bench-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    path = write_results(RESULTS_DIR, "bench", started, report)
     print(results["table"])
     print(f"results: {path}")
     print(results["audit_line"])
