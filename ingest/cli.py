@@ -192,6 +192,7 @@ async def _check(
 ) -> CheckReport:
     """What the service would meet at start: its streams, Kafka's settings and Redis; with
     `probe`, Kafka reached and each stream's topic looked up (a missing one is a warning)."""
+    from hifi import audit
     from hifi.check import CheckReport, probe_kafka
 
     report = CheckReport(PROG)
@@ -209,9 +210,17 @@ async def _check(
         if redis is not None
         else f"idempotency keys: off (no ${REDIS_URL_ENV_VAR}): Idempotency-Key is ignored"
     )
+    # the accepted trail: the auditor must read each fact before the audit topic deletes it
+    audited = sorted(stream.name for stream in streams.values() if stream.audit)
+    wanted = {audit.audit_topic(): audit.AUDIT_RETENTION_MS} if audited else {}
+    report.ok(
+        f"accepted trail: streams {', '.join(audited)}, facts to {audit.audit_topic()}"
+        if audited
+        else "accepted trail: off (every stream has audit = false)"
+    )
     if probe:
         topics = {stream.topic for stream in streams.values()}
-        await probe_kafka(kafka_settings, report, source_topics=topics, retention_wanted={})
+        await probe_kafka(kafka_settings, report, source_topics=topics, retention_wanted=wanted)
     return report
 
 

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import httpx
@@ -14,6 +15,7 @@ import pytest
 from config.streams import hash_token
 from devstack.ports import free_port
 from devstack.readiness import until_ready
+from hifi.kafka import admin
 from hifi.kafka.settings import KafkaSettings
 from tests.helpers import start_daemon, wait_exit
 from tests.ingest.support import TOKEN, auth, make_topic, streams_dir, write_stream
@@ -77,6 +79,7 @@ def test_check_lists_the_streams_without_their_hashes(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     assert "stream clicks: topic clicks-topic" in run.stdout
     assert hash_token(TOKEN) not in run.stdout
+    assert "accepted trail: streams clicks, other, facts to hifi.audit" in run.stdout
     assert run.stdout.splitlines()[-1] == "ingest check: ok"
 
 
@@ -127,6 +130,26 @@ async def test_probe_reaches_kafka_and_the_streams_topics(
     assert found.returncode == 0, found.stderr
     assert f"source topic {topic}: exists" in found.stdout
     assert "source topic no-such-topic: does not exist" in found.stdout
+    assert "topic hifi.audit" in found.stdout  # the accepted trail's topic, and its retention
     unreachable = _run("--probe", env={"HIFI_STREAMS_DIR": str(directory)})
     assert unreachable.returncode == 1
     assert unreachable.stdout.splitlines()[-1] == "ingest check: unreachable"
+
+
+async def test_probe_warns_of_an_audit_topic_that_keeps_facts_too_briefly(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    """The accepted trail's topic deleting facts within an hour: a warning (the auditor may read
+    them too late); a missing one will be created with the retention hifi needs."""
+    topic = await make_topic(kafka_settings)
+    short = "audit-" + uuid.uuid4().hex[:10]
+    await admin.ensure_topics(kafka_settings, [short], partitions=1, retention_ms=3_600_000)
+    env = {
+        "HIFI_STREAMS_DIR": str(streams_dir(tmp_path, topic)),
+        "HIFI_KAFKA_BOOTSTRAP": kafka_settings.bootstrap,
+    }
+    found = _run("--probe", env={**env, "HIFI_AUDIT_TOPIC": short})
+    assert found.returncode == 0, found.stderr
+    assert f"topic {short}: retention.ms=3600000 (1 h) is shorter than" in found.stdout
+    missing = _run("--probe", env={**env, "HIFI_AUDIT_TOPIC": short + "-new"})
+    assert f"topic {short}-new: will be created with retention 7 d" in missing.stdout
