@@ -101,7 +101,16 @@ DAYS_SCHEMA = pa.schema(
         ("range_minutes", _I64),
     ]
 )
-_TOTALS = ("entered", "delivered", "dead_lettered", "filtered", "in_retry", "missing", "duplicates")
+_TOTALS = (
+    "entered",
+    "accepted",  # by the ingest service (0 for a destination fed otherwise)
+    "delivered",
+    "dead_lettered",
+    "filtered",
+    "in_retry",
+    "missing",
+    "duplicates",
+)
 
 
 def summarize(result: Reconciled, window: Window, *, archive: str) -> dict[str, Any]:
@@ -114,7 +123,7 @@ def summarize(result: Reconciled, window: Window, *, archive: str) -> dict[str, 
         nodes[node["dest"]].append({k: v for k, v in node.items() if k != "dest"})
     destinations = {}
     for dest, rows in sorted(by_dest.items()):
-        totals = {key: sum(int(row[key]) for row in rows) for key in _TOTALS}
+        totals = {key: sum(int(row.get(key, 0)) for row in rows) for key in _TOTALS}
         # the archive says nothing of the range's minutes before its first minute of dest
         counted_from_ms = max(window.from_ms, min(int(row["minute_ms"]) for row in rows))
         final_before_ms = _final_before_ms(rows, window, result.horizon_ms[dest])

@@ -11,6 +11,7 @@ import pytest
 from auditor.buckets import MINUTE_MS
 from hifi.vocabulary import Outcome
 from spark_batch.archive_input import Window
+from spark_batch.outputs import summarize
 from spark_batch.reconcile import Reconciled, reconcile
 from tests.spark_batch.support import T0, TOPIC, Built, minute
 
@@ -77,6 +78,8 @@ def test_accepted_events_count_and_missing_counts_from_them(spark: Any, tmp_path
         "missing": 1,  # 4
     }
     assert rows[minute(0)]["missing_ids"] == [f"{TOPIC}/0/4"]
+    totals = summarize(result, HOUR, archive=str(tmp_path))["destinations"]["shop"]["totals"]
+    assert totals["accepted"] == sum(row["accepted"] for row in rows.values()) == 7
     assert (rows[minute(0)]["final"], rows[minute(0)]["down_reason"]) == (True, "loss")
     assert minute(1) not in rows
     assert minute(3) not in rows
