@@ -247,7 +247,7 @@ class Accounts(PartitionHandler):
             return None  # a roll between two assignments would save shares moving elsewhere
         self._take_all_facts()
         last = self._then_stop is not None
-        if not (self._offsets or archive.buffered_rows):
+        if not (self._offsets or archive.buffered_rows or self._to_resolve):
             if last:
                 self._stop_now()
             return None
