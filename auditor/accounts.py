@@ -101,6 +101,7 @@ class Accounts(PartitionHandler):
         self._health_restored: set[str] = set()
         self._then_stop: Callable[[], None] | None = None  # set by `roll_and_stop`
         self.stopping = False  # the last roll is taken: nothing settles after it
+        self.rebalancing = False  # revoked, not assigned again yet: nothing read, nothing posted
 
     @property
     def health(self) -> dict[str, Health]:
@@ -143,8 +144,9 @@ class Accounts(PartitionHandler):
                 (share.audit_next.get(audit.partition, 0) for share in self.shares.values()),
                 default=0,
             )
-            self._clock.restart(audit)  # read again from there: its progress too
+            self._clock.seek(audit, positions[audit])  # read again from there: its progress too
         self.settling.assigned(set(self.shares))
+        self.rebalancing = False  # a snapshot that cannot be read leaves it set: the worker stops
         log.info("shares_assigned", shares=sorted(f"{t.topic}/{t.partition}" for t in owned))
         return positions
 
@@ -190,23 +192,26 @@ class Accounts(PartitionHandler):
 
     # --- taking records in ------------------------------------------------------------
 
-    def take(self, tp: TopicPartition, records: list[Any]) -> None:
+    def take(self, tp: TopicPartition, records: list[Any]) -> int | None:
         if not records or self.stopping:
-            return  # after the last roll: left uncommitted, read again by the next run
+            return None  # after the last roll: left uncommitted, read again by the next run
+        if self.rebalancing:  # polled before the new shares are opened: read again after
+            return int(records[0].offset)
         self._offsets[tp].extend(map(_offset_of, records))
         metrics.RECORDS.labels(tp.topic).inc(len(records))
         last = records[-1]
         if tp.topic == self._audit_topic:
             self._clock.read(tp, last.offset + 1, max(map(_kafka_ms_of_record, records)))
             self._facts.append((tp, records, False))  # after the poll's entries
-            return
+            return None
         share = self.shares.get(tp)
         if share is None:
-            return
+            return None
         epoch, held = self._epochs.of_poll(tp, records[0])
         self._again(held)  # facts that waited for this epoch
         self._clock.read(tp, last.offset + 1, max(map(_kafka_ms_of_record, records)))
         self.intake.entries(share, tp, records, epoch)
+        return None
 
     def started_over(self, tp: TopicPartition) -> None:
         """A source partition's topic was created again while the auditor runs (`auditor.epochs`)."""
@@ -238,11 +243,11 @@ class Accounts(PartitionHandler):
         """A roll, once `roll_s` passed (or many rows wait, or a stop asks for the last one) and
         a whole poll is taken in."""
         archive = self._archive
-        if poll_open or self.stopping:
-            return None
+        if poll_open or self.stopping or self.rebalancing:
+            return None  # a roll between two assignments would save shares moving elsewhere
         self._take_all_facts()
         last = self._then_stop is not None
-        if not (self._offsets or archive.buffered_rows):
+        if not (self._offsets or archive.buffered_rows or self._to_resolve):
             if last:
                 self._stop_now()
             return None
@@ -282,6 +287,7 @@ class Accounts(PartitionHandler):
         return bool(self._offsets or self._facts) or self.buffered_rows > 0
 
     def drop(self, partitions: set[TopicPartition]) -> None:
+        self.rebalancing = True  # or stopping: the worker drops every partition then
         self._again(self._epochs.drop(partitions))
         for tp in partitions:
             self._offsets.pop(tp, None)
@@ -363,6 +369,8 @@ class Accounts(PartitionHandler):
     def after_commit(self, lag_records: Mapping[TopicPartition, int]) -> None:
         if self.stopping:
             return  # a minute settled now would be in no roll: the next run settles it
+        if self.rebalancing:
+            return  # the facts taken of revoked partitions are dropped: the clock is ahead of them
         self._take_all_facts()
         for tp, lag in self._clock.lag_records().items():
             metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)

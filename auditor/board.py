@@ -23,6 +23,9 @@ import msgspec
 from aiokafka import TopicPartition
 
 BOARD_INTERVAL_S = 1.0
+# A share not posted for this long is stale in `/status`: its member is gone, or the group is
+# rebalancing (a killed member's shares wait for its session timeout, 10 s by default).
+STALE_AFTER_S = 10.0
 _SUFFIX = ".board"
 
 

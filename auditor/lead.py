@@ -5,14 +5,17 @@ the member that owns it writes what one auditor wrote when a minute became final
 of every share (`auditor/merged.py`): the archive's `minutes` row, the final-minute metrics, the
 loss alarm and the down minutes behind the availability gauge. A final minute that changes
 later (a late outcome in a share, its missing ids named) gets a new row, its lags and its
-judgement as they were when it became final, as one auditor's. What it wrote (up to which
-minute, the down minutes of the last day) is kept in the lead share's snapshot (`Share.lead`),
+judgement as they were when it became final, as one auditor's: a share's row of it carries when
+its member changed it, and the lead keeps the newest change each final minute took in (a
+member's clock is not compared with another's last look). What it wrote (up to which minute,
+those changes, the down minutes of the last day) is kept in the lead share's snapshot (`Share.lead`),
 so the member that gets the share next carries on where it stopped, and in a file of the board
 (`_final--DEST.board`) from which every member answers `/tables` for the final minutes.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,7 +51,7 @@ def read_final_rows(directory: Path, dest: str) -> dict[int, Row]:
 def write_final_rows(directory: Path, dest: str, rows: dict[int, Row]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     final = final_file(directory, dest)
-    temp = final.with_name(f".{final.name}.tmp")
+    temp = final.with_name(f".{final.name}.{os.getpid()}.tmp")  # two leads in a handover
     temp.write_bytes(msgspec.msgpack.encode([rows[m] for m in sorted(rows)]))
     temp.replace(final)
 
@@ -85,17 +88,23 @@ def serve(
     name = view.dest.name
     horizon = view.final_before_ms()
     before = state.get("before_ms")
-    checked_ms = int(state.get("checked_ms", 0))
+    checked_ms = int(state.get("checked_ms", 0))  # a lead state of before `changes`: its last look
+    # per final minute, the newest change of a share its row took in: a share's change comes
+    # from its member's clock, through the board, so it is weighed against the share's changes
+    # already taken, not against when this member looked last
+    changes: dict[int, int] = {int(m): int(c) for m, c in state.get("changes", ())}
     down: dict[int, str] = {int(m): str(r) for m, r in state.get("down", ())}
     wrote = False
     for minute, rows in sorted(view.rows_by_minute().items()):
         if minute >= horizon:
             break
+        changed_ms = max(int(r["changed_ms"]) for r in rows)
         if before is not None and minute < before:
             final = view.final_rows.get(minute)
-            if final is not None and any(r["changed_ms"] > checked_ms for r in rows):
+            if final is not None and changed_ms > changes.get(minute, checked_ms):
                 view.final_rows[minute] = recounted(final, rows, written_ms=now_ms)
                 write_row(view.final_rows[minute])
+                changes[minute] = changed_ms
                 wrote = True
             continue
         row = merged_row(
@@ -103,6 +112,7 @@ def serve(
         )
         view.final_rows[minute] = row
         write_row(row)
+        changes[minute] = changed_ms
         wrote = True
         _count_final(name, row, view, down)
     if horizon and (before is None or horizon > before):
@@ -111,11 +121,11 @@ def serve(
         metrics.count_final(name, None, since - MINUTE_MS, horizon - MINUTE_MS)
         state["before_ms"] = horizon
         state["first_ms"] = state.get("first_ms") or first
-    state["checked_ms"] = now_ms
     keep_from = horizon - DAY_MS
     state["down"] = [[m, r] for m, r in sorted(down.items()) if m >= keep_from]
     for minute in [m for m in view.final_rows if m < horizon - retention_ms]:
         del view.final_rows[minute]
+    state["changes"] = sorted([m, c] for m, c in changes.items() if m in view.final_rows)
     _availability(name, state, horizon)
     return wrote
 

@@ -65,6 +65,7 @@ class DestinationView:
         self.shares: dict[TopicPartition, dict[str, Any]] = {}  # partition: its entry's dest part
         self.progress: dict[TopicPartition, int] = {}
         self.members: dict[TopicPartition, str] = {}  # which member posted each share last
+        self.posted_ms: dict[TopicPartition, int] = {}  # when (its member's wall clock)
         self.final_rows: dict[int, Row] = {}  # the lead's merged final rows, by minute
 
     @property
@@ -82,6 +83,7 @@ class DestinationView:
             self.shares[tp] = entry["dests"][name]
             self.progress[tp] = int(entry["progress_ms"])
             self.members[tp] = str(entry["member"])
+            self.posted_ms[tp] = int(entry.get("written_ms") or 0)
 
     def progress_ms(self, own: Mapping[TopicPartition, int]) -> int:
         """The destination's settling clock: the least progress of its shares (this member's

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from aiokafka import TopicPartition
 from starlette.requests import Request
 
+from auditor.board import STALE_AFTER_S
 from auditor.buckets import MINUTE_MS
 from auditor.tables import report_row
 
@@ -47,7 +49,11 @@ class Pages:
 
     async def status(self, request: Request) -> Any:
         accounts, now_ms = self._accounts, self._now_ms()
+        owned = set(accounts.shares)
         return {
+            "member": accounts.settling.member,
+            "owned_shares": sorted(f"{tp.topic}/{tp.partition}" for tp in owned),
+            "rebalancing": accounts.rebalancing,
             "dests": {
                 name: {
                     "unsettled_minutes": view.unsettled(),
@@ -56,7 +62,8 @@ class Pages:
                     "counted_from_ms": counted_from_ms(view.counted_from_ms(), now_ms),
                     "settings": view.dest.accounting.model_dump(),
                     "health": accounts.health[name].view(now_ms),
-                    "shares": _shares(view),
+                    "shares": _shares(view, owned),
+                    "stale_shares": _stale(view, now_ms),
                 }
                 for name, view in accounts.settling.views.items()
             },
@@ -75,16 +82,30 @@ def counted_from_ms(first_minute_ms: int | None, now_ms: int) -> int:
     return first_minute_ms if first_minute_ms is not None else now_ms - now_ms % MINUTE_MS
 
 
-def _shares(view: DestinationView) -> dict[str, Any]:
-    """Each share of the destination: which member posted it last, how far it has read."""
+def _shares(view: DestinationView, owned: set[TopicPartition]) -> dict[str, Any]:
+    """Each share of the destination: which member posted it last and when, how far it has
+    read, and whether this member owns it."""
     return {
         f"{tp.topic}/{tp.partition}": {
             "member": view.members.get(tp),
+            "owned": tp in owned,
+            "posted_ms": view.posted_ms.get(tp),
             "progress_ms": view.progress.get(tp),
             "final_before_ms": view.shares[tp]["closed_before_ms"] if tp in view.shares else None,
         }
         for tp in view.partitions
     }
+
+
+def _stale(view: DestinationView, now_ms: int) -> list[str]:
+    """The shares not posted on the board lately (or never): the destination's minutes wait
+    for them to become final."""
+    since_ms = now_ms - round(STALE_AFTER_S * 1000)
+    return [
+        f"{tp.topic}/{tp.partition}"
+        for tp in view.partitions
+        if view.posted_ms.get(tp, since_ms - 1) < since_ms
+    ]
 
 
 def _ms_param(value: str | None) -> int | None:

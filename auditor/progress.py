@@ -69,6 +69,12 @@ class ProgressClock:
     def highwater(self, tp: TopicPartition) -> int | None:
         return self._highwater(tp)
 
+    def seek(self, tp: TopicPartition, next_offset: int) -> None:
+        """The member reads `tp` again from `next_offset` (after a rebalance): everything before
+        it is taken in, so a partition whose end is there is read to its end at once; the Kafka
+        time of what follows is read again."""
+        self._reads[tp] = _Read(self._now_ms(), next_offset)
+
     def restart(self, tp: TopicPartition) -> None:
         """`tp` was created again: forget how far its previous incarnation was read."""
         read = self._reads.get(tp)

@@ -47,7 +47,7 @@ class Settling:
         self._shares = shares  # the member's (the same dict: `Accounts` holds it)
         self._archive = archive
         self._intake = intake
-        self._member = member
+        self.member = member
         self.board = board_dir(archive.root, group_id)
         self.views: dict[str, DestinationView] = {}
         self._final_mtime: dict[str, float] = {}
@@ -105,7 +105,7 @@ class Settling:
             for minute in [m for m in changed if m not in ledger.buckets]:
                 del changed[minute]
         return {
-            "member": self._member,
+            "member": self.member,
             "written_ms": now_ms,
             "progress_ms": progress_ms,
             "dests": dests,

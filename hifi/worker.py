@@ -23,19 +23,10 @@ commit. The `PartitionWorker` does the rest, the same way for every daemon:
   cancel what is left, commit, return. A stop during a group join or rebalance returns once
   that rebalance ends (aiokafka leaves the group only then); the other members' drains bound
   it by their `shutdown_timeout_s`; an assignment starts where the handler says, if it does;
+- a handler's `assigned` that raises stops the worker with that error (aiokafka logs it only);
 - a partition whose topic was created again starts over (`worker_restarts`), old records first.
 
-How a new daemon uses it (the auditor next):
-
-    class Auditing(PartitionHandler):
-        def take(self, tp, records): ...             # parse, keep what is to be written
-        def next_work(self, *, poll_open): ...       # Work(job=self._write(...), offsets=...)
-
-    worker = PartitionWorker(settings, WorkerOptions(group_id="g", max_in_flight=4, ...))
-    await worker.run(Auditing(...), topics=[...])    # worker.request_stop() from a signal
-
-The consumer is a seam (`worker_seams.GroupConsumer`): by default a `kafka.consumer` of the
-settings; tests pass `consumer=` a fake.
+How a daemon uses it: `worker_seams.PartitionHandler`. The consumer is a seam (a fake in tests).
 """
 
 from __future__ import annotations
@@ -307,14 +298,19 @@ class _Membership:
         """A unit ended: surface its failure, or start what its slot allows."""
         self.tasks.pop(task, None)
         self.running.discard(task)
-        if not task.cancelled() and task.exception() is not None and self.failure is None:
-            self.failure = task.exception()
-            self.log.error("work_failed", error=str(self.failure))
-            self.stop.set()
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self.fail("work_failed", exc)
         if self.failure is None and not self.stop.is_set():
             self.sync_pauses()
             self.dispatch()
         self.progress.set()
+
+    def fail(self, event: str, exc: BaseException) -> None:
+        """Stop the worker with `exc` (the first failure is the one `run()` raises)."""
+        if self.failure is None:
+            self.failure = exc
+            self.log.error(event, error=str(exc))
+            self.stop.set()
 
     async def wait_idle(self, partitions: set[TopicPartition] | None, timeout_s: float) -> bool:
         """Wait until no running unit touches `partitions` (all when None); False on timeout."""
@@ -362,16 +358,19 @@ class _Membership:
         self.epoch += 1
         self.owned = set(partitions)
         self.restarts.forget(partitions)
-        for tp, offset in self.handler.assigned(partitions).items():
+        try:
+            positions = self.handler.assigned(partitions)
+        except Exception as exc:  # raised into aiokafka, it would only be logged
+            self.fail("assignment_failed", exc)
+            return
+        for tp, offset in positions.items():
             self.consumer.seek(tp, offset)
         self.assigned_once = True
         self.last_busy_s = asyncio.get_running_loop().time()  # the join was not idle time
         if self.ops is not None:
             self.ops.ready = True
-        self.log.info(
-            "partitions_assigned",
-            partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in partitions),
-        )
+        named = sorted(f"{tp.topic}/{tp.partition}" for tp in partitions)
+        self.log.info("partitions_assigned", partitions=named)
 
     async def revoke(self, partitions: set[TopicPartition]) -> None:
         """Rebalance: stop starting work for `partitions`, wait for theirs, commit, forget them."""

@@ -72,7 +72,17 @@ class Work:
 
 
 class PartitionHandler(abc.ABC):
-    """What a daemon does with its records; the worker calls it from its event loop only."""
+    """What a daemon does with its records; the worker calls it from its event loop only.
+
+    How a daemon uses the worker (`hifi/worker.py`):
+
+        class Auditing(PartitionHandler):
+            def take(self, tp, records): ...         # parse, keep what is to be written
+            def next_work(self, *, poll_open): ...   # Work(job=self._write(...), offsets=...)
+
+        worker = PartitionWorker(settings, WorkerOptions(group_id="g", max_in_flight=4, ...))
+        await worker.run(Auditing(...), topics=[...])  # worker.request_stop() from a signal
+    """
 
     @abc.abstractmethod
     def take(self, tp: TopicPartition, records: list[Any]) -> int | None:
@@ -93,7 +103,8 @@ class PartitionHandler(abc.ABC):
 
     def assigned(self, partitions: set[TopicPartition]) -> Mapping[TopicPartition, int]:
         """A rebalance gave this member `partitions`; where to read some of them from instead
-        of the group's committed offsets (the auditor keeps its audit-topic positions itself)."""
+        of the group's committed offsets (the auditor keeps its audit-topic positions itself).
+        An exception stops the worker with it."""
         return {}
 
     def held(self, owned: set[TopicPartition]) -> set[TopicPartition]:

@@ -53,6 +53,7 @@ class FakeGroup:
         self.incarnation = {tp: 0 for tp in self.logs}  # in each record's value: which topic
         self.stale_highwater: dict[TopicPartition, int] = {}  # a lagging leader's, until removed
         self.end_questions = 0  # end_offsets calls
+        self.listener_failures = 0  # assignments whose callback raised
 
     # --- what the test does ---
 
@@ -175,5 +176,8 @@ class FakeGroup:
         self._paused &= new
         self._position = {tp: self.committed.get(tp, 0) for tp in new}
         if self._on_assigned is not None:
-            self._on_assigned(set(new))
+            try:
+                self._on_assigned(set(new))
+            except Exception:  # as aiokafka does: the listener's failure logged, the member on
+                self.listener_failures += 1
         done.set_result(None)

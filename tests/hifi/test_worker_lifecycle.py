@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from aiokafka import TopicPartition
 
 from hifi.kafka.settings import KafkaSettings
@@ -16,6 +17,7 @@ from hifi.worker import PartitionWorker
 from tests.hifi.fake_group import FakeGroup
 from tests.hifi.worker_support import (
     WAIT_S,
+    Boom,
     Units,
     finish_out_of_order,
     not_done_within,
@@ -132,3 +134,24 @@ async def test_idle_clock_starts_at_the_first_assignment() -> None:
         await asyncio.wait_for(task, WAIT_S)
     assert [(u.offset, u.finished) for u in handler.units] == [(0, True), (1, True)]
     assert group.committed == {P0: 2}
+
+
+class _Refusing(Units):
+    """A handler whose assignment fails, as the auditor's does on a snapshot it cannot read."""
+
+    def assigned(self, partitions: set[TopicPartition]) -> dict[TopicPartition, int]:
+        raise Boom("snapshot cannot be read")
+
+
+async def test_an_assignment_the_handler_cannot_take_stops_the_worker_with_its_error() -> None:
+    """aiokafka only logs what its assignment callback raises and polls on; the worker stops
+    with the error instead, having taken nothing of partitions its handler never took."""
+    group = FakeGroup(TOPIC, partitions=1)
+    group.append(0, 3)
+    handler = _Refusing(auto_release=True)
+    worker = PartitionWorker(NEVER_DIALED, options("g"), consumer=group.open)
+    with pytest.raises(Boom, match="snapshot cannot be read"):
+        await asyncio.wait_for(worker.run(handler, topics=[TOPIC]), WAIT_S)
+    assert group.listener_failures == 0  # the worker's callback did not raise into the client
+    assert handler.units == []
+    assert group.committed == {}
