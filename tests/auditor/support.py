@@ -14,8 +14,11 @@ import httpx
 from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client import REGISTRY
 
+from auditor.accounts import Accounts
+from auditor.archive import Archive
 from auditor.buckets import MINUTE_MS
 from auditor.daemon import Auditor
+from auditor.progress import ProgressClock
 from auditor.tables import report_row
 from config.catalog import Catalog
 from config.destination import Destination
@@ -204,3 +207,27 @@ async def recreate_topic(settings: KafkaSettings, topic: str, partitions: int = 
             break
         await asyncio.sleep(0.2)
     await kafka_admin.ensure_topics(settings, [topic], partitions=partitions)
+
+
+def group_member(
+    dest: Destination,
+    archive: Archive,
+    *,
+    audit_topic: str,
+    now_ms: int,
+    roll_s: float,
+    member: str = "auditor",
+) -> Accounts:
+    """A member named `member` of auditor group "g" (partitions 0 and 1 of `dest`'s first
+    source topic), at a fixed clock, its high watermarks unknown."""
+    return Accounts(
+        {dest.name: dest},
+        archive,
+        audit_topic=audit_topic,
+        clock=ProgressClock(lambda tp: None, lambda: now_ms),
+        roll_s=roll_s,
+        group_id="g",
+        partitions={dest.source_topics[0]: [0, 1]},
+        member=member,
+        now_ms=lambda: now_ms,
+    )

@@ -15,12 +15,10 @@ from typing import Any
 import orjson
 from aiokafka import TopicPartition
 
-from auditor.accounts import Accounts
 from auditor.archive import Archive
 from auditor.board import board_dir
-from auditor.progress import ProgressClock
 from auditor.shares import snapshot_name
-from tests.auditor.support import audited_destination
+from tests.auditor.support import audited_destination, group_member
 from tests.auditor.test_ledger import T0
 
 TOPIC, AUDIT = "src", "audit"
@@ -50,16 +48,8 @@ async def test_between_two_assignments_the_member_takes_rolls_and_posts_nothing(
     poll comes back whole (read again); assigned again, it rolls the shares it owns now only."""
     dest = audited_destination(catalog_dir, "d", "http://d.test/in", TOPIC)
     archive = Archive(tmp_path / "archive")
-    accounts = Accounts(
-        {"d": dest},
-        archive,
-        audit_topic=AUDIT,
-        clock=ProgressClock(lambda tp: None, lambda: NOW_MS),
-        roll_s=0.0,  # a roll is due whenever something waits
-        group_id="g",
-        partitions={TOPIC: [0, 1]},
-        now_ms=lambda: NOW_MS,
-    )
+    # a roll is due whenever something waits
+    accounts = group_member(dest, archive, audit_topic=AUDIT, now_ms=NOW_MS, roll_s=0.0)
     accounts.assigned({P0, P1, AUDIT0})
     assert accounts.take(P0, _records(P0, range(3))) is None
     assert archive.buffered_rows == 3

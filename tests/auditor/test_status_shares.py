@@ -7,12 +7,10 @@ from typing import Any, cast
 
 from aiokafka import TopicPartition
 
-from auditor.accounts import Accounts
 from auditor.archive import Archive
 from auditor.board import board_dir, post
 from auditor.pages import Pages
-from auditor.progress import ProgressClock
-from tests.auditor.support import audited_destination
+from tests.auditor.support import audited_destination, group_member
 from tests.auditor.test_ledger import T0
 
 TOPIC, AUDIT = "src", "audit"
@@ -27,16 +25,8 @@ async def test_status_names_the_members_shares_and_the_shares_not_posted_lately(
     other member's and stale; between two assignments the member says it is rebalancing."""
     dest = audited_destination(catalog_dir, "d", "http://d.test/in", TOPIC)
     archive = Archive(tmp_path / "archive")
-    accounts = Accounts(
-        {"d": dest},
-        archive,
-        audit_topic=AUDIT,
-        clock=ProgressClock(lambda tp: None, lambda: NOW_MS),
-        roll_s=1.0,
-        group_id="g",
-        partitions={TOPIC: [0, 1]},
-        member="auditor@a:1",
-        now_ms=lambda: NOW_MS,
+    accounts = group_member(
+        dest, archive, audit_topic=AUDIT, now_ms=NOW_MS, roll_s=1.0, member="auditor@a:1"
     )
     entry = {"member": "auditor@b:2", "written_ms": NOW_MS - 20_000, "progress_ms": 0}
     post(board_dir(archive.root, "g"), P1, {**entry, "dests": {"d": _empty_share()}})
