@@ -31,7 +31,7 @@ from auditor.health import Health
 from auditor.incarnations import Incarnations
 from auditor.intake import Intake
 from auditor.legacy import LegacySnapshot
-from auditor.missing import missing_ids
+from auditor.missing import Resolve, missing_ids, unnamed
 from auditor.progress import ProgressClock
 from auditor.settling import Settling
 from auditor.shares import Share, snapshot_name
@@ -95,8 +95,7 @@ class Accounts(PartitionHandler):
         self._offsets: dict[TopicPartition, list[int]] = defaultdict(list)
         self._facts: list[tuple[TopicPartition, list[Any], bool]] = []  # audit polls, `again`
         self._last_roll = time.monotonic()
-        self._to_resolve: list[tuple[TopicPartition, str, int, dict[tuple[str, int], list[int]]]]
-        self._to_resolve = []
+        self._to_resolve: list[Resolve] = []
         self._audit_owned: set[TopicPartition] = set()
         self._health_restored: set[str] = set()
         self._then_stop: Callable[[], None] | None = None  # set by `roll_and_stop`
@@ -137,6 +136,7 @@ class Accounts(PartitionHandler):
             )
         for tp in sorted(owned - set(self.shares)):
             self.shares[tp] = self._open_share(tp)
+            self._to_resolve.extend(unnamed(tp, self.shares[tp]))
         self._audit_owned = partitions - owned
         positions: dict[TopicPartition, int] = {}
         for audit in self._audit_owned:
@@ -313,7 +313,7 @@ class Accounts(PartitionHandler):
         self,
         pending: PendingFiles,
         states: dict[str, bytes],
-        resolve: list[tuple[TopicPartition, str, int, dict[tuple[str, int], list[int]]]],
+        resolve: list[Resolve],
         *,
         last: bool = False,
     ) -> None:

@@ -5,11 +5,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from aiokafka import TopicPartition
 from pyroaring import BitMap
 
 from auditor.archive.read import find_ids
 from auditor.buckets import Bucket, Partition
 from auditor.ledger import MAX_MISSING_IDS
+from auditor.shares import Share
+
+# What a member names: a share, a destination, a final minute and its missing events' origins.
+Resolve = tuple[TopicPartition, str, int, dict[Partition, list[int]]]
 
 
 def missing_origins(bucket: Bucket) -> dict[Partition, list[int]]:
@@ -24,6 +29,18 @@ def missing_origins(bucket: Bucket) -> dict[Partition, list[int]]:
             origins[tp] = offsets
             left -= len(offsets)
     return origins
+
+
+def unnamed(tp: TopicPartition, share: Share) -> list[Resolve]:
+    """The final minutes of a share just opened whose missing events were never named: its
+    member names them in the roll after the one that made them final, and a member killed
+    before its next snapshot leaves them unnamed there (the next owner names them)."""
+    found: list[Resolve] = []
+    for dest, ledger in share.ledgers.items():
+        for bucket in ledger.buckets.values():
+            if bucket.final and bucket.missing_ids is None and ledger.tally(bucket).missing:
+                found.append((tp, dest, bucket.minute_ms, missing_origins(bucket)))
+    return found
 
 
 async def missing_ids(

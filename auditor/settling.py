@@ -21,13 +21,11 @@ from auditor.board import board_dir, post, read_board
 from auditor.intake import Intake
 from auditor.lead import final_file, read_final_rows, serve, write_final_rows
 from auditor.merged import DestinationView, share_entry
-from auditor.missing import missing_origins
+from auditor.missing import Resolve, missing_origins
 from auditor.shares import Share
 from config.destination import Destination
 
 log = structlog.get_logger(__name__)
-
-Resolve = tuple[TopicPartition, str, int, dict[tuple[str, int], list[int]]]
 
 
 class Settling:

@@ -6,11 +6,12 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
+from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client import REGISTRY
 
@@ -217,14 +218,15 @@ def group_member(
     now_ms: int,
     roll_s: float,
     member: str = "auditor",
+    highwater: Callable[[TopicPartition], int | None] = lambda tp: None,
 ) -> Accounts:
     """A member named `member` of auditor group "g" (partitions 0 and 1 of `dest`'s first
-    source topic), at a fixed clock, its high watermarks unknown."""
+    source topic), at a fixed clock, its high watermarks `highwater`'s (unknown by default)."""
     return Accounts(
         {dest.name: dest},
         archive,
         audit_topic=audit_topic,
-        clock=ProgressClock(lambda tp: None, lambda: now_ms),
+        clock=ProgressClock(highwater, lambda: now_ms),
         roll_s=roll_s,
         group_id="g",
         partitions={dest.source_topics[0]: [0, 1]},
