@@ -2,7 +2,8 @@
 
 A flaky destination (20 % of requests fail, as in `flaky_destination`), the connector killed
 with SIGKILL while it delivers, then one of the three auditors (a round per two of the size's
-kills, another auditor each round), and a deliberate gap: the connector's committed offset on
+kills): first the member that owns the lead share (partition 0: it writes the merged final
+minutes, `auditor/lead.py`), then another each round; and a deliberate gap: the connector's committed offset on
 partition 1 is moved past `GAP_EVENTS` events before it starts, so they are never delivered.
 Three auditor processes share the destination's six partitions (group `NAME.auditors`, one
 archive); a fourth counts it alone (`NAME.single`).
@@ -77,8 +78,7 @@ async def run_group_scenario(
         stage.destination.set_faults(
             0.2, [Reply(503), Reply(500), Reply(drop=True)], seed=rng.randrange(1000)
         )
-        auditors = [d for d, _ in members]
-        fault = asyncio.create_task(_kills(stage, connector, auditors, rng, size))
+        fault = asyncio.create_task(_kills(stage, connector, members, topic, rng, size))
         ids = await _produce(stage, name, topic, size.events, rate)
         await fault
         stage.destination.reset_script()
@@ -147,18 +147,40 @@ async def _gap(stage: Stage, name: str, topic: str) -> dict[str, int]:
 
 
 async def _kills(
-    stage: Stage, connector: Daemon, auditors: list[Daemon], rng: random.Random, size: Size
+    stage: Stage,
+    connector: Daemon,
+    auditors: list[tuple[Daemon, str]],
+    topic: str,
+    rng: random.Random,
+    size: Size,
 ) -> None:
-    """SIGKILL the connector while it delivers, then one auditor of the group (another each
-    round): half as many rounds as `size.kills`, at least one."""
+    """SIGKILL the connector while it delivers, then one auditor of the group: the lead share's
+    member first, another each round after; half as many rounds as `size.kills`, at least one."""
     destination = stage.destination
+    lead = await _lead_member([url for _, url in auditors], f"{topic}/0")
     for round_ in range(max(1, size.kills // 2)):
         if not await destination.wait_for_requests(destination.request_count + 5, 60.0):
             return
         await asyncio.sleep(rng.uniform(0.0, 1.0))
         connector.kill9()
         await asyncio.sleep(rng.uniform(1.0, 3.0))
-        auditors[(round_ + 1) % len(auditors)].kill9()
+        auditors[(lead + round_) % len(auditors)][0].kill9()
+
+
+async def _lead_member(urls: list[str], lead_share: str, timeout_s: float = 60.0) -> int:
+    """The index of the member whose `/status` owns `lead_share` (the group's first assignment)."""
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(timeout=5.0) as client:
+        while time.monotonic() < deadline:
+            for index, url in enumerate(urls):
+                try:
+                    status = (await client.get(f"{url}/status")).json()
+                except (httpx.HTTPError, ValueError):
+                    continue
+                if lead_share in status.get("owned_shares", ()):
+                    return index
+            await asyncio.sleep(0.5)
+    raise RuntimeError(f"no auditor of the group owned {lead_share} within {timeout_s:g} s")
 
 
 async def _produce(

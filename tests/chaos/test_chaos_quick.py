@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from chaos.auditor_group import GAP_EVENTS, run_group_scenario
+from chaos.auditor_group import SCENARIO as AUDITOR_GROUP
 from chaos.harness import Stage, stage
 from chaos.ingest_scenarios import INGEST_SCENARIOS, IngestScenario, run_ingest_scenario
 from chaos.scenarios import QUICK, SCENARIOS, Scenario, run_scenario
@@ -50,3 +52,18 @@ async def test_ingest_scenario_loses_nothing_acknowledged(
     assert result.account.wrong_dlq == 0, result.line()
     if scenario.name == "ingest_kill9":
         assert result.kills == QUICK.kills, result.line()
+
+
+async def test_three_auditors_of_one_group_count_what_the_run_and_one_auditor_count(
+    scene: Stage,
+) -> None:
+    """Three auditors share a destination's partitions through a flaky destination, a killed
+    connector, the lead share's member killed and a gap on one partition: every member's final
+    minutes equal the run's count by id (the gap's events missing) and the single auditor's."""
+    result = await run_group_scenario(scene, AUDITOR_GROUP, QUICK)
+    print(result.line())
+    assert result.account.lost == 0, result.line()
+    assert result.audit is not None, result.line()
+    assert result.audit.mismatches == (), result.line()
+    assert result.audit.entered == result.account.produced + GAP_EVENTS, result.line()
+    assert result.kills == 2, result.line()
