@@ -12,6 +12,7 @@ destination's clock and posts them to the board, where the other members read th
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -50,6 +51,10 @@ _kafka_ms_of_record = attrgetter("timestamp")
 
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _digest(snapshot: bytes | None) -> bytes | None:
+    return None if snapshot is None else hashlib.blake2b(snapshot, digest_size=16).digest()
 
 
 class Accounts(PartitionHandler):
@@ -97,6 +102,8 @@ class Accounts(PartitionHandler):
         self._last_roll = time.monotonic()
         self._to_resolve: list[Resolve] = []
         self._audit_owned: set[TopicPartition] = set()
+        # of each share held, its snapshot's as it was read or taken here last (None: none)
+        self._snapshot_digests: dict[TopicPartition, bytes | None] = {}
         self._health_restored: set[str] = set()
         self._then_stop: Callable[[], None] | None = None  # set by `roll_and_stop`
         self.stopping = False  # the last roll is taken: nothing settles after it
@@ -129,7 +136,9 @@ class Accounts(PartitionHandler):
         last roll, the commits with them); read the audit topic again from where the share
         least far along stopped."""
         owned = sources_of(partitions, self._audit_topic)
-        for tp in set(self.shares) - owned:
+        # a share kept whose snapshot another member wrote since (it owned the share while this
+        # member waited for this assignment) is read again: the commits went on from there
+        for tp in set(self.shares) - owned | {tp for tp in owned if self._moved(tp)}:
             del self.shares[tp]
             self.intake.changed = defaultdict(
                 dict, {k: v for k, v in self.intake.changed.items() if k[0] != tp}
@@ -150,10 +159,21 @@ class Accounts(PartitionHandler):
         log.info("shares_assigned", shares=sorted(f"{t.topic}/{t.partition}" for t in owned))
         return positions
 
+    def _moved(self, tp: TopicPartition) -> bool:
+        """Whether the share held is not the one its snapshot holds (read or written last here)."""
+        if tp not in self.shares:
+            return False
+        data = read_snapshot(self._archive.root, snapshot_name(self._group_id, tp))
+        if _digest(data) == self._snapshot_digests.get(tp):
+            return False
+        log.info("share_read_again", share=f"{tp.topic}/{tp.partition}")
+        return True
+
     def _open_share(self, tp: TopicPartition) -> Share:
         share = Share.of(tp, self.intake.readers.get(tp.topic, []))
         name = snapshot_name(self._group_id, tp)
         data = read_snapshot(self._archive.root, name)
+        self._snapshot_digests[tp] = _digest(data)
         try:
             if data is not None:
                 state = msgspec.msgpack.decode(data)
@@ -306,7 +326,8 @@ class Accounts(PartitionHandler):
                 name: self.health[name].snapshot() for name in share.ledgers if name in self.health
             }
             state["written_ms"] = self._now_ms()
-            states[snapshot_name(self._group_id, tp)] = msgspec.msgpack.encode(state)
+            data = states[snapshot_name(self._group_id, tp)] = msgspec.msgpack.encode(state)
+            self._snapshot_digests[tp] = _digest(data)
         return states
 
     async def _roll(

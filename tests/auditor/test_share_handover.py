@@ -1,9 +1,12 @@
-"""A share's missing events are named even when its member is killed before it saved them.
+"""A share handed from member to member keeps every figure, whatever the handover meets.
 
-A member names a final minute's missing ids in the roll after the one whose snapshot made the
-minute final, and keeps them in memory until its next snapshot. Killed in between (kill -9),
-the share's next owner reads a snapshot whose minute is final with its ids unnamed: it must name
-them itself, or the destination's row never gets them.
+- A member names a final minute's missing ids in the roll after the one whose snapshot made the
+  minute final, and keeps them in memory until its next snapshot. Killed in between (kill -9),
+  the share's next owner reads a snapshot whose minute is final with its ids unnamed: it names
+  them itself, or the destination's row never gets them.
+- A member waiting for its next assignment while another owns one of its shares (the group
+  rebalanced twice: a killed member's restart, then its session's end) gets the share back with
+  its commits moved on: it reads the share's snapshot again instead of keeping its own copy.
 """
 
 from __future__ import annotations
@@ -73,3 +76,27 @@ async def test_the_next_owner_names_the_missing_ids_a_killed_member_had_not_save
     final = read_final_rows(board_dir(archive.root, "g"), "d")
     assert final[T0]["missing"] == 3
     assert final[T0]["missing_ids"] == ["0-0", "0-1", "0-2"]
+
+
+async def test_a_share_another_member_held_meanwhile_is_read_again_from_its_snapshot(
+    catalog_dir: Path, tmp_path: Path
+) -> None:
+    """A member waits for its next assignment while another member owns one of its shares,
+    reads records of it, rolls and commits; given the share back, the first member reads its
+    snapshot again rather than keep its own older copy (whose offsets the commits passed)."""
+    dest = audited_destination(catalog_dir, "d", "http://d.test/in", TOPIC)
+    archive = Archive(tmp_path / "archive")
+    first = _member(dest, archive, "first")
+    first.take(P1, _records(P1, range(3)))
+    await _roll(first)
+    first.drop(ALL)  # the group rebalances; the first member waits for its next assignment
+
+    other = group_member(dest, Archive(archive.root), audit_topic=AUDIT, now_ms=NOW_MS, roll_s=0.0)
+    other.assigned({P1, AUDIT0})
+    other.held({P1, AUDIT0})
+    other.take(P1, _records(P1, range(3, 6)))
+    await _roll(other)  # its snapshot, then its commit: the first member's consumer starts at 6
+    other.drop({P1, AUDIT0})
+
+    first.assigned(ALL)
+    assert first.shares[P1].ledgers["d"].buckets[T0].entered_count() == 6
