@@ -40,19 +40,30 @@ def write_catalog(
     audit: bool = True,
     lookups: bool = False,
     concurrency: str | None = None,
+    buffer_records: int | None = None,
+    max_batch_records: int | None = None,
 ) -> None:
     """`bench.toml`: the destination with every setting at its catalog default; `audit=False`
     adds `[accounting] audit = false` (no audit trail), for the trail's cost; `lookups=True`
     routes each event by its tenant (`LOOKUPS`: `URL/{tenant}` with its `X-Api-Key`);
-    `concurrency` sets `concurrency` ("fixed" or "adaptive") over its default."""
+    `concurrency` sets `concurrency` ("fixed" or "adaptive") over its default; with lookups,
+    `buffer_records` the events the connector holds (fewer: smaller requests per tenant);
+    `max_batch_records` caps the events of a request."""
     directory.mkdir(parents=True, exist_ok=True)
     listed = ", ".join(f'"{topic}"' for topic in topics)
     target = f"{url.rstrip('/')}/{{tenant}}" if lookups else url
     text = f'url = "{target}"\nsource_topics = [{listed}]\n'
     if concurrency is not None:
         text += f'concurrency = "{concurrency}"\n'
+    if max_batch_records is not None:
+        text += f"max_batch_records = {max_batch_records}\n"
     if not audit:
         text += "\n[accounting]\naudit = false\n"
     if lookups:
-        text += LOOKUPS
+        if buffer_records is not None:
+            text += LOOKUPS.replace(
+                "[lookups]\n", f"[lookups]\nbuffer_records = {buffer_records}\n"
+            )
+        else:
+            text += LOOKUPS
     (directory / f"{DEST}.toml").write_text(text)
