@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import gzip
+import os
 import time
-import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
 from operator import attrgetter
@@ -112,7 +112,7 @@ class Deliverer:
 
         The batch is counted once by result (`hifi_connector_batches_total`), whatever its
         bisection cost; its facts name it (`SentBatch`)."""
-        sent = SentBatch(uuid.uuid4().hex[:16])
+        sent = SentBatch(os.urandom(8).hex())
         route = _route_of(batch)
         breaker = self.breakers.of(route)
         try:
@@ -142,7 +142,7 @@ class Deliverer:
         breaker, anything else opens it again; the probe's events get their outcome as any
         batch's would, without local retries or bisection. What `resolve` returns."""
         breaker.begin_probe()
-        sent = SentBatch(uuid.uuid4().hex[:16])
+        sent = SentBatch(os.urandom(8).hex())
         try:
             status = await self.send_with_retries(batch, attempts=1)
         except DestinationUnavailable as exc:

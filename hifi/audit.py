@@ -34,7 +34,6 @@ from __future__ import annotations
 import os
 import socket
 import time
-import uuid
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -255,7 +254,7 @@ def build_facts(
         Fact(
             FORMAT_MAJOR,
             FORMAT_MINOR,
-            uuid.uuid4().hex,
+            os.urandom(16).hex(),  # 128 random bits, as uuid4().hex at a fifth of its cost
             dest,
             node,
             str(outcome),
@@ -309,7 +308,7 @@ class AuditTrail:
         return Fact(
             FORMAT_MAJOR,
             FORMAT_MINOR,
-            uuid.uuid4().hex,
+            os.urandom(16).hex(),
             self._dest,
             self._node,
             BREAKER,

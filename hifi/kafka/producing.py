@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import DefaultPartitioner, murmur2
 from aiokafka.structs import RecordMetadata
 
 from hifi.kafka.clients import (
@@ -97,6 +99,20 @@ class Producer:
         return written
 
 
+def keyed_partitioner(key: bytes | None, all_partitions: list[int], available: list[int]) -> int:
+    """aiokafka's default partitioner (murmur2 of the key, as Java's), each key's hash kept:
+    aiokafka's murmur2 is pure Python, and a connector keys every audit fact with one of a few
+    origin partitions (`hifi/audit_keys.py`)."""
+    if not isinstance(key, bytes):
+        return int(DefaultPartitioner()(key, all_partitions, available))
+    return all_partitions[_key_hash(key) % len(all_partitions)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_hash(key: bytes) -> int:
+    return int(murmur2(key)) & 0x7FFFFFFF
+
+
 @contextlib.asynccontextmanager
 async def producer(settings: KafkaSettings, **overrides: Any) -> AsyncIterator[Producer]:
     """A started `Producer` (acks=all) that is flushed and stopped on exit."""
@@ -105,6 +121,7 @@ async def producer(settings: KafkaSettings, **overrides: Any) -> AsyncIterator[P
         "enable_idempotence": settings.enable_idempotence,
         "linger_ms": 5,
         "max_request_size": MAX_REQUEST_BYTES,
+        "partitioner": keyed_partitioner,
     }
     options.update(overrides)
     client = AIOKafkaProducer(**client_options(settings), **options)

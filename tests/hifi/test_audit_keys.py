@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from aiokafka.partitioner import DefaultPartitioner
+
 from hifi.audit import MAX_EVENTS_PER_FACT, Seen, build_facts, decode_fact, fact_records
 from hifi.audit_keys import origin_key, origin_of_key
+from hifi.kafka.producing import keyed_partitioner
 from hifi.vocabulary import Outcome
 
 
@@ -56,3 +59,14 @@ def test_keys_written_before_the_split_name_no_origin() -> None:
     for key in (b"shop", b"topic:clicks", None, b"", b"a/b", b"/3"):
         assert origin_of_key(key) is None
     assert origin_of_key(b"my.topic-1/12") == ("my.topic-1", 12)
+
+
+def test_the_producers_partitioner_is_kafkas_default_with_each_keys_hash_kept() -> None:
+    """`keyed_partitioner` puts every key where aiokafka's default (Java's murmur2) does, on
+    any partition count, and a record without a key on one of the available partitions."""
+    partitions = list(range(12))
+    for count in (1, 3, 4, 12):
+        for key in [origin_key("clicks", p) for p in range(50)] + [b"", b"x", bytes(range(37))]:
+            chosen = keyed_partitioner(key, partitions[:count], partitions[:count])
+            assert chosen == DefaultPartitioner()(key, partitions[:count], partitions[:count])
+    assert keyed_partitioner(None, partitions, [5]) == 5
