@@ -65,7 +65,9 @@ class Http1Connection(asyncio.Protocol):
         self._kept_bytes = 0
         self._cut = False
         self._last_read_s = 0.0
+        # one timer per connection, not per request: it re-arms itself while a reply is read
         self._read_timer: asyncio.TimerHandle | None = None
+        self._read_timeout_s: float | None = None  # the exchange being read, if it has one
         self._drained: asyncio.Future[None] | None = None  # set while writing is paused
         self._lost: asyncio.Future[None] | None = None  # made by `wait_lost`
         self._gone = False  # connection_lost was called
@@ -103,9 +105,8 @@ class Http1Connection(asyncio.Protocol):
                 await self._drain(reply, write_timeout_s)
             if read_timeout_s is not None and not reply.done():
                 self._last_read_s = now_s = self._loop.time()
-                self._read_timer = self._loop.call_at(
-                    now_s + read_timeout_s, self._check_read, read_timeout_s
-                )
+                self._read_timeout_s = read_timeout_s
+                self._arm_read_timer(now_s + read_timeout_s)
             result = await reply
             if result.reusable and self._transport.get_write_buffer_size():
                 self.closed = True  # answered before it took the whole request: out of step
@@ -113,9 +114,7 @@ class Http1Connection(asyncio.Protocol):
             return result
         finally:
             self._reply = None
-            if self._read_timer is not None:
-                self._read_timer.cancel()
-                self._read_timer = None
+            self._read_timeout_s = None  # the timer, if still set, ends itself when it fires
 
     def close(self) -> None:
         """Close after what is written is flushed (a clean end: expired, or told to close)."""
@@ -163,6 +162,9 @@ class Http1Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = self._gone = True
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
         if self._lost is not None and not self._lost.done():
@@ -290,13 +292,24 @@ class Http1Connection(asyncio.Protocol):
         except TimeoutError as exc:
             raise httpx.WriteTimeout(f"request not written within {timeout_s}s") from exc
 
-    def _check_read(self, timeout_s: float) -> None:
-        """The read timer: fail the reply when nothing arrived for `timeout_s`, else re-arm."""
-        reply = self._reply
-        if reply is None or reply.done():
+    def _arm_read_timer(self, due_s: float) -> None:
+        """Have the read timer fire by `due_s`: a timer set for later (or none) is set anew."""
+        timer = self._read_timer
+        if timer is not None and timer.when() <= due_s:
+            return  # it fires first and re-arms itself for what is due then
+        if timer is not None:
+            timer.cancel()
+        self._read_timer = self._loop.call_at(due_s, self._check_read)
+
+    def _check_read(self) -> None:
+        """The read timer: fail the reply when nothing arrived for its read timeout, else re-arm
+        for when that is due; with no reply being read (the exchange ended), stop."""
+        self._read_timer = None
+        reply, timeout_s = self._reply, self._read_timeout_s
+        if reply is None or reply.done() or timeout_s is None:
             return
         due_s = self._last_read_s + timeout_s
         if self._loop.time() >= due_s:
             self._fail(httpx.ReadTimeout(f"no response data for {timeout_s}s"))
             return
-        self._read_timer = self._loop.call_at(due_s, self._check_read, timeout_s)
+        self._read_timer = self._loop.call_at(due_s, self._check_read)
