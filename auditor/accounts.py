@@ -12,7 +12,6 @@ destination's clock and posts them to the board, where the other members read th
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -24,7 +23,7 @@ import structlog
 from aiokafka import TopicPartition
 
 from auditor import metrics
-from auditor.archive import Archive, PendingFiles, write_snapshot
+from auditor.archive import Archive, PendingFiles
 from auditor.archive.read import read_snapshot
 from auditor.assignor import sources_of
 from auditor.epochs import Epochs
@@ -35,7 +34,7 @@ from auditor.legacy import LegacySnapshot
 from auditor.missing import Resolve, missing_ids, unnamed
 from auditor.progress import ProgressClock
 from auditor.settling import Settling
-from auditor.shares import Share, snapshot_name
+from auditor.shares import Share, snapshot_digest, snapshot_name, write_share_snapshot
 from auditor.tables import iso_minute
 from config.destination import Destination
 from hifi.errors import HifiError
@@ -51,10 +50,6 @@ _kafka_ms_of_record = attrgetter("timestamp")
 
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _digest(snapshot: bytes | None) -> bytes | None:
-    return None if snapshot is None else hashlib.blake2b(snapshot, digest_size=16).digest()
 
 
 class Accounts(PartitionHandler):
@@ -102,8 +97,8 @@ class Accounts(PartitionHandler):
         self._last_roll = time.monotonic()
         self._to_resolve: list[Resolve] = []
         self._audit_owned: set[TopicPartition] = set()
-        # of each share held, its snapshot's as it was read or taken here last (None: none)
-        self._snapshot_digests: dict[TopicPartition, bytes | None] = {}
+        # by snapshot name, the digest of the one this member read or wrote last (None: none)
+        self._snapshot_digests: dict[str, bytes | None] = {}
         self._health_restored: set[str] = set()
         self._then_stop: Callable[[], None] | None = None  # set by `roll_and_stop`
         self.stopping = False  # the last roll is taken: nothing settles after it
@@ -163,8 +158,9 @@ class Accounts(PartitionHandler):
         """Whether the share held is not the one its snapshot holds (read or written last here)."""
         if tp not in self.shares:
             return False
-        data = read_snapshot(self._archive.root, snapshot_name(self._group_id, tp))
-        if _digest(data) == self._snapshot_digests.get(tp):
+        name = snapshot_name(self._group_id, tp)
+        on_disk = snapshot_digest(read_snapshot(self._archive.root, name))
+        if on_disk == self._snapshot_digests.get(name):
             return False
         log.info("share_read_again", share=f"{tp.topic}/{tp.partition}")
         return True
@@ -173,7 +169,7 @@ class Accounts(PartitionHandler):
         share = Share.of(tp, self.intake.readers.get(tp.topic, []))
         name = snapshot_name(self._group_id, tp)
         data = read_snapshot(self._archive.root, name)
-        self._snapshot_digests[tp] = _digest(data)
+        self._snapshot_digests[name] = snapshot_digest(data)
         try:
             if data is not None:
                 state = msgspec.msgpack.decode(data)
@@ -326,8 +322,7 @@ class Accounts(PartitionHandler):
                 name: self.health[name].snapshot() for name in share.ledgers if name in self.health
             }
             state["written_ms"] = self._now_ms()
-            data = states[snapshot_name(self._group_id, tp)] = msgspec.msgpack.encode(state)
-            self._snapshot_digests[tp] = _digest(data)
+            states[snapshot_name(self._group_id, tp)] = msgspec.msgpack.encode(state)
         return states
 
     async def _roll(
@@ -351,7 +346,8 @@ class Accounts(PartitionHandler):
         await asyncio.to_thread(pending.write)
         root = self._archive.root
         for name, data in states.items():
-            await asyncio.to_thread(write_snapshot, root, name, data)
+            digest = await asyncio.to_thread(write_share_snapshot, root, name, data)
+            self._snapshot_digests[name] = digest
         metrics.ARCHIVE_ROWS.inc(pending.rows)
         metrics.ARCHIVE_WRITE.observe(time.perf_counter() - started)
 

@@ -14,12 +14,15 @@ takes its state with it to the member that gets it, which reads it when it is as
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiokafka import TopicPartition
 
+from auditor.archive import write_snapshot
 from auditor.ledger import Ledger
 from config.destination import Destination
 
@@ -29,6 +32,17 @@ SHARE_SNAPSHOT_FORMAT = 2  # the group's single snapshot (`auditor-GROUP`) is fo
 def snapshot_name(group_id: str, tp: TopicPartition) -> str:
     """The name of a share's snapshot in the archive's `_state`."""
     return f"auditor-{group_id}--{tp.topic}--{tp.partition}"
+
+
+def snapshot_digest(snapshot: bytes | None) -> bytes | None:
+    """What tells one snapshot's bytes from another's (None: no snapshot)."""
+    return None if snapshot is None else hashlib.blake2b(snapshot, digest_size=16).digest()
+
+
+def write_share_snapshot(root: Path, name: str, data: bytes) -> bytes | None:
+    """Write a share's snapshot (in a thread) and return its digest, taken there too."""
+    write_snapshot(root, name, data)
+    return snapshot_digest(data)
 
 
 @dataclass(slots=True)

@@ -3,8 +3,9 @@
 A flaky destination (20 % of requests fail, as in `flaky_destination`), the connector killed
 with SIGKILL while it delivers, then one of the three auditors (a round per two of the size's
 kills): first the member that owns the lead share (partition 0: it writes the merged final
-minutes, `auditor/lead.py`), then another each round; and a deliberate gap: the connector's committed offset on
-partition 1 is moved past `GAP_EVENTS` events before it starts, so they are never delivered.
+minutes, `auditor/lead.py`), then another each round; and a deliberate gap: the connector's
+committed offset on partition 1 is moved past `GAP_EVENTS` events before it starts, so they are
+never delivered.
 Three auditor processes share the destination's six partitions (group `NAME.auditors`, one
 archive); a fourth counts it alone (`NAME.single`).
 Every minute of every member's `/tables` must equal the run's own count by id (the gap's
