@@ -24,7 +24,7 @@ Two phases, each on a fresh embedded Tansu broker, with the auditor as its own p
 4. group: the backlog of phase 3 delivered once more, then read by one auditor alone and by
    two auditors of one group (`bench/auditor_group.py`): `per_cpu_two_over_one` (the pair's
    events per CPU-second over the single one's: the work splits, it does not grow) and
-   `two_over_one_drain` (the single one's drain time over the pair's), on the line
+   `two_over_one_drain` (the pair's events per second over the single one's), on the line
    `bench-auditor: per_cpu_two_over_one=R two_over_one_drain=D`.
 
 The timeline starts 240 s before the auditor does (the bench waits for that moment when

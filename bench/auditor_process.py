@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 import urllib.request
@@ -90,6 +91,15 @@ class AuditorProcess(ReaderProcess):
         ]
         env = {**os.environ, "HIFI_KAFKA_BOOTSTRAP": bootstrap, AUDIT_TOPIC_ENV_VAR: audit_topic}
         super().__init__(args, log_path=log_path, env=env)
+
+    async def owned_shares(self) -> list[str]:
+        """The shares (`topic/partition`) its `/status` says it owns now; none if it does not answer."""
+        text = await asyncio.to_thread(_get, f"http://127.0.0.1:{self.metrics_port}/status")
+        try:
+            owned = json.loads(text)["owned_shares"] if text is not None else []
+        except (ValueError, KeyError, TypeError):
+            return []
+        return [str(share) for share in owned] if isinstance(owned, list) else []
 
     async def is_ready(self) -> bool:
         return (
