@@ -3,8 +3,10 @@
 `make bench` reports the CPU per request of one version; a change is judged against the code
 before it on the same machine in the same hour. Each round drains, for each version in turn, a
 plain topic and a Zipf topic of 1,000 tenants (`bench.lookups`) of `--events` events each on
-fresh brokers, and prints `cpu_per_request_us` as `make bench` defines it
-(`docs/performance.md`). The connector of a version runs from its source tree (`PYTHONPATH`),
+fresh brokers, and prints `cpu_per_request_us` as `make bench` defined it before its fit over
+two tenant drains (`docs/performance.md`; that definition also charges requests the drain's
+time-bound CPU). `python -m bench.request_cost --tree . --tree TREE` alternates the fit.
+The connector of a version runs from its source tree (`PYTHONPATH`),
 the bench, broker and Redis are this tree's:
 
     git worktree add --detach /tmp/before COMMIT

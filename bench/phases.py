@@ -50,14 +50,23 @@ async def throughput(
     audit: bool = True,
     lookups: Mapping[str, str] | None = None,
     kafka_env: Mapping[str, str] | None = None,
+    max_batch_records: int | None = None,
 ) -> Throughput:
     """Start a connector on the pre-filled `topic` and measure from its first delivery to its
     last; `audit=False`: with the destination's audit trail off; `lookups`: with tenant
     lookups, and this environment (where Redis is, where the snapshot goes); `kafka_env`: the
-    `HIFI_KAFKA_*` of a secured broker (`KafkaSettings.environment()`)."""
+    `HIFI_KAFKA_*` of a secured broker (`KafkaSettings.environment()`); `max_batch_records`:
+    fewer events per request than the catalog's default."""
     deliveries = work / "deliveries.ndjson"
     with processes.destination(deliveries, work / "destination.log") as url:
-        write_catalog(work, url=url, topics=[topic], audit=audit, lookups=lookups is not None)
+        write_catalog(
+            work,
+            url=url,
+            topics=[topic],
+            audit=audit,
+            lookups=lookups is not None,
+            max_batch_records=max_batch_records,
+        )
         connector = processes.ConnectorProcess(
             catalog_dir=work,
             dest=DEST,

@@ -257,7 +257,7 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
         lookups=tenants.fields(ceiling_rate),
         capacity=arc.fields(),
         tls_over_plain=tls.tls_over_plain,
-        cpu_per_request_us=tenants.cpu_per_request_us(median.connector),
+        cpu_per_request_us=tenants.cpu_per_request_us(),
         p95_over_floor_ms=half.lag.p95_ms - references.floor.lag.p95_ms,
     )
     audit_line = (

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.lookups import QUICK, TENANTS
+from bench.lookups import QUICK, SMALL_BATCH_RECORDS, TENANTS
 from bench.run import summary_line
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -46,6 +46,10 @@ def test_quick_run_delivers_everything_with_redis_up_and_stopped(tmp_path: Path)
     runs = report["runs"]
     assert runs["drain"]["delivered"] == QUICK.events
     assert runs["drain"]["requests"] > 0
+    small = runs["small_drain"]  # the CPU-per-request fit's second point: smaller requests
+    assert small["delivered"] == QUICK.events
+    assert small["requests"] >= QUICK.events / SMALL_BATCH_RECORDS
+    assert "cpu_per_request_us" in report
     for probe in ("up", "down"):
         assert runs[probe]["delivered"] == runs[probe]["offered"]["events"] > 0
 

@@ -9,7 +9,10 @@ import time
 import pytest
 
 from bench import measure
+from bench.load import Offered
+from bench.lookups import LookupPhase
 from bench.measure import (
+    LagSummary,
     Probe,
     delivery_rate,
     next_probe_rate,
@@ -18,6 +21,7 @@ from bench.measure import (
     scale_rating,
     summarize_lag,
 )
+from bench.phases import LiveResult, Throughput
 
 LIMIT_MS = 1000.0
 
@@ -106,3 +110,29 @@ def test_read_cpu_s_counts_this_process() -> None:
     assert after is not None
     assert after >= before + 0.03
     assert measure.read_cpu_s(2**22 + 7) is None
+
+
+def _tenant_phase(big: Throughput, small: Throughput | None) -> LookupPhase:
+    lag = LagSummary(count=1, p50_ms=1.0, p95_ms=1.0, p99_ms=1.0, max_ms=1.0)
+    probe = LiveResult("probe", Offered(prefix="probe", events=1, duration_s=1.0), 1, lag)
+    return LookupPhase(1.0, (0.0, 0.0), big, (0.0, 0.0), 1.0, probe, probe, True, small)
+
+
+def test_cpu_per_request_is_the_fit_over_the_two_tenant_drains() -> None:
+    """CPU = a * events + b * requests through both drains gives back b, whatever a is, and the
+    plain drain's share charges a request with what the fit leaves to the events."""
+    per_event_s, per_request_s = 10e-6, 250e-6
+
+    def drain(events: int, requests: int, fixed_s: float = 0.0) -> Throughput:
+        cpu_s = events * per_event_s + requests * per_request_s + fixed_s
+        return Throughput(events, events, 1.0, 1, requests=requests, cpu_s=cpu_s)
+
+    phase = _tenant_phase(drain(400_000, 2_500), drain(100_000, 5_000))
+    assert phase.cpu_per_request_us() == pytest.approx(250.0)
+    assert _tenant_phase(drain(400_000, 2_500), None).cpu_per_request_us() is None
+    plain = Throughput(400_000, 400_000, 1.0, 1, requests=800, cpu_s=400_000 * per_event_s)
+    # a second of CPU that is neither the events' nor the requests': the old definition charges
+    # it to the requests, the fit over two drains of the same events (both paying it) does not
+    fixed = _tenant_phase(drain(400_000, 2_500, 1.0), drain(400_000, 20_000, 1.0))
+    assert fixed.cpu_per_request_us() == pytest.approx(250.0)
+    assert fixed.cpu_per_request_us_over_plain(plain) == pytest.approx(250.0 + 1e6 / 2_500)
