@@ -28,10 +28,7 @@ import redis
 from bench import load, lookups, phases
 from bench.catalog import DEST
 from bench.report import say
-from devstack.broker import LocalBroker
 from devstack.redis import RedisServer
-from hifi.kafka import admin as kafka_admin
-from hifi.kafka.settings import KafkaSettings
 from tenants.keys import tenants_key
 
 THIS_TREE = Path(__file__).resolve().parent.parent
@@ -40,24 +37,17 @@ PARTITIONS = 4
 
 async def _drain(work: Path, events: int, lookups_env: dict[str, str] | None) -> phases.Throughput:
     """A fresh broker, a pre-filled topic (Zipf tenants with `lookups_env`), the connector's drain."""
-    work.mkdir(parents=True, exist_ok=True)
-    with LocalBroker(log_path=work / "broker.log") as broker:
-        settings = KafkaSettings(bootstrap=broker.bootstrap)
-        topic = "ab.lookups" if lookups_env is not None else "ab.plain"
-        await kafka_admin.ensure_topics(settings, [topic], partitions=PARTITIONS)
-        tenants = load.Tenants(lookups.TENANTS, lookups.ZIPF_S) if lookups_env is not None else None
-        await load.prefill(
-            settings, topic, partitions=PARTITIONS, events=events, prefix=topic, tenants=tenants
-        )
-        return await phases.throughput(
-            work / topic,
-            bootstrap=broker.bootstrap,
-            topic=topic,
-            events=events,
-            prefix=topic,
-            timeout_s=900,
-            lookups=lookups_env,
-        )
+    topic = "ab.lookups" if lookups_env is not None else "ab.plain"
+    tenants = load.Tenants(lookups.TENANTS, lookups.ZIPF_S) if lookups_env is not None else None
+    return await phases.fresh_drain(
+        work / topic,
+        topic=topic,
+        prefix=topic,
+        events=events,
+        partitions=PARTITIONS,
+        tenants=tenants,
+        lookups=lookups_env,
+    )
 
 
 async def cpu_per_request_us(tree: Path, events: int) -> float:

@@ -204,28 +204,16 @@ async def _small_drain(plan: LookupPlan, work: Path, env: dict[str, str]) -> pha
     requests for the same events: the second point of the CPU-per-request fit, where what the
     two drains spend alike cancels out)."""
     events = plan.events
-    with LocalBroker(log_path=work / "broker-lookups-small.log") as broker:
-        settings = KafkaSettings(bootstrap=broker.bootstrap)
-        topic, prefix = "bench.lookups_small", "lookups-small"
-        await kafka_admin.ensure_topics(settings, [topic], partitions=plan.partitions)
-        await load.prefill(
-            settings,
-            topic,
-            partitions=plan.partitions,
-            events=events,
-            prefix=prefix,
-            tenants=load.Tenants(TENANTS, ZIPF_S),
-        )
-        small = await phases.throughput(
-            work / "throughput-lookups-small",
-            bootstrap=broker.bootstrap,
-            topic=topic,
-            events=events,
-            prefix=prefix,
-            timeout_s=900,
-            lookups=env,
-            max_batch_records=SMALL_BATCH_RECORDS,
-        )
+    small = await phases.fresh_drain(
+        work / "throughput-lookups-small",
+        topic="bench.lookups_small",
+        prefix="lookups-small",
+        events=events,
+        partitions=plan.partitions,
+        tenants=load.Tenants(TENANTS, ZIPF_S),
+        lookups=env,
+        max_batch_records=SMALL_BATCH_RECORDS,
+    )
     if small.delivered < events:
         raise RuntimeError(f"lookups: {small.delivered} of {events} delivered in small batches")
     per_request = small.delivered / small.requests if small.requests else 0.0

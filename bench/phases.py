@@ -96,6 +96,38 @@ async def throughput(
     )
 
 
+async def fresh_drain(
+    work: Path,
+    *,
+    topic: str,
+    prefix: str,
+    events: int,
+    partitions: int,
+    tenants: load.Tenants | None = None,
+    lookups: Mapping[str, str] | None = None,
+    max_batch_records: int | None = None,
+) -> Throughput:
+    """On a fresh broker: `topic` pre-filled with `events` (their tenants from `tenants`), then
+    the connector's drain of it (`throughput`, with `lookups` and `max_batch_records`)."""
+    work.mkdir(parents=True, exist_ok=True)
+    with LocalBroker(log_path=work / "broker.log") as broker:
+        settings = KafkaSettings(bootstrap=broker.bootstrap)
+        await kafka_admin.ensure_topics(settings, [topic], partitions=partitions)
+        await load.prefill(
+            settings, topic, partitions=partitions, events=events, prefix=prefix, tenants=tenants
+        )
+        return await throughput(
+            work,
+            bootstrap=broker.bootstrap,
+            topic=topic,
+            events=events,
+            prefix=prefix,
+            timeout_s=900,
+            lookups=lookups,
+            max_batch_records=max_batch_records,
+        )
+
+
 async def _count_requests(connector: processes.ConnectorProcess) -> None:
     """Keep the connector's count of 2xx requests current until cancelled (once a second)."""
     while True:
