@@ -15,7 +15,7 @@ import structlog
 from devstack.broker import LocalBroker
 from devstack.destination import TestDestination
 from devstack.redis import local_redis
-from hifi.kafka.settings import KafkaSettings
+from hifi.kafka.settings import ENV_KEYS, KafkaSettings
 from tests.tiers import QuickTierGuard, group_for_xdist, mark_by_fixtures
 
 
@@ -43,6 +43,25 @@ def _structlog_defaults() -> Iterator[None]:
 
 
 TEST_BOOTSTRAP_ENV_VAR = "HIFI_TEST_BOOTSTRAP"
+SESSION_TIMEOUT_ENV_VAR = ENV_KEYS["session_timeout_s"]
+# Tansu answers a group's JoinGroup only after half the joining member's session timeout: 5 s
+# for each connector or auditor with aiokafka's default of 10 s. The tests' members use the
+# shortest session Kafka accepts (its `group.min.session.timeout.ms`), so each join takes 3 s.
+TANSU_SESSION_TIMEOUT_S = 6
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _short_group_sessions() -> Iterator[None]:
+    """Against the tests' Tansu, every group member of this process and of the daemons it starts
+    joins with `TANSU_SESSION_TIMEOUT_S` (`HIFI_KAFKA_SESSION_TIMEOUT_S`, which they inherit)
+    unless the variable is set already; against $HIFI_TEST_BOOTSTRAP the environment is left as
+    it is."""
+    if os.environ.get(TEST_BOOTSTRAP_ENV_VAR) or os.environ.get(SESSION_TIMEOUT_ENV_VAR):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(SESSION_TIMEOUT_ENV_VAR, str(TANSU_SESSION_TIMEOUT_S))
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -81,7 +100,7 @@ def kafka_settings(kafka_bootstrap: str) -> KafkaSettings:
     SASL: the variables the daemons started by the tests inherit too); else plaintext Tansu."""
     if os.environ.get(TEST_BOOTSTRAP_ENV_VAR):
         return KafkaSettings.from_env({**os.environ, "HIFI_KAFKA_BOOTSTRAP": kafka_bootstrap})
-    return KafkaSettings(bootstrap=kafka_bootstrap)
+    return KafkaSettings(bootstrap=kafka_bootstrap, session_timeout_s=TANSU_SESSION_TIMEOUT_S)
 
 
 @pytest.fixture(scope="session")

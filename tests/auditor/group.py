@@ -9,13 +9,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from auditor.buckets import MINUTE_MS
 from auditor.daemon import Auditor
 from auditor.tables import iso_minute
 from config.destination import Destination
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
-from tests.auditor.support import COUNTS, JUDGEMENT, audited_destination, by_minute, now_ms
+from tests.auditor.support import (
+    COUNTS,
+    JUDGEMENT,
+    audited_destination,
+    by_minute,
+    last_minute_final_in,
+)
 
 PARTITIONS = 4
 FIGURES = (*COUNTS, *JUDGEMENT)
@@ -62,9 +67,7 @@ async def scene(
 ) -> Scene:
     """A destination whose events (of the last minute) become final `final_in_s` from now:
     its `settle_s` is set so (a settled minute's row does not wait a minute's end in a test)."""
-    now = now_ms()
-    minute_ms = now - now % MINUTE_MS - MINUTE_MS
-    settle_s = round((now + final_in_s * 1000 - minute_ms - MINUTE_MS) / 1000, 1)
+    minute_ms, settle_s = last_minute_final_in(final_in_s)
     await kafka_admin.ensure_topics(settings, [name], partitions=PARTITIONS)
     dest = audited_destination(
         catalog_dir, name, url, name, settle_s=settle_s, lag_sla_s=600.0, retention_min=30

@@ -124,6 +124,14 @@ def minute_start(epoch_ms: int) -> int:
     return epoch_ms - epoch_ms % MINUTE_MS
 
 
+def last_minute_final_in(final_in_s: float) -> tuple[int, float]:
+    """The minute before this one, and the `settle_s` that makes it final `final_in_s` from now:
+    a test's events of that minute are counted final without waiting for this minute's end."""
+    now = now_ms()
+    minute_ms = minute_start(now) - MINUTE_MS
+    return minute_ms, round((now + final_in_s * 1000 - minute_ms - MINUTE_MS) / 1000, 1)
+
+
 async def sleep_until(epoch_ms: int) -> None:
     """Sleep until the wall clock reaches `epoch_ms` (at once if it has)."""
     await asyncio.sleep(max(0.0, (epoch_ms - now_ms()) / 1000))

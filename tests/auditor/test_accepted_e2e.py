@@ -18,10 +18,19 @@ from hifi.audit_accepted import AcceptedTrail, accepted_event
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from hifi.vocabulary import Outcome
-from tests.auditor.support import audited_destination, now_ms, rows_of, running, settled
+from tests.auditor.support import (
+    audited_destination,
+    last_minute_final_in,
+    rows_of,
+    running,
+    settled,
+)
 from tests.helpers import until
 
 LOST_OFFSET = 99  # acknowledged to a sender, never seen in the topic: Kafka lost it
+# The events are of the last minute, final this long after the test starts: time for the
+# auditor to join its group and read them, and no wait for this minute's end.
+FINAL_IN_S = 15.0
 
 
 async def test_accepted_events_are_counted_per_destination_and_loss_from_them(
@@ -32,11 +41,13 @@ async def test_accepted_events_are_counted_per_destination_and_loss_from_them(
     the lost one, named by its origin; a destination of another topic has no accepted events
     and counts as before; a fact of an unknown outcome is refused with its reason."""
     stream, other, audit_topic = unique, f"{unique}.other", f"{unique}.audit"
+    minute_ms, settle_s = last_minute_final_in(FINAL_IN_S)
     await kafka_admin.ensure_topics(kafka_settings, [stream, other, audit_topic], partitions=1)
-    some = audited_destination(catalog_dir, f"{unique}-some", "http://127.0.0.1:9", stream)
-    every = audited_destination(catalog_dir, f"{unique}-every", "http://127.0.0.1:9", stream)
-    plain = audited_destination(catalog_dir, f"{unique}-plain", "http://127.0.0.1:9", other)
-    at_ms = now_ms()
+    url, keys = "http://127.0.0.1:9", {"settle_s": settle_s}
+    some = audited_destination(catalog_dir, f"{unique}-some", url, stream, **keys)
+    every = audited_destination(catalog_dir, f"{unique}-every", url, stream, **keys)
+    plain = audited_destination(catalog_dir, f"{unique}-plain", url, other, **keys)
+    at_ms = minute_ms + 30_000
     values = [orjson.dumps({"id": f"a-{i}", "event_time": at_ms}) for i in range(5)]
     async with kafka.producer(kafka_settings) as producer:
         written = await producer.send_all([(stream, None, v, []) for v in values])

@@ -120,7 +120,7 @@ async def run_connector_until_idle(
     args = ["--dest", dest, "--catalog", str(catalog_dir), "--metrics-port", "0"]
     process = start(
         "connector",
-        [*args, "--until-idle", "3"],
+        [*args, "--until-idle", "1.5"],
         bootstrap=settings.bootstrap,
         log_path=log_path,
         **log,

@@ -225,6 +225,7 @@ class SettlingUnits(Units):
         super().__init__(**kwargs)
         self.settle: dict[int, asyncio.Event] = {}
         self.settled: list[int] = []
+        self.stopping = False
 
     def next_work(self, *, poll_open: bool) -> Work | None:
         work = super().next_work(poll_open=poll_open)
@@ -238,9 +239,20 @@ class SettlingUnits(Units):
         return self._settle(unit.offset)
 
     async def _settle(self, offset: int) -> None:
-        await self.settle.setdefault(offset, asyncio.Event()).wait()
+        settle = self.settle.setdefault(offset, asyncio.Event())
+        if self.stopping:  # after `release_all`, nothing waits to settle
+            settle.set()
+        await settle.wait()
         self.settled.append(offset)
         self.changes.notify()
+
+    def release_all(self) -> None:
+        """Release every unit and settle every one, so that the worker's stop drains at once
+        instead of waiting out its deadline for settlements no test will give."""
+        super().release_all()
+        self.stopping = True
+        for unit in self.units:
+            self.settle.setdefault(unit.offset, asyncio.Event()).set()
 
 
 async def test_a_settling_unit_gives_its_slot_to_the_next_and_is_done_once_settled(
