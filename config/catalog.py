@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from config.auth import resolve_auth_env
 from config.destination import NAME_RE, Destination
+from config.egress import proxy_secrets
 from config.env_refs import resolve_env
 from config.problems import describe
 from hifi import redaction
@@ -109,12 +110,16 @@ def load_destination_file(
             }
         if "auth" in raw:
             raw["auth"] = resolve_auth_env(raw["auth"], path, environ)
+        if isinstance(raw.get("proxy"), str):
+            raw["proxy"] = resolve_env(raw["proxy"], path, "proxy", environ, table="")
     try:
         destination = Destination.model_validate(raw, context={"base_dir": path.parent})
     except ValidationError as exc:
         raise ConfigError(describe(path, exc, Destination)) from None
     for value in destination.header_values().values():
         redaction.register(redaction.header_secrets(value))
+    if destination.proxy is not None:
+        redaction.register(proxy_secrets(destination.proxy.get_secret_value()))
     return destination
 
 
@@ -123,6 +128,10 @@ def _without_delivery_secrets(raw: dict[str, Any], path: Path, environ: Mapping[
     headers = raw.pop("headers", None)
     for key in ("tls_ca_file", "tls_client_cert", "tls_client_key"):
         raw.pop(key, None)
+    proxy = raw.pop("proxy", None)
+    if isinstance(proxy, str):
+        with contextlib.suppress(ConfigError):
+            redaction.register(proxy_secrets(resolve_env(proxy, path, "proxy", environ, table="")))
     with contextlib.suppress(ConfigError):
         auth = resolve_auth_env(raw.pop("auth", None), path, environ)
         if isinstance(auth, dict) and isinstance(auth.get("client_secret"), str):

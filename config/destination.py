@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from config.auth import Auth
+from config.egress import normalized_origin, proxy_problem
 from config.env_refs import HEADER_VALUE_RULE, header_value_problem
 from config.templates import Template, parse_template
 from config.tls_files import EncryptedKeyError, client_cert_problem, ssl_cause, tls_context
@@ -147,7 +148,14 @@ class Destination(BaseModel):
     )
     max_retry_age_s: float = Field(default=86400.0, gt=0, le=30 * 86400)
     dlq_retention_days: float = Field(default=30.0, ge=0, le=36_500)  # 0: keep forever
+    # redirects (docs/destinations.md): 307 and 308 followed with the body, at most 3 hops;
+    # a hop to another origin carries no secret unless that origin is listed here
     follow_redirects: bool = False
+    redirect_trusted_origins: list[str] = Field(default_factory=list, max_length=100)
+    # egress: an HTTP proxy for every request of the destination (else HTTPS_PROXY, HTTP_PROXY
+    # and NO_PROXY from the environment); a tenant's URL may reach a private address only if set
+    proxy: SecretStr | None = None
+    allow_private_destinations: bool = False
     max_bisect_requests: int = Field(default=64, ge=0, le=10_000)
     commit_interval_s: float = Field(default=1.0, gt=0, le=300)
     shutdown_timeout_s: float = Field(default=30.0, gt=0, le=3600)
@@ -183,6 +191,18 @@ class Destination(BaseModel):
         if not re.match(r"^https?://[^\s/?#]+", value):
             raise ValueError("must be an absolute http:// or https:// URL")
         return value
+
+    @field_validator("proxy")
+    @classmethod
+    def _check_proxy(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and (problem := proxy_problem(value.get_secret_value())):
+            raise ValueError(problem)
+        return value
+
+    @field_validator("redirect_trusted_origins")
+    @classmethod
+    def _check_origins(cls, value: list[str]) -> list[str]:
+        return [normalized_origin(origin) for origin in value]
 
     @field_validator("source_topics")
     @classmethod

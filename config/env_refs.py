@@ -25,7 +25,7 @@ def resolve_env(
     Errors name the file and the key (`table.key`), never the value nor any part of it (it may be
     a secret). A variable's value is taken literally: a `$` inside it is not read again.
     """
-    where = f"{path}: key '{table}.{key}'"
+    where = f"{path}: key '{table}.{key}'" if table else f"{path}: key '{key}'"
     parts = _substitute(value, where, environ)
     for text, var in parts:
         if problem := header_value_problem(text):
