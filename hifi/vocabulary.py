@@ -35,8 +35,12 @@ class Reason(StrEnum):
 
     #: the destination refused the event itself (a 4xx other than 429, isolated by bisection)
     HTTP_4XX = "http_4xx"
-    #: the destination answered 3xx and `follow_redirects` is off, or redirected too often
+    #: a hand-off's cause, never a dead letter's reason any more: the destination answered
+    #: 301/302/303 (or a 307/308 not followed, or more than 3 hops); it moved
     REDIRECT = "redirect"
+    #: a tenant's URL resolves to a loopback, link-local or private address and the catalog
+    #: does not set `allow_private_destinations`
+    FORBIDDEN_DESTINATION = "forbidden_destination"
     #: the record is not one JSON object of UTF-8 text (or has no value at all)
     MALFORMED = "malformed"
     #: the record alone is larger than `max_batch_bytes`
