@@ -53,6 +53,8 @@ def write_catalog(
     listed = ", ".join(f'"{topic}"' for topic in topics)
     target = f"{url.rstrip('/')}/{{tenant}}" if lookups else url
     text = f'url = "{target}"\nsource_topics = [{listed}]\n'
+    if lookups:  # the bench's tenants are served on loopback
+        text += "allow_private_destinations = true\n"
     if concurrency is not None:
         text += f'concurrency = "{concurrency}"\n'
     if max_batch_records is not None:

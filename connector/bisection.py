@@ -24,7 +24,7 @@ async def isolate(
     """Bisect a rejected batch so only the events rejected on their own reach the DLQ; each
     half sent is a bisection request (`hifi_connector_bisection_requests_total`), and each
     fact says how many the batch had spent by then."""
-    if first.reason is Reason.REDIRECT:
+    if first.reason is not Reason.HTTP_4XX:  # a forbidden destination: not the events' fault
         await deliverer.dead_letter(batch, first, sent)
         return
     budget = deliverer.dest.max_bisect_requests

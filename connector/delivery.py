@@ -22,7 +22,7 @@ import structlog
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
-    retry_if_exception_type,
+    retry_if_exception,
     stop_after_attempt,
 )
 
@@ -34,9 +34,11 @@ from connector.bisection import isolate
 from connector.breaker import Breaker, Breakers
 from connector.concurrency import Limiter, is_back_pressure
 from connector.divert import Diverter
+from connector.http1.addresses import ForbiddenAddress
 from connector.rate_limits import RateLimits
 from connector.rebatch import Batch, encode_values
 from connector.statuses import (
+    Moved,
     Unreachable,
     classify,
     is_destination_fault,
@@ -89,6 +91,8 @@ class Deliverer:
         self._sleep = sleep
         self._trail = trail
         self._headers = dest.header_values()
+        # a tenant's URL may reach only public addresses, unless the catalog allows private ones
+        self._tenant_extensions = {} if dest.allow_private_destinations else _PUBLIC_ONLY
         self._failing = False
         self._dest_name = dest.name
         #: the last failures, newest last, for /status (texts masked and shortened)
@@ -117,7 +121,7 @@ class Deliverer:
         breaker = self.breakers.of(route)
         try:
             status = await self.send_with_retries(batch, breaker=breaker)
-        except DestinationUnavailable as exc:
+        except DestinationUnavailable as exc:  # a `Moved` too: the destination's fault
             if not isinstance(exc, Unreachable):  # counted at each attempt already
                 breaker.failed(str(exc))
             self._meters.batches["handed_off"].inc()
@@ -186,22 +190,24 @@ class Deliverer:
             "Idempotency-Key": batch.idempotency_key(),
         }
         url = self._dest.url if target is None else target.url
+        extensions = _NO_EXTENSIONS if target is None else self._tenant_extensions
         if self._dest.compression == "gzip":
             body = await self._gzip(body)
             headers["Content-Encoding"] = "gzip"
         limit = attempts or self._dest.local_retry_attempts
+        send = functools.partial(self._send_once, url, body, headers, len(batch), extensions)
         try:  # the first attempt outside tenacity: most requests need no second
             await self.rate_limits.take(batch)
-            return await self._send_once(url, body, headers, len(batch), breaker)
+            return await send(breaker)
         except DestinationUnavailable as exc:
-            if limit <= 1:
+            if limit <= 1 or isinstance(exc, Moved):
                 raise
             self._note_retry(exc)
             await self._sleep(pause_s(self._dest, exc, failed_attempts=1))
         retrying = AsyncRetrying(
             stop=stop_after_attempt(limit - 1),
             wait=self._wait_s,
-            retry=retry_if_exception_type(DestinationUnavailable),
+            retry=retry_if_exception(_retried_locally),
             sleep=self._sleep,
             before_sleep=self._count_retry,
             reraise=True,
@@ -210,7 +216,7 @@ class Deliverer:
         async for attempt in retrying:
             with attempt:
                 await self.rate_limits.take(batch)
-                status = await self._send_once(url, body, headers, len(batch), breaker)
+                status = await send(breaker)
         return status
 
     async def _send_once(
@@ -219,12 +225,13 @@ class Deliverer:
         body: bytes,
         headers: dict[str, str],
         events: int,
+        extensions: dict[str, Any],
         breaker: Breaker | None = None,
     ) -> int:
         """One attempt; with `[auth]`, one more after a 401 with a fresh token (`Bearer.send`)."""
 
         def post(with_headers: dict[str, str]) -> Awaitable[int]:
-            return self._post(url, body, with_headers, events, breaker)
+            return self._post(url, body, with_headers, events, extensions, breaker)
 
         if self._auth is None:
             return await post(headers)
@@ -236,6 +243,7 @@ class Deliverer:
         body: bytes,
         headers: dict[str, str],
         events: int,
+        extensions: dict[str, Any],
         breaker: Breaker | None = None,
     ) -> int:
         self._meters.events_per_request.observe(events)
@@ -247,11 +255,13 @@ class Deliverer:
             # httpx bounds each phase (connect, write, read); this bounds the attempt as a whole,
             # so a destination that trickles its reply cannot hold an in-flight slot for ever.
             async with asyncio.timeout(self._dest.request_timeout_s):
-                response = await self._client.post(_url_of(url), content=body, headers=headers)
-        except httpx.TooManyRedirects as exc:
-            self._meters.requests("3xx").inc()
+                response = await self._client.post(
+                    _url_of(url), content=body, headers=headers, extensions=extensions
+                )
+        except ForbiddenAddress as exc:
+            self._meters.requests("connection").inc()
             raise DestinationRejected(
-                f"too many redirects ({exc})", status=None, reason=Reason.REDIRECT
+                short_error(str(exc)), status=None, reason=Reason.FORBIDDEN_DESTINATION
             ) from exc
         except (httpx.TransportError, TimeoutError) as exc:
             error = exc
@@ -265,7 +275,9 @@ class Deliverer:
             pressed = is_back_pressure(response, error)
             self.limiter.answered(rtt_s, processed=response is not None, back_pressure=pressed)
         self._meters.requests(status_class(response.status_code)).inc()
-        classify(response)
+        for kind in response.extensions.get("hifi.anomalies", ()):
+            self._meters.anomaly(kind)
+        classify(response, self._meters.anomaly)
         return response.status_code
 
     def _unavailable(self, exc: httpx.TransportError | TimeoutError) -> DestinationUnavailable:
@@ -320,7 +332,10 @@ class Deliverer:
         return await self._trail.write(Outcome.DELIVERED, batch.events, status=status, sent=sent)
 
     async def hand_off(self, batch: Batch, exc: DestinationUnavailable, sent: SentBatch) -> None:
-        await self._diverter.to_retrier(batch.events, status=exc.status, error=str(exc), sent=sent)
+        cause = Moved.cause if isinstance(exc, Moved) else None
+        await self._diverter.to_retrier(
+            batch.events, status=exc.status, error=str(exc), cause=cause, sent=sent
+        )
         metrics.RECORDS.labels(self._dest_name, Outcome.HANDED_OFF).inc(len(batch))
         self._meters.sent_events[Outcome.HANDED_OFF].inc(len(batch))
         self.note_failure(Outcome.HANDED_OFF, batch, exc.status, str(exc))
@@ -373,6 +388,15 @@ class Deliverer:
         if reason is not None:
             entry["reason"] = reason
         self.recent_failures.append(entry)
+
+
+_NO_EXTENSIONS: dict[str, Any] = {}
+_PUBLIC_ONLY: dict[str, Any] = {"hifi.public_only": True}
+
+
+def _retried_locally(exc: BaseException) -> bool:
+    """A failure worth another local attempt: not a redirect (the destination moved)."""
+    return isinstance(exc, DestinationUnavailable) and not isinstance(exc, Moved)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -8,7 +8,9 @@ from typing import Any
 import httpx
 
 from config.destination import Destination
+from config.tls_files import tls_context
 from connector.http1 import Http1Transport
+from connector.http1.proxy import ProxyRoutes
 
 
 class _Cookieless(httpx.Cookies):
@@ -47,17 +49,36 @@ def http_client(
 
     TLS: the context of the destination's `tls_*` keys (its CA, its client certificate) when set,
     else httpx's default trust store; certificates and host names are verified either way.
+    Redirects and proxies are the transport's (`destination_transport`): httpx's client never
+    follows a redirect itself, and ignores the environment's proxies when given a transport.
     `transport`: another transport in its place (tests: respx, `httpx.MockTransport`).
     """
-    limits = httpx.Limits(
-        max_connections=dest.max_in_flight, max_keepalive_connections=dest.max_in_flight
-    )
     return DestinationClient(
         timeout=httpx.Timeout(dest.request_timeout_s),
-        follow_redirects=dest.follow_redirects,
-        # httpcore's pool re-polls every idle socket and takes anyio locks on each request
-        # (encode/httpx#3215), aiohttp's under httpx adds a layer of its own: the connector's
-        # transport writes each request once and parses the reply in the protocol's callbacks.
-        transport=transport or Http1Transport(ssl_context=dest.ssl_context(), limits=limits),
+        follow_redirects=False,
+        transport=transport or destination_transport(dest),
         headers={"User-Agent": "hifi-connector"},
+    )
+
+
+def destination_transport(dest: Destination) -> Http1Transport:
+    """The connector's transport for `dest`: its TLS, redirect and proxy settings.
+
+    httpcore's pool re-polls every idle socket and takes anyio locks on each request
+    (encode/httpx#3215), aiohttp's under httpx adds a layer of its own: the connector's
+    transport writes each request once and parses the reply in the protocol's callbacks."""
+    context = dest.ssl_context()
+    bare = None
+    if dest.tls_client_cert is not None:  # a redirect to an untrusted origin: no certificate
+        bare = tls_context(dest.tls_ca_file, None, None)
+    proxy = dest.proxy.get_secret_value() if dest.proxy is not None else None
+    return Http1Transport(
+        ssl_context=context,
+        bare_ssl_context=bare,
+        limits=httpx.Limits(
+            max_connections=dest.max_in_flight, max_keepalive_connections=dest.max_in_flight
+        ),
+        follow_redirects=dest.follow_redirects,
+        trusted_origins=frozenset(dest.redirect_trusted_origins),
+        proxies=ProxyRoutes.from_settings(proxy),
     )

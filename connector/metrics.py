@@ -150,6 +150,23 @@ AUTH_REFRESHES = Counter(
 )
 AUTH_REFRESH_REASONS = ("expiring", "unauthorized")  # the `reason` of `AUTH_REFRESHES`
 LOCAL_RETRIES = Counter("hifi_connector_local_retries", "Requests retried locally.", ["dest"])
+REPLY_ANOMALIES = Counter(
+    "hifi_connector_reply_anomalies",
+    "Destination replies read despite something odd, by kind: a header value that does not"
+    " parse (retry_after, location), a content coding not known (content_encoding), broken"
+    " framing or headers over the cap after a 2xx status line (framing, headers_too_large,"
+    " cut_after_2xx, slow_after_2xx).",
+    ["dest", "kind"],
+)
+REPLY_ANOMALY_KINDS = (
+    "retry_after",
+    "location",
+    "content_encoding",
+    "framing",
+    "headers_too_large",
+    "cut_after_2xx",
+    "slow_after_2xx",
+)
 HANDOFFS = Counter(
     "hifi_connector_handoffs", "Events handed to the global retrier (NAME.retry_in).", ["dest"]
 )
@@ -299,6 +316,7 @@ _BY_DEST_AND: tuple[tuple[_Labelled, tuple[str, ...]], ...] = (
     (SENT_EVENTS, tuple(_OUTCOMES)),
     (BATCHES, tuple(BATCH_RESULTS)),
     (AUTH_REFRESHES, tuple(AUTH_REFRESH_REASONS)),
+    (REPLY_ANOMALIES, REPLY_ANOMALY_KINDS),
     (DEAD_LETTERS, tuple(Reason)),
     (REQUESTS, ("2xx", "3xx", "4xx", "5xx", "timeout", "connection")),
     (MISSING_FIELDS, ("id", "event_time")),
@@ -337,6 +355,14 @@ class DeliveryMeters:
         self.request_duration = REQUEST_DURATION.labels(dest)
         self.delivered_records = RECORDS.labels(dest, Outcome.DELIVERED)
         self._requests: dict[str, Counter] = {}
+        self._anomalies: dict[str, Counter] = {}
+
+    def anomaly(self, kind: str) -> None:
+        """Count a reply read despite something odd (`hifi_connector_reply_anomalies_total`)."""
+        child = self._anomalies.get(kind)
+        if child is None:
+            child = self._anomalies[kind] = REPLY_ANOMALIES.labels(self._dest, kind)
+        child.inc()
 
     def requests(self, status_class: str) -> Counter:
         """The `hifi_connector_requests_total` child of a status class (`2xx`, `timeout`...)."""

@@ -1,34 +1,50 @@
 """The status policy: what a destination's reply means for the batch, its events and the breaker.
 
-- 2xx: delivered.
-- 429, 5xx (and timeouts, connection failures): `DestinationUnavailable`, retried locally, then
-  handed to the retrier; they count toward the circuit breaker once they outlast the local
-  retries (a connection that cannot be made at all, `Unreachable`, counts at each attempt).
-- 3xx (not followed): `DestinationRejected` with reason `redirect`.
+- 2xx: delivered (a 2xx to the request that carried the events: the transport never follows
+  a redirect that would change the method).
+- 429, 5xx, 1xx (and timeouts, connection failures): `DestinationUnavailable`, retried
+  locally, then handed to the retrier; they count toward the circuit breaker once they outlast
+  the local retries (a connection that cannot be made at all, `Unreachable`, counts at each
+  attempt).
+- 3xx that reached here (301/302/303 always; 307/308 when not followed, or after 3 hops):
+  `Moved`, the destination moved: handed to the retrier at once with cause `redirect`, and
+  the breaker counts a failure; never dead-lettered.
 - a status of `destination_fault_statuses` (401, 403, 404, 405, 407 by default): the destination
   is at fault, not the events; the batch is not bisected, its events are dead-lettered with
   reason `http_4xx` (a 4xx is never retried) and the breaker counts a failure.
 - any other 4xx: the events are at fault; the batch is bisected so only the events refused on
   their own are dead-lettered; the breaker does not count it.
+
+Header values are read by `connector.http1.fields`, as ASCII: one that does not parse is
+ignored and noted (`note(kind)`), never an exception.
 """
 
 from __future__ import annotations
 
-import time
-from email.utils import parsedate_to_datetime
+from collections.abc import Callable
 
 import httpx
 
 from config.destination import Destination
+from connector.http1 import fields
 from hifi.errors import DestinationRejected, DestinationUnavailable
 from hifi.redaction import excerpt, short_error
 from hifi.vocabulary import Reason
 
 _ERROR_BODY_CHARS = 120
+_FOLLOWABLE = frozenset({307, 308})
 
 
 class Unreachable(DestinationUnavailable):
-    """No connection could be made (refused, DNS, TLS): a destination-level failure at once."""
+    """No connection could be made (refused, DNS, TLS, a proxy's refusal): a destination-level
+    failure at once."""
+
+
+class Moved(DestinationUnavailable):
+    """A redirect not followed: the destination moved. Not retried locally (it will not move
+    back within a second); handed to the retrier with cause `redirect`."""
+
+    cause = Reason.REDIRECT
 
 
 def is_destination_fault(dest: Destination, exc: DestinationRejected) -> bool:
@@ -36,44 +52,54 @@ def is_destination_fault(dest: Destination, exc: DestinationRejected) -> bool:
     return exc.status is not None and exc.status in dest.destination_fault_statuses
 
 
-def parse_retry_after(value: str | None, *, now_s: float | None = None) -> float | None:
+def parse_retry_after(value: str | bytes | None, *, now_s: float | None = None) -> float | None:
     """Seconds to wait from a Retry-After header (delta-seconds or HTTP date); None if unreadable."""
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    now = time.time() if now_s is None else now_s
-    return max(0.0, when.timestamp() - now)
+    return fields.retry_after_s(value, now_s=now_s)
 
 
-def classify(response: httpx.Response) -> None:
-    """Return for 2xx; raise `DestinationUnavailable` (retry) or `DestinationRejected` (never retry)."""
+def classify(response: httpx.Response, note: Callable[[str], None] | None = None) -> None:
+    """Return for 2xx; raise `DestinationUnavailable` (retry), `Moved` (a redirect not followed)
+    or `DestinationRejected` (never retry). `note(kind)` is told of each header value that did
+    not parse."""
     status = response.status_code
     if 200 <= status < 300:
         return
-    detail = short_error(
-        f"HTTP {status} {response.reason_phrase}: {excerpt(response.text, _ERROR_BODY_CHARS)}"
-    )
-    if status == 429 or status >= 500 or status < 200:
-        retry_after = (
-            parse_retry_after(response.headers.get("retry-after")) if status in (429, 503) else None
-        )
-        raise DestinationUnavailable(detail, status=status, retry_after_s=retry_after)
     if 300 <= status < 400:
-        where = response.headers.get("location", "?")
-        raise DestinationRejected(
-            short_error(
-                f"HTTP {status} redirect to {where}; set follow_redirects = true if intended"
-            ),
-            status=status,
-            reason=Reason.REDIRECT,
-        )
+        raise _moved(response, note)
+    text = fields.text_of(response.content, _raw(response, b"content-type"))
+    phrase = response.reason_phrase
+    detail = short_error(f"HTTP {status} {phrase}: {excerpt(text, _ERROR_BODY_CHARS)}")
+    if status == 429 or status >= 500 or status < 200:
+        retry_after = None
+        if status in (429, 503):
+            raw = _raw(response, b"retry-after")
+            retry_after = fields.retry_after_s(raw)
+            if raw is not None and retry_after is None and note is not None:
+                note("retry_after")
+        raise DestinationUnavailable(detail, status=status, retry_after_s=retry_after)
     raise DestinationRejected(detail, status=status, reason=Reason.HTTP_4XX)
+
+
+def _moved(response: httpx.Response, note: Callable[[str], None] | None) -> Moved:
+    status = response.status_code
+    raw = _raw(response, b"location")
+    where = fields.location(raw)
+    if where is None and raw is not None and note is not None:
+        note("location")
+    said = f"HTTP {status} redirect to {where or '(no readable Location)'}: the destination moved"
+    if status in _FOLLOWABLE:
+        said += " (307/308 are followed with follow_redirects = true, 3 hops at most)"
+    else:
+        said += "; a 301/302/303 is never followed for a POST: update url"
+    return Moved(short_error(said), status=status)
+
+
+def _raw(response: httpx.Response, name: bytes) -> bytes | None:
+    """A reply header's value as sent (the first, if repeated); None if absent."""
+    for key, value in response.headers.raw:
+        if key.lower() == name:
+            return value
+    return None
 
 
 def status_class(status: int) -> str:

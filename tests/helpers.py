@@ -75,6 +75,8 @@ def make_destination(
         "shutdown_timeout_s": 10.0,
         "internal_topic_partitions": 2,
     }
+    if "lookups" in keys:  # tests serve their tenants on loopback
+        settings["allow_private_destinations"] = True
     settings.update(keys)
     write_destination(catalog_dir, name, **settings)
     return Catalog(catalog_dir).load(name)

@@ -3,21 +3,31 @@
 The response is parsed by httptools (llhttp) as it arrives, in the event loop's callbacks, and
 handed to the awaiting request whole: no task, no stream object, no lock per exchange. One
 exchange at a time; the pool (`connector.http1.pool`) decides who has the connection.
+
+Lenient where RFC 9112 says a client must be: obs-fold header lines and bare-LF line ends are
+read. A reply whose status line reads 2xx is the destination's yes whatever follows it (headers
+over the cap, ambiguous framing, a body cut, reset or trickled past the read timeout): it is
+returned as the reply, its body as far as it came, and the connection is closed.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import select
+from dataclasses import dataclass, field
 from typing import Any
 
 import httptools
 import httpx
 
-__all__ = ["Http1Connection", "Origin", "Reply"]
+__all__ = ["Http1Connection", "Origin", "PoolKey", "Reply"]
 
 Origin = tuple[str, str, int]
-"""(scheme, host, port): the connections that can serve a request."""
+"""(scheme, host, port): where a request goes."""
+PoolKey = tuple[str, str, int, str]
+"""(scheme, host, port, how): the connections that can serve a request; `how` tells apart the
+connections opened another way to the same origin (without the client certificate, with the
+addresses checked, through a proxy)."""
 
 _NO_BODY_STATUSES = frozenset({204, 304})
 _FRAMING_HEADERS = frozenset({b"content-length", b"transfer-encoding"})
@@ -36,6 +46,8 @@ class Reply:
     http_version: bytes
     #: the connection may serve another request (keep-alive, fully read, not closing)
     reusable: bool
+    #: what was odd about it and read anyway (`hifi_connector_reply_anomalies_total{kind}`)
+    anomalies: list[str] = field(default_factory=list)
 
 
 class Http1Connection(asyncio.Protocol):
@@ -45,20 +57,26 @@ class Http1Connection(asyncio.Protocol):
     nobody asked for, a response broke the parser, or a body was cut at `max_body_bytes`.
     """
 
-    def __init__(self, origin: Origin, max_body_bytes: int) -> None:
-        self.origin = origin
+    def __init__(self, key: PoolKey, max_body_bytes: int) -> None:
+        self.key = key
         self.closed = False
+        #: reply bytes received during the current (or last) exchange
+        self.received_bytes = 0
+        self._fileno = -1
         self.idle_since_s = 0.0  # monotonic time it was last put back idle (the pool's)
         self._loop = asyncio.get_running_loop()
         self._max_body_bytes = max_body_bytes
         self._transport: asyncio.Transport | None = None
-        self._parser = httptools.HttpResponseParser(self)
+        self._parser = _lenient_parser(self)
         self._stale_parser = False  # after a HEAD reply: the parser still expects its body
         self._reply: asyncio.Future[Reply] | None = None
         self._head_only = False
         self._interim = False  # a 1xx reply is being parsed: skipped
         self._headers_done = False
         self._reason = b""
+        self._status_line = False  # the final reply's status line was read whole
+        self._line_end_seen = False  # a line end arrived since the exchange (or a 1xx) began
+        self._anomalies: list[str] = []
         self._headers: list[tuple[bytes, bytes]] = []
         self._header_bytes = 0
         self._chunks: list[bytes] = []
@@ -77,6 +95,18 @@ class Http1Connection(asyncio.Protocol):
         """Whether a request may be written to it now (open, and not closing)."""
         transport = self._transport
         return not self.closed and transport is not None and not transport.is_closing()
+
+    def peer_spoke(self) -> bool:
+        """Whether an idle connection has something unread: the peer closed it (an end of
+        stream the loop has not yet seen) or sent bytes nobody asked for. Either way it must
+        not carry a request: httpcore asks the same of a pooled connection before reuse."""
+        if self._fileno < 0:
+            return False
+        try:
+            readable, _, _ = select.select([self._fileno], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
 
     async def exchange(
         self,
@@ -141,6 +171,8 @@ class Http1Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        sock = transport.get_extra_info("socket")
+        self._fileno = sock.fileno() if sock is not None else -1
 
     def data_received(self, data: bytes) -> None:
         reply = self._reply
@@ -148,14 +180,21 @@ class Http1Connection(asyncio.Protocol):
             self.abort()  # bytes nobody asked for: the stream is out of step
             return
         self._last_read_s = self._loop.time()
+        self.received_bytes += len(data)
+        if not self._line_end_seen and b"\n" in data:
+            self._line_end_seen = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(httpx.RemoteProtocolError("the server switched protocols; not supported"))
         except httptools.HttpParserError as exc:
-            why = f"malformed HTTP response: {exc}"
+            why, kind = f"malformed HTTP response: {exc}", "framing"
             if self._header_bytes > HEADER_BYTES_MAX:
-                why = f"HTTP response headers over {HEADER_BYTES_MAX} bytes"
+                why, kind = (
+                    f"HTTP response headers over {HEADER_BYTES_MAX} bytes",
+                    "headers_too_large",
+                )
+            self._anomalies.append(kind)
             error = httpx.RemoteProtocolError(why)
             error.__cause__ = exc
             self._fail(error)
@@ -174,6 +213,10 @@ class Http1Connection(asyncio.Protocol):
             return
         if self._headers_done and self._ends_at_close():
             self._finish(reusable=False)  # a body delimited by the end of the connection
+            return
+        if self._said_yes():
+            self._anomalies.append("cut_after_2xx")
+            self._finish(reusable=False)
             return
         if exc is None:
             self._fail(httpx.RemoteProtocolError("server disconnected before a complete response"))
@@ -200,9 +243,10 @@ class Http1Connection(asyncio.Protocol):
     # --- httptools callbacks ------------------------------------------------------------------
 
     def on_status(self, reason: bytes) -> None:
-        self._reason = reason
+        self._reason += reason  # a data callback: called again for each piece fed
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._status_line = True
         self._header_bytes += len(name) + len(value)
         if self._header_bytes > HEADER_BYTES_MAX:
             raise httptools.HttpParserError  # stops the parser; `data_received` says why
@@ -213,8 +257,9 @@ class Http1Connection(asyncio.Protocol):
             self._interim = True  # 100 Continue, 103 Early Hints: the real reply follows
             self._headers = []
             self._header_bytes = 0
+            self._reason = b""
             return
-        self._headers_done = True
+        self._status_line = self._headers_done = True
         if self._head_only:  # no body follows, whatever Content-Length says
             self._stale_parser = True
             self._finish(reusable=self._parser.should_keep_alive())
@@ -236,6 +281,7 @@ class Http1Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self._interim:
             self._interim = False
+            self._status_line = self._line_end_seen = False  # the final reply's are to come
             return
         if self._cut or self._head_only:
             return
@@ -245,11 +291,14 @@ class Http1Connection(asyncio.Protocol):
 
     def _start(self, reply: asyncio.Future[Reply], head_only: bool) -> None:
         if self._stale_parser:
-            self._parser = httptools.HttpResponseParser(self)
+            self._parser = _lenient_parser(self)
             self._stale_parser = False
         self._reply = reply
         self._head_only = head_only
         self._interim = self._headers_done = self._cut = False
+        self._status_line = self._line_end_seen = False
+        self.received_bytes = 0
+        self._anomalies = []
         self._reason = b""
         self._headers = []
         self._header_bytes = 0
@@ -264,17 +313,32 @@ class Http1Connection(asyncio.Protocol):
         body = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
         version = b"HTTP/1.0" if self._parser.get_http_version() == "1.0" else b"HTTP/1.1"
         status = self._parser.get_status_code()
+        reusable = reusable and not self.closed
         reply.set_result(
-            Reply(status, self._reason, self._headers, body, version, reusable and not self.closed)
+            Reply(status, self._reason, self._headers, body, version, reusable, self._anomalies)
         )
 
     def _fail(self, error: httpx.TransportError) -> None:
+        """End the exchange with `error`, unless the reply's status line said 2xx: then the
+        reply as far as it came (the destination accepted the request)."""
         self.closed = True
         reply = self._reply
         if reply is not None and not reply.done():
-            reply.set_exception(error)
+            if self._said_yes():
+                if isinstance(error, httpx.ReadTimeout):
+                    self._anomalies.append("slow_after_2xx")
+                self._finish(reusable=False)
+            else:
+                reply.set_exception(error)
         if self._transport is not None:
             self._transport.abort()
+
+    def _said_yes(self) -> bool:
+        """Whether the final reply's status line was read whole and reads 2xx."""
+        if self._interim or (self._head_only and self._headers_done):
+            return False
+        status = self._parser.get_status_code()
+        return 200 <= status < 300 and (self._status_line or self._line_end_seen)
 
     def _ends_at_close(self) -> bool:
         """Whether the response being read has its body delimited by the end of the connection."""
@@ -313,3 +377,11 @@ class Http1Connection(asyncio.Protocol):
             self._fail(httpx.ReadTimeout(f"no response data for {timeout_s}s"))
             return
         self._read_timer = self._loop.call_at(due_s, self._check_read)
+
+
+def _lenient_parser(connection: Http1Connection) -> httptools.HttpResponseParser:
+    """llhttp as RFC 9112 asks of a client: obs-fold lines (section 5.2) and bare LF line ends
+    (section 2.2) read; body framing stays strict (an ambiguous one fails the parse)."""
+    parser = httptools.HttpResponseParser(connection)
+    parser.set_dangerous_leniencies(lenient_headers=True, lenient_optional_cr_before_lf=True)
+    return parser

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from connector.http1.connection import Http1Connection, Origin
+from connector.http1.connection import Http1Connection, PoolKey
 
 __all__ = ["ConnectionPool"]
 
@@ -26,9 +26,10 @@ _CLOSE_WAIT_S = 5.0  # aclose: how long closing connections may take before they
 
 @dataclass(slots=True)
 class _Waiter:
-    origin: Origin
-    #: given a connection of `origin`, or None: a slot to open one
+    key: PoolKey
+    #: given a connection of `key`, or None: a slot to open one
     future: asyncio.Future[Http1Connection | None]
+    fresh: bool = False  # a slot only, never a connection given back
 
 
 class ConnectionPool:
@@ -39,7 +40,7 @@ class ConnectionPool:
         keep = limits.max_keepalive_connections
         self._max_idle = sys.maxsize if keep is None else keep
         self._expiry_s = limits.keepalive_expiry
-        self._idle: dict[Origin, deque[Http1Connection]] = {}
+        self._idle: dict[PoolKey, deque[Http1Connection]] = {}
         self._idle_count = 0
         self._taken = 0  # slots taken: connections open, being opened or lent
         self._connections: set[Http1Connection] = set()  # every open one, for `aclose`
@@ -51,18 +52,21 @@ class ConnectionPool:
         """Slots taken now: connections open, being opened, or lent (never over the limit)."""
         return self._taken
 
-    async def acquire(self, origin: Origin, timeout_s: float | None) -> Http1Connection | None:
-        """An idle connection of `origin`, or None: a slot taken, for a new connection that the
-        caller opens and `add`s, or gives back with `give_back_slot` if it could not."""
+    async def acquire(
+        self, key: PoolKey, timeout_s: float | None, *, fresh: bool = False
+    ) -> Http1Connection | None:
+        """An idle connection of `key`, or None: a slot taken, for a new connection that the
+        caller opens and `add`s, or gives back with `give_back_slot` if it could not. `fresh`:
+        never an idle one (a request that failed on one is sent again on a new connection)."""
         if self._closed:
             raise RuntimeError("the HTTP transport is closed")
-        connection = self._take_idle(origin)
+        connection = None if fresh else self._take_idle(key)
         if connection is not None:
             return connection
         if not self._waiters and (self._taken < self._max_open or self._evict_idle()):
             self._taken += 1
             return None
-        return await self._wait(origin, timeout_s)
+        return await self._wait(key, timeout_s, fresh=fresh)
 
     def add(self, connection: Http1Connection) -> None:
         """Count a connection opened in a slot from `acquire`."""
@@ -80,7 +84,7 @@ class ConnectionPool:
             self.discard(connection)
             return
         for waiter in self._waiters:
-            if waiter.origin == connection.origin and not waiter.future.done():
+            if waiter.key == connection.key and not waiter.fresh and not waiter.future.done():
                 self._waiters.remove(waiter)
                 waiter.future.set_result(connection)
                 return
@@ -88,9 +92,9 @@ class ConnectionPool:
             self._close(connection)
             return
         connection.idle_since_s = time.monotonic()
-        idle = self._idle.get(connection.origin)
+        idle = self._idle.get(connection.key)
         if idle is None:
-            idle = self._idle[connection.origin] = deque()
+            idle = self._idle[connection.key] = deque()
         idle.append(connection)
         self._idle_count += 1
 
@@ -125,9 +129,10 @@ class ConnectionPool:
 
     # --- internals ----------------------------------------------------------------------------
 
-    def _take_idle(self, origin: Origin) -> Http1Connection | None:
-        """The newest usable idle connection of `origin`; expired or dead ones met are closed."""
-        idle = self._idle.get(origin)
+    def _take_idle(self, key: PoolKey) -> Http1Connection | None:
+        """The newest usable idle connection of `key`; expired, closed ones and those whose
+        peer spoke while idle (closed, or sent what nobody asked for) are closed when met."""
+        idle = self._idle.get(key)
         if not idle:
             return None
         if self._expiry_s is not None:
@@ -138,7 +143,7 @@ class ConnectionPool:
         while idle:
             connection = idle.pop()
             self._idle_count -= 1
-            if connection.usable:
+            if connection.usable and not connection.peer_spoke():
                 return connection
             self._close(connection)
         return None
@@ -172,8 +177,10 @@ class ConnectionPool:
                 return
         self._taken -= 1
 
-    async def _wait(self, origin: Origin, timeout_s: float | None) -> Http1Connection | None:
-        waiter = _Waiter(origin, asyncio.get_running_loop().create_future())
+    async def _wait(
+        self, key: PoolKey, timeout_s: float | None, *, fresh: bool
+    ) -> Http1Connection | None:
+        waiter = _Waiter(key, asyncio.get_running_loop().create_future(), fresh)
         self._waiters.append(waiter)
         future = waiter.future
         try:

@@ -1,14 +1,21 @@
-"""httpx's transport over asyncio connections: HTTP/1.1, keep-alive, TLS, httpx's timeouts.
+"""httpx's transport over asyncio connections: HTTP/1.1, keep-alive, TLS, proxies, httpx's timeouts.
 
-httpx's client (timeouts, redirects, auth, exceptions, respx in tests) over a lean exchange:
-the request's head and body in one write, the response parsed by httptools in the protocol's
-callbacks. Failures are httpx's exceptions: `ConnectError` (refused, DNS, TLS handshake; the
-`OSError` or `ssl.SSLError` as its `__cause__`) or `ConnectTimeout` when no request left,
-`WriteTimeout`, `ReadTimeout`, `RemoteProtocolError` or `ReadError` once one did,
-`PoolTimeout` when no connection was free in time.
+httpx's client (timeouts, auth, exceptions, respx in tests) over a lean exchange: the request's
+head and body in one write, the response parsed by httptools in the protocol's callbacks.
+What meets the real web lives here, so any request path over this transport keeps it:
+redirects (`connector.http1.redirects`: 307/308 only, secrets kept to their origin), replies
+read within bounds (`connector.http1.decoding`), lenient parsing (`connector.http1.connection`),
+proxies (`connector.http1.proxy`), a tenant's addresses checked (`connector.http1.addresses`)
+and TLS refusals named (`connector.http1.tls_refusals`).
 
-A request is never sent twice: the caller counts and retries failed attempts. Only a pooled
-connection found closing before anything was written to it is passed over for another.
+Failures are httpx's exceptions: `ConnectError` (refused, DNS, TLS handshake, a proxy's refusal;
+the `OSError` or `ssl.SSLError` as its `__cause__`) or `ConnectTimeout` when no request left,
+`WriteTimeout`, `ReadTimeout`, `RemoteProtocolError` or `ReadError` once one did, `PoolTimeout`
+when no connection was free in time, `ForbiddenAddress` when a checked host resolves to an
+address it may not reach.
+
+A request is sent once, except on a reused keep-alive connection that failed before any reply
+byte came (the peer had closed it while idle): then once more, on a new connection.
 """
 
 from __future__ import annotations
@@ -19,17 +26,27 @@ from functools import partial
 
 import httpx
 
-from connector.http1.connection import Http1Connection, Origin, Reply
+from connector.http1.addresses import public_addresses
+from connector.http1.connection import Http1Connection, PoolKey, Reply
+from connector.http1.decoding import response_of
 from connector.http1.pool import ConnectionPool
+from connector.http1.proxy import Proxy, ProxyRoutes, open_tunnel
+from connector.http1.redirects import FOLLOWED_STATUSES, MAX_HOPS, Outgoing, next_hop, origin_of
+from connector.http1.tls_refusals import tls_refusal
 
 __all__ = ["MAX_BODY_BYTES", "Http1Transport"]
 
 #: response bytes kept: a destination's body is only read for an error message
 MAX_BODY_BYTES = 1024 * 1024
 _HAPPY_EYEBALLS_DELAY_S = 0.25  # as aiohttp and httpcore race a host's addresses
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 _METHODS = {name: name.encode("ascii") for name in ("POST", "GET", "HEAD", "PUT")}
 _DEFAULT_LIMITS = httpx.Limits()
+#: failures of a reused connection that, before any reply byte, mean the peer had closed it
+_STALE = (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError)
+_MAY_WANT_A_CERTIFICATE = (
+    " (reset during the TLS handshake: the destination may require a client certificate,"
+    " tls_client_cert)"
+)
 
 
 class Http1Transport(httpx.AsyncBaseTransport):
@@ -37,79 +54,119 @@ class Http1Transport(httpx.AsyncBaseTransport):
 
     `ssl_context`: the TLS settings of https origins (trust, client certificate); None: httpx's
     default context (certifi's roots, host names verified), made on the first https request.
+    `bare_ssl_context`: with a client certificate in `ssl_context`, the same trust without it,
+    for a redirect to an origin not trusted (None: `ssl_context` has no client certificate).
     Host names are checked against the URL's host, or the `sni_hostname` request extension.
     Response bodies are kept up to `max_body_bytes`; a longer one is cut there and its
     connection closed.
+
+    `follow_redirects`: 307 and 308 are followed, at most 3 hops; `trusted_origins`
+    (`scheme://host:port`) may receive the request's secrets on such a hop. `proxies`: where
+    requests go through a proxy (None: never). A request with the `hifi.public_only` extension
+    set connects only to public addresses of its host.
     """
 
     def __init__(
         self,
         *,
         ssl_context: ssl.SSLContext | None = None,
+        bare_ssl_context: ssl.SSLContext | None = None,
         limits: httpx.Limits = _DEFAULT_LIMITS,
         max_body_bytes: int = MAX_BODY_BYTES,
+        follow_redirects: bool = False,
+        trusted_origins: frozenset[str] = frozenset(),
+        proxies: ProxyRoutes | None = None,
     ) -> None:
         self._ssl_context = ssl_context
-        if ssl_context is not None:
-            ssl_context.set_alpn_protocols(["http/1.1"])
+        self._bare_ssl_context = bare_ssl_context or ssl_context
+        for context in (ssl_context, bare_ssl_context):
+            if context is not None:
+                context.set_alpn_protocols(["http/1.1"])
+        self._client_cert = bare_ssl_context is not None
         self._pool = ConnectionPool(limits)
         self._max_body_bytes = max_body_bytes
+        self._follow = follow_redirects
+        self._trusted = trusted_origins
+        self._proxies = proxies
 
     @property
     def open_connections(self) -> int:
         """Connections open, being opened or in use now (at most `max_connections`)."""
         return self._pool.open_count
 
+    def proxy_for(self, url: httpx.URL) -> Proxy | None:
+        """The proxy a request to `url` goes through; None: direct."""
+        if self._proxies is None:
+            return None
+        return self._proxies.proxy_for(*origin_of(url))
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         try:
-            reply = await self._exchange(request)
+            reply = await self._send(request)
         except httpx.TransportError as exc:
             exc.request = request
             raise
-        extensions = {"http_version": reply.http_version}
-        if reply.reason:  # else httpx gives the status's standard phrase
-            extensions["reason_phrase"] = reply.reason
-        response = httpx.Response(
-            reply.status,
-            headers=reply.headers,
-            stream=httpx.ByteStream(reply.body),
-            extensions=extensions,
-        )
-        try:
-            response.read()  # the body is here already: httpx's client then skips its read
-        except httpx.DecodingError:  # a body its Content-Encoding does not decode: kept as sent
-            response = httpx.Response(
-                reply.status,
-                headers=[(n, v) for n, v in reply.headers if n.lower() != b"content-encoding"],
-                content=reply.body,
-                extensions=extensions,
-            )
-        return response
+        return response_of(reply)
 
     async def aclose(self) -> None:
         """Close every connection; the transport serves no request afterwards."""
         await self._pool.aclose()
 
-    async def _exchange(self, request: httpx.Request) -> Reply:
+    async def _send(self, request: httpx.Request) -> Reply:
+        """The request, and the 307/308 hops it is asked to make when following them."""
         timeouts = request.extensions.get("timeout") or {}
-        origin = _origin_of(request.url)
-        head, body = _head_of(request), await _body_of(request)
-        pool = self._pool
+        public_only = bool(request.extensions.get("hifi.public_only"))
+        method = _METHODS.get(request.method) or request.method.encode("ascii")
+        first = Outgoing(
+            method,
+            request.url,
+            origin_of(request.url),
+            request.headers.raw,
+            await _body_of(request),
+        )
+        sni = request.extensions.get("sni_hostname")
+        reply = await self._exchange(first, timeouts, public_only, sni)
+        sent, hops = first, 0
+        while self._follow and reply.status in FOLLOWED_STATUSES and hops < MAX_HOPS:
+            hop = next_hop(sent, first.origin, _header(reply, b"location"), self._trusted)
+            if hop is None:
+                reply.anomalies.append("location")
+                break
+            sent, hops = hop, hops + 1
+            reply = await self._exchange(hop, timeouts, public_only, None)
+        return reply
+
+    async def _exchange(
+        self, sent: Outgoing, timeouts: dict[str, float | None], public_only: bool, sni: str | None
+    ) -> Reply:
+        proxy = None if self._proxies is None else self._proxies.proxy_for(*sent.origin)
+        how = ("bare " if sent.bare else "") + ("public " if public_only else "")
+        key: PoolKey = (*sent.origin, how + (proxy.display if proxy is not None else ""))
+        head = _head_of(sent, proxy)
+        pool, fresh = self._pool, False
         while True:
-            connection = await pool.acquire(origin, timeouts.get("pool"))
+            connection = await pool.acquire(key, timeouts.get("pool"), fresh=fresh)
+            reused = connection is not None
             if connection is None:
-                connection = await self._open(origin, request, timeouts.get("connect"))
+                connection = await self._open(key, sent, proxy, public_only, sni, timeouts)
             elif not connection.usable:  # closed since it was put back: nothing was written
                 pool.discard(connection)
                 continue
             try:
                 reply = await connection.exchange(
                     head,
-                    body,
-                    head_only=request.method == "HEAD",
+                    sent.body,
+                    head_only=sent.method == b"HEAD",
                     write_timeout_s=timeouts.get("write"),
                     read_timeout_s=timeouts.get("read"),
                 )
+            except _STALE as exc:
+                pool.discard(connection)
+                if reused and not fresh and connection.received_bytes == 0:
+                    fresh = True  # the peer closed it while idle: once more, on a new one
+                    continue
+                silent = connection.received_bytes == 0 and not reused
+                raise self._named(exc, sent, silent=silent) from exc.__cause__
             except BaseException:
                 pool.discard(connection)
                 raise
@@ -117,66 +174,166 @@ class Http1Transport(httpx.AsyncBaseTransport):
             return reply
 
     async def _open(
-        self, origin: Origin, request: httpx.Request, timeout_s: float | None
+        self,
+        key: PoolKey,
+        sent: Outgoing,
+        proxy: Proxy | None,
+        public_only: bool,
+        sni: str | None,
+        timeouts: dict[str, float | None],
     ) -> Http1Connection:
         """A new connection in a slot the pool gave; the slot is given back if it fails."""
-        scheme, host, port = origin
-        context = None if scheme == "http" else self._tls_context()
-        sni = request.extensions.get("sni_hostname", host) if context is not None else None
-        loop = asyncio.get_running_loop()
-        factory = partial(Http1Connection, origin, self._max_body_bytes)
+        scheme, host, port = sent.origin
+        context = None if scheme == "http" else self._tls_context(bare=sent.bare)
+        hostname = (sni or host) if context is not None else None
+        factory = partial(Http1Connection, key, self._max_body_bytes)
+        timeout_s = timeouts.get("connect")
         try:
             async with asyncio.timeout(timeout_s):
-                _, connection = await loop.create_connection(
-                    factory,
-                    host,
-                    port,
-                    ssl=context,
-                    server_hostname=sni,
-                    # RFC 8305: an address family whose route drops packets costs 0.25 s, not
-                    # the whole connect timeout
-                    happy_eyeballs_delay=_HAPPY_EYEBALLS_DELAY_S,
-                    interleave=1,
-                )
+                addresses = await public_addresses(host, port) if public_only else None
+                connection = await _connect(factory, sent, proxy, addresses, context, hostname)
         except TimeoutError as exc:
             self._pool.give_back_slot()
             raise httpx.ConnectTimeout(f"{host}:{port}: no connection within {timeout_s}s") from exc
         except OSError as exc:  # refused, unreachable, DNS (gaierror), TLS (ssl.SSLError)
             self._pool.give_back_slot()
-            raise httpx.ConnectError(f"{host}:{port}: {type(exc).__name__}: {exc}") from exc
+            client_cert = self._client_cert and not sent.bare
+            said = tls_refusal(exc, client_cert=client_cert) or _said(exc)
+            if context is not None and not client_cert and isinstance(exc, ConnectionResetError):
+                said += _MAY_WANT_A_CERTIFICATE
+            raise httpx.ConnectError(f"{host}:{port}: {said}") from exc
         except BaseException:
             self._pool.give_back_slot()
             raise
         self._pool.add(connection)
         return connection
 
-    def _tls_context(self) -> ssl.SSLContext:
+    def _named(self, exc: httpx.TransportError, sent: Outgoing, *, silent: bool) -> Exception:
+        """`exc`, or the same kind of error naming the TLS refusal it was. `silent`: a new
+        connection that ended before any reply byte came."""
+        client_cert = self._client_cert and not sent.bare
+        said = tls_refusal(exc.__cause__, client_cert=client_cert)
+        if said is None and silent and sent.origin[0] == "https" and not client_cert:
+            # a TLS 1.3 server checks the client's certificate after the client's handshake
+            # ended; one that closes without its alert (asyncio's own) leaves only this
+            said = (
+                f"{exc} (the TLS connection was closed right after its handshake: the"
+                " destination may require a client certificate, tls_client_cert)"
+            )
+        return exc if said is None else type(exc)(said)
+
+    def _tls_context(self, *, bare: bool) -> ssl.SSLContext:
+        if bare:
+            if self._bare_ssl_context is None:
+                self._bare_ssl_context = _default_context()
+            return self._bare_ssl_context
         if self._ssl_context is None:
-            self._ssl_context = httpx.create_ssl_context()
-            self._ssl_context.set_alpn_protocols(["http/1.1"])
+            self._ssl_context = _default_context()
         return self._ssl_context
 
 
-def _origin_of(url: httpx.URL) -> Origin:
-    scheme = url.scheme
-    if scheme not in _DEFAULT_PORTS:
-        raise httpx.UnsupportedProtocol(f"{scheme!r} URLs are not supported: {url}")
-    if not url.host:
-        raise httpx.UnsupportedProtocol(f"no host in the URL {url}")
-    return scheme, url.host, url.port or _DEFAULT_PORTS[scheme]
+async def _connect(
+    factory: partial[Http1Connection],
+    sent: Outgoing,
+    proxy: Proxy | None,
+    addresses: list[tuple[int, str]] | None,
+    context: ssl.SSLContext | None,
+    hostname: str | None,
+) -> Http1Connection:
+    """A connection to the request's origin: direct (to checked addresses when given), to an
+    http proxy that takes absolute-form requests, or through a proxy's CONNECT tunnel."""
+    loop = asyncio.get_running_loop()
+    scheme, host, port = sent.origin
+    if proxy is not None and scheme == "http":
+        _, connection = await loop.create_connection(factory, proxy.host, proxy.port)
+        return connection
+    if proxy is not None:
+        raw = await open_tunnel(proxy, host, port, timeout_s=None)  # the caller bounds it
+        connection = factory()
+        try:
+            tls = await loop.start_tls(raw, connection, context, server_hostname=hostname)  # type: ignore[arg-type]
+        except BaseException:
+            raw.abort()
+            raise
+        assert tls is not None
+        connection.connection_made(tls)
+        return connection
+    if addresses is None:
+        _, connection = await loop.create_connection(
+            factory,
+            host,
+            port,
+            ssl=context,
+            server_hostname=hostname,
+            # RFC 8305: an address family whose route drops packets costs 0.25 s, not the
+            # whole connect timeout
+            happy_eyeballs_delay=_HAPPY_EYEBALLS_DELAY_S,
+            interleave=1,
+        )
+        return connection
+    return await _connect_checked(factory, addresses, port, context, hostname)
 
 
-def _head_of(request: httpx.Request) -> bytes:
-    """The request line and headers, as httpx set them (Host, Content-Length included)."""
-    raw = request.headers.raw
-    method = _METHODS.get(request.method) or request.method.encode("ascii")
+async def _connect_checked(
+    factory: partial[Http1Connection],
+    addresses: list[tuple[int, str]],
+    port: int,
+    context: ssl.SSLContext | None,
+    hostname: str | None,
+) -> Http1Connection:
+    """A connection to the first of the checked addresses that answers (never to the name,
+    which could resolve elsewhere by now)."""
+    loop = asyncio.get_running_loop()
+    failure: OSError | None = None
+    for _, address in addresses:
+        try:
+            _, connection = await loop.create_connection(
+                factory, address, port, ssl=context, server_hostname=hostname
+            )
+        except ssl.SSLError:
+            raise  # the address answered: its TLS refusal is the answer
+        except OSError as exc:
+            failure = exc
+            continue
+        return connection
+    assert failure is not None
+    raise failure
+
+
+def _default_context() -> ssl.SSLContext:
+    context = httpx.create_ssl_context()
+    context.set_alpn_protocols(["http/1.1"])
+    return context
+
+
+def _said(exc: OSError) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _header(reply: Reply, name: bytes) -> bytes | None:
+    """The value of a reply header (the first, if repeated); None if absent."""
+    for key, value in reply.headers:
+        if key.lower() == name:
+            return value
+    return None
+
+
+def _head_of(sent: Outgoing, proxy: Proxy | None) -> bytes:
+    """The request line and headers, as httpx set them (Host, Content-Length included); the
+    absolute form and the proxy's credentials for an http request through a proxy."""
+    raw = sent.headers
+    target = sent.url.raw_path
+    if proxy is not None and sent.origin[0] == "http":
+        target = b"http://%s%s" % (sent.url.netloc, target)
+        if proxy.authorization is not None:
+            raw = [*raw, (b"Proxy-Authorization", proxy.authorization)]
     if not raw:
-        return b"%s %s HTTP/1.1\r\n\r\n" % (method, request.url.raw_path)
+        return b"%s %s HTTP/1.1\r\n\r\n" % (sent.method, target)
     lines = b"\r\n".join([name + b": " + value for name, value in raw])
     # a CR or LF inside a name or value would end the header early: refuse it
     if lines.count(b"\n") != len(raw) - 1 or lines.count(b"\r") != len(raw) - 1:
         raise httpx.LocalProtocolError("a header name or value holds a CR or LF")
-    return b"%s %s HTTP/1.1\r\n%s\r\n\r\n" % (method, request.url.raw_path, lines)
+    return b"%s %s HTTP/1.1\r\n%s\r\n\r\n" % (sent.method, target, lines)
 
 
 async def _body_of(request: httpx.Request) -> bytes:

@@ -53,7 +53,7 @@ def catalog(catalog_dir: Path) -> Path:
     )
     (catalog_dir / "tv.toml").write_text(
         'url = "https://{region}.x.test/{tenant}"\nsource_topics = ["e"]\n'
-        '[lookups]\ntenant_field = "tenant"\n[headers]\nX-Api-Key = "{api_key}"\n'
+        'allow_private_destinations = true\n[lookups]\ntenant_field = "tenant"\n[headers]\nX-Api-Key = "{api_key}"\n'
     )
     return catalog_dir
 

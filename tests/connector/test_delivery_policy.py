@@ -140,16 +140,25 @@ def test_retry_after_parses_seconds_and_http_dates() -> None:
 
 
 @respx.mock
-async def test_redirect_is_dead_lettered_without_bisection(dest: Destination) -> None:
-    """A 3xx is a misconfiguration: the whole batch is dead-lettered with reason redirect."""
-    route = respx.post(URL).respond(301, headers={"Location": "https://elsewhere.test/"})
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+async def test_a_redirect_is_handed_off_whole_as_the_destination_moved(
+    dest: Destination, status: int
+) -> None:
+    """A 3xx not followed says the destination moved: one request, no local retry, the whole
+    batch handed to the retrier with cause redirect (never dead-lettered, never bisected), the
+    error naming the Location, and the breaker counts a failure."""
+    route = respx.post(URL).respond(status, headers={"Location": "https://elsewhere.test/"})
     kafka, sleeps = FakeKafka(), Sleeps()
     deliverer, client = _deliverer(dest, kafka, sleeps)
     async with client:
         await deliverer.deliver(Batch([_event(i) for i in range(4)]))
     assert route.call_count == 1
-    assert kafka.ids("unit.dlq") == ["e0", "e1", "e2", "e3"]
-    assert {header_map(r[3])["hifi-reason"] for r in kafka.records} == {b"redirect"}
+    assert kafka.ids("unit.dlq") == []
+    assert kafka.ids("unit.retry_in") == ["e0", "e1", "e2", "e3"]
+    headers = [header_map(r[3]) for r in kafka.records]
+    assert {h["hifi-cause"] for h in headers} == {b"redirect"}
+    assert all(b"https://elsewhere.test/" in h["hifi-error"] for h in headers)
+    assert deliverer.breakers.of(None).failures == 1
 
 
 @respx.mock

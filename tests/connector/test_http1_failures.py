@@ -143,18 +143,41 @@ async def test_connection_dropped_without_reply_is_not_retried(
 @pytest.mark.parametrize(
     "reply",
     [
-        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
-        b"HTTP/1.1 200 OK\r\nContent-Le",
+        b"HTTP/1.1 503 Busy\r\nContent-Length: 100\r\n\r\nonly this",
+        b"HTTP/1.1 500 Oops\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
+        b"HTTP/1.1 500 Oops\r\nContent-Le",
+        b"HTTP/1.1 20",
     ],
-    ids=["short-body", "unfinished-chunks", "unfinished-head"],
+    ids=["short-body", "unfinished-chunks", "unfinished-head", "unfinished-status-line"],
 )
 async def test_connection_closed_mid_reply_is_remote_protocol_error(reply: bytes) -> None:
-    """A reply cut short by the server closing: RemoteProtocolError, never a short body."""
+    """A reply that is not a 2xx, cut short by the server closing: RemoteProtocolError, never
+    a short body; nor is a status line cut before its end read as one."""
 
     async with RawServer(reply_then_close(reply)) as server, _client() as client:
         with pytest.raises(httpx.RemoteProtocolError):
             await client.post(server.url, content=b"a")
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
+        b"HTTP/1.1 200 OK\r\nContent-Le",
+        b"HTTP/1.1 200\r\nContent-Length: 2, 2\r\n\r\nok",
+    ],
+    ids=["short-body", "unfinished-chunks", "unfinished-head", "repeated-length"],
+)
+async def test_a_2xx_status_line_is_the_reply_whatever_follows(reply: bytes) -> None:
+    """The destination said 2xx: that is its answer, even when the rest is cut short or its
+    framing is ambiguous; the connection is not reused."""
+    async with RawServer(reply_then_close(reply)) as server, _client() as client:
+        response = await client.post(server.url, content=b"a")
+        assert response.status_code == 200
+        assert response.extensions["hifi.anomalies"]
+        await client.post(server.url, content=b"b")
+    assert len(server.heads) == 2
 
 
 @pytest.mark.parametrize(
@@ -179,14 +202,20 @@ async def test_malformed_reply_is_remote_protocol_error_and_drops_the_connection
 
 
 async def test_reply_headers_past_the_bound_are_remote_protocol_error() -> None:
-    """A reply whose headers run past `HEADER_BYTES_MAX` is refused, not held in memory."""
+    """A reply whose headers run past `HEADER_BYTES_MAX` is refused, not held in memory; after
+    a 2xx status line it is the destination's yes all the same, and its connection is closed."""
     huge = b"".join(b"X-Filler-%d: %s\r\n" % (i, b"v" * 1000) for i in range(80))
-    reply = b"HTTP/1.1 200 OK\r\n" + huge + b"Content-Length: 0\r\n\r\n"
+    refused = b"HTTP/1.1 500 Oops\r\n" + huge + b"Content-Length: 0\r\n\r\n"
+    accepted = b"HTTP/1.1 200 OK\r\n" + huge + b"Content-Length: 0\r\n\r\n"
     assert len(huge) > HEADER_BYTES_MAX
-    async with RawServer(answer([reply, OK])) as server, _client() as client:
+    async with RawServer(answer([refused, accepted, OK])) as server, _client() as client:
         with pytest.raises(httpx.RemoteProtocolError, match="headers over"):
             await client.post(server.url, content=b"a")
-        assert (await client.post(server.url, content=b"b")).status_code == 200
+        response = await client.post(server.url, content=b"b")
+        assert response.status_code == 200
+        assert response.extensions["hifi.anomalies"] == ("headers_too_large",)
+        assert (await client.post(server.url, content=b"c")).status_code == 200
+    assert server.opened == 3
 
 
 async def test_a_body_its_encoding_does_not_decode_is_kept_as_sent() -> None:

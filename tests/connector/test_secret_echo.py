@@ -243,7 +243,7 @@ async def test_unavailable_echoing_the_header_is_handed_off_masked(
     assert '"echo":"***"' in log.replace('\\"', '"')  # JSON lines escape the quotes
 
 
-async def test_redirect_to_a_location_with_the_token_is_dead_lettered_masked(
+async def test_redirect_to_a_location_with_the_token_is_handed_off_masked(
     kafka_settings: KafkaSettings,
     destination: TestDestination,
     catalog_dir: Path,
@@ -252,7 +252,7 @@ async def test_redirect_to_a_location_with_the_token_is_dead_lettered_masked(
     processes: list[subprocess.Popen[bytes]],
     token: str,
 ) -> None:
-    """302 to /login?token=TOKEN (percent-encoded): the redirect's dead letter shows `***`."""
+    """302 to /login?token=TOKEN (percent-encoded): the redirect's hand-off shows `***`."""
     await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
     destination.set_faults(1.0, [Reply(302)])
     destination.echo(Echo(token_only=True))
@@ -263,15 +263,13 @@ async def test_redirect_to_a_location_with_the_token_is_dead_lettered_masked(
     log = await run_connector_until_idle(
         kafka_settings, unique, catalog_dir, tmp_path / "connector.log", processes
     )
-    (letter,) = await kafka.read_topic(kafka_settings, f"{unique}.dlq", at_least=1)
-    out, err = await dlq_list(kafka_settings, unique, catalog_dir)
+    (handed,) = await kafka.read_topic(kafka_settings, f"{unique}.retry_in", at_least=1)
 
-    assert leaks(token, all_headers(letter), out, err, log) == []
-    headers = header_map(letter.headers)
-    assert headers["hifi-reason"] == b"redirect"
-    assert headers["hifi-error"].startswith(b"HTTP 302 redirect to /login?token=***;")
-    assert "/login?token=***;" in out
-    assert "/login?token=***;" in log
+    assert leaks(token, all_headers(handed), log) == []
+    headers = header_map(handed.headers)
+    assert headers["hifi-cause"] == b"redirect"
+    assert headers["hifi-error"].startswith(b"HTTP 302 redirect to /login?token=***:")
+    assert "/login?token=***:" in log
 
 
 async def test_token_split_across_two_failures_is_masked_in_each(

@@ -32,7 +32,8 @@ def write_tenant_destination(
         f'url = "{url}"\nsource_topics = ["{topic}"]\nlocal_retry_attempts = 2\n'
         "local_retry_max_backoff_s = 0.05\ncommit_interval_s = 0.2\nshutdown_timeout_s = 10.0\n"
         f"internal_topic_partitions = 2\n{extra}"
-        f'[lookups]\ntenant_field = "{TENANT_FIELD}"\n{lookups}'
+        + ("" if "allow_private_destinations" in extra else "allow_private_destinations = true\n")
+        + f'[lookups]\ntenant_field = "{TENANT_FIELD}"\n{lookups}'
         f"[headers]\n{headers}"
     )
     (catalog_dir / f"{name}.toml").write_text(text)

@@ -1,0 +1,75 @@
+"""A reply's body as the connector reads it: a 2xx body is never decoded; an error body is
+decoded incrementally, at most `DECODED_MAX_BYTES`, for its excerpt.
+
+A destination's `Content-Encoding` is whatever it says: a 600-byte gzip body can expand to
+256 MiB. httpx decodes a body whole, on the event loop; here each coding's output is bounded
+before it is produced (zlib's `max_length`), so a bomb costs at most the cap in memory and
+a fraction of a millisecond of CPU.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import httpx
+
+from connector.http1.connection import Reply
+from connector.http1.fields import content_encodings
+
+__all__ = ["DECODED_MAX_BYTES", "response_of"]
+
+#: an error body is read for a 120-character excerpt: this is plenty
+DECODED_MAX_BYTES = 64 * 1024
+_WBITS = {"gzip": zlib.MAX_WBITS | 16, "x-gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
+_HIDDEN = b"content-encoding"
+
+
+def response_of(reply: Reply) -> httpx.Response:
+    """httpx's response for a reply, its body already read: raw for a 2xx (never decoded),
+    decoded within the cap otherwise. `Content-Encoding`, which httpx would act on again, is
+    left out: the reply's headers as sent are in the `hifi.reply_headers` extension."""
+    anomalies = reply.anomalies
+    body = reply.body
+    if not 200 <= reply.status < 300:
+        body = _decoded(reply, anomalies)
+    extensions: dict[str, object] = {
+        "http_version": reply.http_version,
+        "hifi.anomalies": tuple(anomalies),
+        "hifi.reply_headers": reply.headers,
+    }
+    if reply.reason:  # else httpx gives the status's standard phrase
+        extensions["reason_phrase"] = reply.reason
+    headers = [(name, value) for name, value in reply.headers if name.lower() != _HIDDEN]
+    return httpx.Response(reply.status, headers=headers, content=body, extensions=extensions)
+
+
+def _decoded(reply: Reply, anomalies: list[str]) -> bytes:
+    """The body with its codings undone, each one's output at most `DECODED_MAX_BYTES`; as sent
+    when a coding is unknown or does not decode."""
+    values = [value for name, value in reply.headers if name.lower() == b"content-encoding"]
+    codings = content_encodings(b", ".join(values)) if values else []
+    body = reply.body  # at most the connection's cap already
+    if codings is None:
+        anomalies.append("content_encoding")
+        return body
+    for coding in reversed(codings):
+        decoded = _undo(coding, body)
+        if decoded is None:
+            anomalies.append("content_encoding")
+            return reply.body
+        body = decoded
+    return body
+
+
+def _undo(coding: str, data: bytes) -> bytes | None:
+    """`data` with one coding undone, at most `DECODED_MAX_BYTES`; None: unknown or corrupt."""
+    wbits = _WBITS.get(coding)
+    if wbits is None:
+        return None
+    attempts = [wbits, -zlib.MAX_WBITS] if coding == "deflate" else [wbits]  # raw deflate too
+    for bits in attempts:
+        try:
+            return zlib.decompressobj(bits).decompress(data, DECODED_MAX_BYTES)
+        except zlib.error:
+            continue
+    return None
