@@ -31,7 +31,7 @@ def origin_of_key(key: bytes | None) -> tuple[str, int] | None:
     if not key:
         return None
     topic, separator, partition = key.decode(errors="replace").rpartition(_SEPARATOR)
-    if not separator or not topic or not partition.isdigit():
+    if not separator or not topic or not (partition.isascii() and partition.isdigit()):
         return None
     return topic, int(partition)
 

@@ -36,7 +36,7 @@ def letter_filter(params: Mapping[str, str | None]) -> LetterFilter:
 def time_param(text: str | None, name: str, now_ms: int) -> int | None:
     if not text:
         return None
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         return int(text)
     try:
         return parse_time(text, now_ms=now_ms)

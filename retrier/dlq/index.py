@@ -389,6 +389,11 @@ def _position_in(key: str, topic: str) -> tuple[int, int] | None:
     """(partition, offset) when `key` is `topic/partition/offset`."""
     head, _, rest = key.rpartition("/")
     name, _, partition = head.rpartition("/")
-    if name != topic or not partition.isdigit() or not rest.isdigit():
+    if name != topic or not _digits(partition) or not _digits(rest):
         return None
     return int(partition), int(rest)
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only (`str.isdigit` takes `²`, which `int` refuses)."""
+    return text.isascii() and text.isdigit()

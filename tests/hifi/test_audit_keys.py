@@ -70,3 +70,10 @@ def test_the_producers_partitioner_is_kafkas_default_with_each_keys_hash_kept() 
             chosen = keyed_partitioner(key, partitions[:count], partitions[:count])
             assert chosen == DefaultPartitioner()(key, partitions[:count], partitions[:count])
     assert keyed_partitioner(None, partitions, [5]) == 5
+
+
+def test_a_key_whose_partition_is_not_ascii_digits_names_no_origin() -> None:
+    """`²` passes `str.isdigit` and `int` refuses it: such a key names no origin, no exception."""
+    assert origin_of_key("events/²".encode()) is None
+    assert origin_of_key("events/٣".encode()) is None
+    assert origin_of_key(b"events/3") == ("events", 3)
