@@ -26,6 +26,7 @@ MAX_RETRY_AFTER_S = 366 * 86_400.0  # a longer wait than a year is read as a yea
 _MAX_VALUE_CHARS = 8 * 1024  # a value longer than this is not read at all
 _MAX_LOCATION_CHARS = 4 * 1024
 _DIGITS = re.compile(rb"[0-9]{1,20}")
+_ALL_DIGITS = re.compile(rb"[0-9]+")
 _SPACES = b" \t"
 # RFC 9110 token characters: a charset name, a content coding
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -68,8 +69,8 @@ def retry_after_s(value: bytes | str | None, *, now_s: float | None = None) -> f
     raw = _raw(value)
     if not raw:
         return None
-    if _DIGITS.fullmatch(raw):
-        return min(float(int(raw)), MAX_RETRY_AFTER_S)
+    if _ALL_DIGITS.fullmatch(raw):  # `int` refuses 4,300 digits and more: cap by length first
+        return MAX_RETRY_AFTER_S if len(raw) > 10 else min(float(int(raw)), MAX_RETRY_AFTER_S)
     try:
         when = parsedate_to_datetime(raw.decode("ascii"))
         seconds = when.timestamp() - (time.time() if now_s is None else now_s)

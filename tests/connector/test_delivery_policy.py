@@ -14,6 +14,7 @@ import respx
 from config.destination import Destination
 from connector.delivery import Deliverer, parse_retry_after
 from connector.divert import Diverter
+from connector.metrics import REPLY_ANOMALIES
 from connector.rebatch import Batch
 from hifi.envelope import Event
 from hifi.errors import BrokerUnavailable
@@ -127,6 +128,32 @@ async def test_retry_after_is_honoured_and_capped(dest: Destination) -> None:
     async with client:
         await deliverer.deliver(Batch([_event(1)]))
     assert sleeps.calls == [2.0, 5.0]
+
+
+@respx.mock
+@pytest.mark.parametrize("value", ["\u00b2", "1\u0663", "9" * 40, "Wed, 99 Foo 99999 99:99:99 GMT"])
+async def test_an_unreadable_retry_after_is_ignored_and_counted(
+    dest: Destination, value: str
+) -> None:
+    """`Retry-After: ²` passes `str.isdigit()` and `float()` refuses it: once, that crashed the
+    connector in a loop. Any value that does not parse is ignored (the backoff's own wait
+    stands) and counted as an anomaly; a huge one is capped."""
+    respx.post(URL).mock(
+        side_effect=[
+            httpx.Response(503, headers=[(b"Retry-After", value.encode())]),
+            httpx.Response(200),
+        ]
+    )
+    kafka, sleeps = FakeKafka(), Sleeps()
+    deliverer, client = _deliverer(dest, kafka, sleeps)
+    anomalies = REPLY_ANOMALIES.labels(dest.name, "retry_after")
+    before = anomalies._value.get()
+    async with client:
+        await deliverer.deliver(Batch([_event(1)]))
+    assert kafka.ids("unit.retry_in") == []
+    (slept,) = sleeps.calls
+    assert 0 <= slept <= dest.retry_after_max_s
+    assert anomalies._value.get() - before == (0 if value.isascii() and value.isdigit() else 1)
 
 
 def test_retry_after_parses_seconds_and_http_dates() -> None:
