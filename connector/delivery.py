@@ -42,6 +42,7 @@ from connector.statuses import (
     Unreachable,
     classify,
     is_destination_fault,
+    no_reply,
     parse_retry_after,
     status_class,
 )
@@ -91,8 +92,12 @@ class Deliverer:
         self._sleep = sleep
         self._trail = trail
         self._headers = dest.header_values()
+        # the transport ends an attempt by `request_timeout_s`, whatever the destination trickles;
         # a tenant's URL may reach only public addresses, unless the catalog allows private ones
-        self._tenant_extensions = {} if dest.allow_private_destinations else _PUBLIC_ONLY
+        self._extensions: dict[str, Any] = {"hifi.total_timeout_s": dest.request_timeout_s}
+        self._tenant_extensions = dict(self._extensions)
+        if not dest.allow_private_destinations:
+            self._tenant_extensions["hifi.public_only"] = True
         self._failing = False
         self._dest_name = dest.name
         #: the last failures, newest last, for /status (texts masked and shortened)
@@ -190,7 +195,7 @@ class Deliverer:
             "Idempotency-Key": batch.idempotency_key(),
         }
         url = self._dest.url if target is None else target.url
-        extensions = _NO_EXTENSIONS if target is None else self._tenant_extensions
+        extensions = self._extensions if target is None else self._tenant_extensions
         if self._dest.compression == "gzip":
             body = await self._gzip(body)
             headers["Content-Encoding"] = "gzip"
@@ -252,9 +257,9 @@ class Deliverer:
         error: BaseException | None = None
         self.limiter.sent()
         try:
-            # httpx bounds each phase (connect, write, read); this bounds the attempt as a whole,
-            # so a destination that trickles its reply cannot hold an in-flight slot for ever.
-            async with asyncio.timeout(self._dest.request_timeout_s):
+            # the transport bounds the attempt (`hifi.total_timeout_s`) and counts a 2xx status
+            # line that came in time; this bounds whatever it does not, a little later
+            async with asyncio.timeout(self._dest.request_timeout_s + _BACKSTOP_S):
                 response = await self._client.post(
                     _url_of(url), content=body, headers=headers, extensions=extensions
                 )
@@ -265,7 +270,8 @@ class Deliverer:
             ) from exc
         except (httpx.TransportError, TimeoutError) as exc:
             error = exc
-            unavailable = self._unavailable(exc)
+            kind, unavailable = no_reply(exc, self._dest.request_timeout_s)
+            self._meters.requests(kind).inc()
             if breaker is not None and isinstance(unavailable, Unreachable):
                 breaker.failed(str(unavailable))
             raise unavailable from exc
@@ -279,18 +285,6 @@ class Deliverer:
             self._meters.anomaly(kind)
         classify(response, self._meters.anomaly)
         return response.status_code
-
-    def _unavailable(self, exc: httpx.TransportError | TimeoutError) -> DestinationUnavailable:
-        """A request that got no reply: counted as a timeout or a connection failure."""
-        name = type(exc).__name__
-        if isinstance(exc, TimeoutError | httpx.TimeoutException):
-            self._meters.requests("timeout").inc()
-            return DestinationUnavailable(f"timeout after {self._dest.request_timeout_s}s ({name})")
-        self._meters.requests("connection").inc()
-        error = short_error(f"connection error: {name}: {exc}")
-        if isinstance(exc, httpx.ConnectError):
-            return Unreachable(error)  # refused, DNS or TLS: no request reached it
-        return DestinationUnavailable(error)
 
     def _wait_s(self, state: RetryCallState) -> float:
         """tenacity's wait within the retries (its attempts count from the second)."""
@@ -390,8 +384,7 @@ class Deliverer:
         self.recent_failures.append(entry)
 
 
-_NO_EXTENSIONS: dict[str, Any] = {}
-_PUBLIC_ONLY: dict[str, Any] = {"hifi.public_only": True}
+_BACKSTOP_S = 0.5
 
 
 def _retried_locally(exc: BaseException) -> bool:

@@ -80,6 +80,20 @@ def classify(response: httpx.Response, note: Callable[[str], None] | None = None
     raise DestinationRejected(detail, status=status, reason=Reason.HTTP_4XX)
 
 
+def no_reply(
+    exc: httpx.TransportError | TimeoutError, timeout_s: float
+) -> tuple[str, DestinationUnavailable]:
+    """A request that got no reply: its `hifi_connector_requests_total` class (`timeout` or
+    `connection`) and the failure, `Unreachable` when no request reached the destination."""
+    name = type(exc).__name__
+    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+        return "timeout", DestinationUnavailable(f"timeout after {timeout_s}s ({name}: {exc})")
+    error = short_error(f"connection error: {name}: {exc}")
+    if isinstance(exc, httpx.ConnectError):
+        return "connection", Unreachable(error)  # refused, DNS, TLS, a proxy: nothing sent
+    return "connection", DestinationUnavailable(error)
+
+
 def _moved(response: httpx.Response, note: Callable[[str], None] | None) -> Moved:
     status = response.status_code
     raw = _raw(response, b"location")

@@ -86,6 +86,7 @@ class Http1Connection(asyncio.Protocol):
         # one timer per connection, not per request: it re-arms itself while a reply is read
         self._read_timer: asyncio.TimerHandle | None = None
         self._read_timeout_s: float | None = None  # the exchange being read, if it has one
+        self._deadline_s: float | None = None  # loop time by which its reply must be whole
         self._drained: asyncio.Future[None] | None = None  # set while writing is paused
         self._lost: asyncio.Future[None] | None = None  # made by `wait_lost`
         self._gone = False  # connection_lost was called
@@ -116,9 +117,12 @@ class Http1Connection(asyncio.Protocol):
         head_only: bool,
         write_timeout_s: float | None,
         read_timeout_s: float | None,
+        deadline_s: float | None = None,
     ) -> Reply:
         """Write a request and return its response. The head (request line and headers) is
         one write, with the body when it is small (a large one is not copied onto it).
+        `read_timeout_s` bounds each wait for reply bytes, `deadline_s` (loop time) the whole
+        reply: a destination that trickles one byte a second is not waited on for ever.
 
         Raises httpx's `WriteTimeout`, `ReadTimeout`, `RemoteProtocolError` or `ReadError`;
         after any exception the connection must be closed (`abort`)."""
@@ -133,10 +137,10 @@ class Http1Connection(asyncio.Protocol):
                 self._transport.write(body)
             if self._drained is not None:  # the write buffer is above its high-water mark
                 await self._drain(reply, write_timeout_s)
-            if read_timeout_s is not None and not reply.done():
+            if (read_timeout_s is not None or deadline_s is not None) and not reply.done():
                 self._last_read_s = now_s = self._loop.time()
-                self._read_timeout_s = read_timeout_s
-                self._arm_read_timer(now_s + read_timeout_s)
+                self._read_timeout_s, self._deadline_s = read_timeout_s, deadline_s
+                self._arm_read_timer(self._due_s(now_s))
             result = await reply
             if result.reusable and self._transport.get_write_buffer_size():
                 self.closed = True  # answered before it took the whole request: out of step
@@ -144,7 +148,7 @@ class Http1Connection(asyncio.Protocol):
             return result
         finally:
             self._reply = None
-            self._read_timeout_s = None  # the timer, if still set, ends itself when it fires
+            self._read_timeout_s = self._deadline_s = None  # a timer still set ends itself
 
     def close(self) -> None:
         """Close after what is written is flushed (a clean end: expired, or told to close)."""
@@ -365,16 +369,34 @@ class Http1Connection(asyncio.Protocol):
             timer.cancel()
         self._read_timer = self._loop.call_at(due_s, self._check_read)
 
+    def _due_s(self, now_s: float) -> float:
+        """When the reply being read times out: its read timeout after the last bytes came,
+        or its deadline, whichever is first."""
+        due_s = (
+            now_s + 86_400.0
+            if self._read_timeout_s is None
+            else (self._last_read_s + self._read_timeout_s)
+        )
+        return due_s if self._deadline_s is None else min(due_s, self._deadline_s)
+
     def _check_read(self) -> None:
-        """The read timer: fail the reply when nothing arrived for its read timeout, else re-arm
-        for when that is due; with no reply being read (the exchange ended), stop."""
+        """The read timer: fail the reply when nothing arrived for its read timeout, or it is
+        not whole by its deadline, else re-arm for when that is due; with no reply being read
+        (the exchange ended), stop."""
         self._read_timer = None
-        reply, timeout_s = self._reply, self._read_timeout_s
-        if reply is None or reply.done() or timeout_s is None:
+        reply = self._reply
+        if reply is None or reply.done():
             return
-        due_s = self._last_read_s + timeout_s
-        if self._loop.time() >= due_s:
-            self._fail(httpx.ReadTimeout(f"no response data for {timeout_s}s"))
+        if self._read_timeout_s is None and self._deadline_s is None:
+            return
+        now_s = self._loop.time()
+        due_s = self._due_s(now_s)
+        if now_s >= due_s:
+            if self._deadline_s is not None and now_s >= self._deadline_s:
+                error = httpx.ReadTimeout("reply not whole by the request's deadline")
+            else:
+                error = httpx.ReadTimeout(f"no response data for {self._read_timeout_s}s")
+            self._fail(error)
             return
         self._read_timer = self._loop.call_at(due_s, self._check_read)
 

@@ -63,7 +63,9 @@ class Http1Transport(httpx.AsyncBaseTransport):
     `follow_redirects`: 307 and 308 are followed, at most 3 hops; `trusted_origins`
     (`scheme://host:port`) may receive the request's secrets on such a hop. `proxies`: where
     requests go through a proxy (None: never). A request with the `hifi.public_only` extension
-    set connects only to public addresses of its host.
+    set connects only to public addresses of its host; one with `hifi.total_timeout_s` must be
+    answered whole (redirect hops included) within that time, or fails with `ReadTimeout`
+    (`ConnectTimeout`, `PoolTimeout` before it is sent) unless a 2xx status line came.
     """
 
     def __init__(
@@ -115,6 +117,9 @@ class Http1Transport(httpx.AsyncBaseTransport):
     async def _send(self, request: httpx.Request) -> Reply:
         """The request, and the 307/308 hops it is asked to make when following them."""
         timeouts = request.extensions.get("timeout") or {}
+        total_s = request.extensions.get("hifi.total_timeout_s")
+        if total_s is not None:
+            timeouts = _Deadline(timeouts, asyncio.get_running_loop().time() + total_s)
         public_only = bool(request.extensions.get("hifi.public_only"))
         method = _METHODS.get(request.method) or request.method.encode("ascii")
         first = Outgoing(
@@ -159,6 +164,7 @@ class Http1Transport(httpx.AsyncBaseTransport):
                     head_only=sent.method == b"HEAD",
                     write_timeout_s=timeouts.get("write"),
                     read_timeout_s=timeouts.get("read"),
+                    deadline_s=timeouts.deadline_s if isinstance(timeouts, _Deadline) else None,
                 )
             except _STALE as exc:
                 pool.discard(connection)
@@ -298,6 +304,20 @@ async def _connect_checked(
         return connection
     assert failure is not None
     raise failure
+
+
+class _Deadline(dict[str, float | None]):
+    """httpx's timeouts of a request that must end by `deadline_s` (loop time): each phase's
+    timeout is at most what is left."""
+
+    def __init__(self, timeouts: dict[str, float | None], deadline_s: float) -> None:
+        super().__init__(timeouts)
+        self.deadline_s = deadline_s
+
+    def get(self, key: str, default: float | None = None) -> float | None:  # type: ignore[override]
+        left_s = max(0.0, self.deadline_s - asyncio.get_running_loop().time())
+        value = super().get(key, default)
+        return left_s if value is None else min(value, left_s)
 
 
 def _default_context() -> ssl.SSLContext:

@@ -243,3 +243,34 @@ async def test_a_public_only_request_never_connects_to_a_loopback_address(host: 
             await client.post(url, content=BODY, extensions={"hifi.public_only": True})
         assert (await client.post(url, content=BODY)).status_code == 200
     assert server.opened == 1
+
+
+@pytest.mark.parametrize(("status", "delivered"), [(b"200 OK", True), (b"500 Oops", False)])
+async def test_a_reply_trickled_past_the_deadline_ends_there(
+    status: bytes, delivered: bool
+) -> None:
+    """One byte every 0.1 s never trips the read timeout; `hifi.total_timeout_s` ends the
+    attempt all the same, and a 2xx status line that came in time is the answer."""
+
+    async def trickle(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer
+    ) -> None:
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 %s\r\nContent-Length: 1000\r\n\r\n" % status)
+        for _ in range(1000):
+            writer.write(b"x")
+            await writer.drain()
+            await asyncio.sleep(0.1)
+
+    extensions = {"hifi.total_timeout_s": 0.8}
+    async with RawServer(trickle) as server, _client(Http1Transport()) as client:
+        started = time.perf_counter()
+        if delivered:
+            response = await client.post(server.url, content=BODY, extensions=extensions)
+            assert response.status_code == 200
+            assert response.extensions["hifi.anomalies"] == ("slow_after_2xx",)
+        else:
+            with pytest.raises(httpx.ReadTimeout, match="deadline"):
+                await client.post(server.url, content=BODY, extensions=extensions)
+        took_s = time.perf_counter() - started
+    assert 0.7 < took_s < 1.5

@@ -14,15 +14,13 @@ import httpx
 import pytest
 import trustme
 
-from connector.delivery import Deliverer
-from connector.divert import Diverter
 from connector.http1 import Http1Transport
 from connector.http1.connection import HEADER_BYTES_MAX
-from connector.statuses import Unreachable
+from connector.statuses import Unreachable, no_reply
 from devstack.destination import Reply, TestDestination
 from hifi.errors import DestinationUnavailable
 from tests.connector.loopback_http import OK, RawServer, answer, reply_then_close, until_eof
-from tests.helpers import FakeKafka, make_destination
+from tests.helpers import make_destination
 
 JSON = {"Content-Type": "application/json"}
 
@@ -306,15 +304,14 @@ async def test_deliverer_counts_only_connect_errors_as_unreachable(
     reply is unavailable but not unreachable."""
     dest = make_destination(catalog_dir, unique, destination.url, "src")
     async with _client() as client:
-        deliverer = Deliverer(client, dest, Diverter(FakeKafka(), dest))
         with pytest.raises(httpx.ConnectError) as refused:
             await client.post(f"http://127.0.0.1:{closed_port}/v1", content=b"[]")
         destination.script(Reply(drop=True))
         with pytest.raises(httpx.RemoteProtocolError) as dropped:
             await client.post(destination.url, content=b"[]", headers=JSON)
-    unreachable = deliverer._unavailable(refused.value)
+    _, unreachable = no_reply(refused.value, dest.request_timeout_s)
     assert isinstance(unreachable, Unreachable)
     assert "ConnectionRefusedError" in str(unreachable)
-    unavailable = deliverer._unavailable(dropped.value)
+    _, unavailable = no_reply(dropped.value, dest.request_timeout_s)
     assert isinstance(unavailable, DestinationUnavailable)
     assert not isinstance(unavailable, Unreachable)
