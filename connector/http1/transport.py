@@ -43,10 +43,7 @@ _METHODS = {name: name.encode("ascii") for name in ("POST", "GET", "HEAD", "PUT"
 _DEFAULT_LIMITS = httpx.Limits()
 #: failures of a reused connection that, before any reply byte, mean the peer had closed it
 _STALE = (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError)
-_MAY_WANT_A_CERTIFICATE = (
-    " (reset during the TLS handshake: the destination may require a client certificate,"
-    " tls_client_cert)"
-)
+_MAY_WANT_A_CERTIFICATE = "the destination may require a client certificate (tls_client_cert)"
 
 
 class Http1Transport(httpx.AsyncBaseTransport):
@@ -206,7 +203,7 @@ class Http1Transport(httpx.AsyncBaseTransport):
             client_cert = self._client_cert and not sent.bare
             said = tls_refusal(exc, client_cert=client_cert) or _said(exc)
             if context is not None and not client_cert and isinstance(exc, ConnectionResetError):
-                said += _MAY_WANT_A_CERTIFICATE
+                said = f"TLS: {_MAY_WANT_A_CERTIFICATE} (reset in the handshake: {said})"
             raise httpx.ConnectError(f"{host}:{port}: {said}") from exc
         except BaseException:
             self._pool.give_back_slot()
@@ -222,10 +219,7 @@ class Http1Transport(httpx.AsyncBaseTransport):
         if said is None and silent and sent.origin[0] == "https" and not client_cert:
             # a TLS 1.3 server checks the client's certificate after the client's handshake
             # ended; one that closes without its alert (asyncio's own) leaves only this
-            said = (
-                f"{exc} (the TLS connection was closed right after its handshake: the"
-                " destination may require a client certificate, tls_client_cert)"
-            )
+            said = f"TLS: {_MAY_WANT_A_CERTIFICATE} (closed after the handshake: {exc})"
         return exc if said is None else type(exc)(said)
 
     def _tls_context(self, *, bare: bool) -> ssl.SSLContext:
