@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv java browser systemd promtool stunnel podman demo test test-quick check lint typecheck image wrk bench bench-auditor bench-ingest bench-dlq bench-rebalance bench-reconcile spark-zip chaos clean
+.PHONY: help venv java browser systemd promtool stunnel tinyproxy podman demo test test-quick check lint typecheck image wrk bench bench-auditor bench-ingest bench-dlq bench-rebalance bench-reconcile spark-zip chaos clean
 
 help:
 	@echo "make demo   - run the connector and retrier against a local broker and a flaky destination"
@@ -60,6 +60,10 @@ promtool:
 stunnel:
 	$(call debian,stunnel4,stunnel4,the Kafka TLS tests)
 
+# The egress proxy tests tunnel through Debian's tinyproxy, a real HTTP proxy (devstack/proxy.py).
+tinyproxy:
+	$(call debian,tinyproxy,tinyproxy,the egress proxy tests)
+
 # The container image is built and run with Debian's podman, on a base mmdebstrap makes from
 # Debian's packages; where cgroups are in hybrid mode podman needs runc (crun refuses them).
 podman:
@@ -85,7 +89,7 @@ demo: $(STAMP)
 # Four, measured on a busy 2-core machine: most tests wait on I/O (4 workers 6:46, 3 workers 9:00).
 PYTEST_WORKERS ?= 4
 
-test: $(STAMP) java browser systemd promtool stunnel podman wrk
+test: $(STAMP) java browser systemd promtool stunnel tinyproxy podman wrk
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The inner loop: the tests that need no service; a guard fails any that reaches one.

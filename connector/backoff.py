@@ -2,8 +2,7 @@
 
 A `Retry-After` the destination sent is honoured up to `retry_after_max_s`; otherwise the wait
 is exponential backoff with full jitter: uniform between 0 and `base * 2 ** (attempts - 1)`,
-capped at `local_retry_max_backoff_s` (what tenacity's `wait_random_exponential` computes, here
-without a retry state, so the first attempt can run outside tenacity).
+capped at `local_retry_max_backoff_s` (what tenacity's `wait_random_exponential` computes).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import structlog
 
 from config.destination import Destination
 from connector import metrics
+from connector.http1.proxy import ProxyRoutes
 from hifi.errors import DestinationRejected, DestinationUnavailable, TokenRefused, TokenUnavailable
 from hifi.oauth2 import TokenSource
 
@@ -62,7 +63,9 @@ def token_source(
     dest: Destination, transport: httpx.AsyncBaseTransport | None = None
 ) -> TokenSource:
     """The token source of `dest`'s `[auth]`, its fetches after the first counted
-    (`hifi_connector_auth_refreshes_total`); `dest` must have `[auth]`."""
+    (`hifi_connector_auth_refreshes_total`); `dest` must have `[auth]`. Its requests take the
+    route deliveries take (`proxy_routes`); `ProxyConfigError` (exit 2) for an unusable
+    proxy variable."""
     if dest.auth is None:
         raise ValueError(f"destination {dest.name!r} has no [auth]")
     name = dest.name
@@ -77,7 +80,14 @@ def token_source(
         transport=transport,
         ssl_context=dest.ssl_context(),
         on_fetch=counted,
+        proxies=proxy_routes(dest).httpx_proxy,
     )
+
+
+def proxy_routes(dest: Destination) -> ProxyRoutes:
+    """The proxies of `dest`'s requests, token requests included: its catalog `proxy`, else
+    HTTPS_PROXY / HTTP_PROXY / ALL_PROXY; NO_PROXY either way."""
+    return ProxyRoutes.from_settings(None if dest.proxy is None else dest.proxy.get_secret_value())
 
 
 @contextlib.asynccontextmanager

@@ -12,7 +12,7 @@ import httpx
 
 from config.destination import Destination
 from config.topics import audit_line, audit_retention_wanted, retention_wanted
-from connector.bearer import token_source
+from connector.bearer import proxy_routes, token_source
 from connector.http_client import http_client
 from connector.rebatch import encode_values
 from hifi.check import CheckReport, probe_kafka
@@ -62,6 +62,7 @@ async def check(
     )
     report.ok(audit_line(dest))
     report.ok(f"kafka settings: bootstrap {settings.bootstrap}, {settings.security_protocol}")
+    report.ok(f"egress: {proxy_routes(dest).summary()}")
     if dest.lookups is not None and redis is not None:
         report.ok(
             f"tenant lookups: field {dest.lookups.tenant_field!r}, entries in hash"
@@ -90,9 +91,11 @@ async def check(
 
 
 async def probe_token(dest: Destination, report: CheckReport) -> str | None:
-    """Fetch one token as the connector does at start: the token (never printed), or None and a
-    line saying why (a refusal: exit 2)."""
+    """Fetch one token as the connector does at start (a line says its route, a proxy or
+    direct): the token (never printed), or None and a line saying why (a refusal: exit 2)."""
     source = token_source(dest)
+    route = proxy_routes(dest).describe(source.credentials.token_url)
+    report.ok(f"{source.credentials.describe()}: route: {route}")
     try:
         async with source:
             token = await source.token()
@@ -197,8 +200,10 @@ async def probe_destination(
     A HEAD answer is a hint, not a verdict: many endpoints answer HEAD differently from POST,
     so 404/405 (the path?) and 401/403 (the credentials?) are warnings. The empty batch is what
     a delivery sends, without events: there 401/403 is refused credentials and 404/405 a wrong
-    path, each exit 2. Without `post` nothing is ever POSTed.
+    path, each exit 2. Without `post` nothing is ever POSTed. The route (a proxy, masked, or
+    direct) is a line of its own, before the answers.
     """
+    report.ok(f"{target.label}: route: {proxy_routes(dest).describe(target.url)}")
     async with http_client(dest) as client:
         try:
             response = await client.head(target.url, headers=target.headers)

@@ -19,12 +19,6 @@ from typing import Any
 
 import httpx
 import structlog
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_after_attempt,
-)
 
 from config.destination import Destination
 from connector import metrics
@@ -201,28 +195,16 @@ class Deliverer:
             headers["Content-Encoding"] = "gzip"
         limit = attempts or self._dest.local_retry_attempts
         send = functools.partial(self._send_once, url, body, headers, len(batch), extensions)
-        try:  # the first attempt outside tenacity: most requests need no second
+        for attempt in range(1, limit + 1):
             await self.rate_limits.take(batch)
-            return await send(breaker)
-        except DestinationUnavailable as exc:
-            if limit <= 1 or isinstance(exc, Moved):
-                raise
-            self._note_retry(exc)
-            await self._sleep(pause_s(self._dest, exc, failed_attempts=1))
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(limit - 1),
-            wait=self._wait_s,
-            retry=retry_if_exception(_retried_locally),
-            sleep=self._sleep,
-            before_sleep=self._count_retry,
-            reraise=True,
-        )
-        status = 0
-        async for attempt in retrying:
-            with attempt:
-                await self.rate_limits.take(batch)
-                status = await send(breaker)
-        return status
+            try:
+                return await send(breaker)
+            except DestinationUnavailable as exc:
+                if attempt == limit or isinstance(exc, Moved):  # a redirect: it moved
+                    raise
+                self._note_retry(exc)
+                await self._sleep(pause_s(self._dest, exc, failed_attempts=attempt))
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _send_once(
         self,
@@ -285,14 +267,6 @@ class Deliverer:
             self._meters.anomaly(kind)
         classify(response, self._meters.anomaly)
         return response.status_code
-
-    def _wait_s(self, state: RetryCallState) -> float:
-        """tenacity's wait within the retries (its attempts count from the second)."""
-        exc = state.outcome.exception() if state.outcome else None
-        return pause_s(self._dest, exc, failed_attempts=state.attempt_number + 1)
-
-    def _count_retry(self, state: RetryCallState) -> None:
-        self._note_retry(state.outcome.exception() if state.outcome else None)
 
     def _note_retry(self, exc: BaseException | None) -> None:
         """Count a local retry; the first of a failing spell is one warning."""
@@ -385,11 +359,6 @@ class Deliverer:
 
 
 _BACKSTOP_S = 0.5
-
-
-def _retried_locally(exc: BaseException) -> bool:
-    """A failure worth another local attempt: not a redirect (the destination moved)."""
-    return isinstance(exc, DestinationUnavailable) and not isinstance(exc, Moved)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -11,9 +11,11 @@ already replaced returns the new one without fetching again.
 
 Errors (`hifi.errors`): the token endpoint answering 4xx, or 2xx without a usable bearer token,
 is `TokenRefused` (a `ConfigError`: the credentials or the token_url are wrong; exit 2); no
-answer, a timeout or a 5xx (or 429) after the retries is `TokenUnavailable` (transient). Their
-messages name the token_url and the client_id, never the secret nor a token. Every token
-fetched and the client secret are registered with `hifi.redaction`.
+answer, a timeout, a 5xx (or 429), or a proxy's refusal (407) after the retries is
+`TokenUnavailable` (transient). Their messages name the token_url and the client_id, never the
+secret nor a token. Every token fetched and the client secret are registered with
+`hifi.redaction`. Requests go through the proxy `proxies` picks, else httpx's from the
+environment.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from tenacity import (
 from hifi import redaction
 from hifi.errors import TokenRefused, TokenUnavailable
 
-__all__ = ["ClientAuth", "ClientCredentials", "Token", "TokenSource"]
+__all__ = ["ClientAuth", "ClientCredentials", "ProxyChooser", "Token", "TokenSource"]
 
 log = structlog.get_logger(__name__)
 
@@ -49,6 +51,10 @@ _REFRESH_NOT_BEFORE_SHARE = 0.5  # of its life: a short-lived token is not fetch
 _RETRY_FAILED_REFRESH_S = 1.0  # a refresh that failed while the token is still valid: again after
 _ERROR_CHARS = 120
 _NO_AUTH = httpx.Auth()  # httpx's base class sends the request as it is
+
+#: the proxy a token request to a URL goes through (None: directly), e.g. a destination's
+#: `connector.http1.proxy.ProxyRoutes.httpx_proxy`
+ProxyChooser = Callable[[httpx.URL], httpx.Proxy | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,12 +109,16 @@ class TokenSource:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_fetch: Callable[[str], None] | None = None,
+        proxies: ProxyChooser | None = None,
     ) -> None:
         """`ssl_context` for an https token_url (None: the default trust store);
         `on_fetch(reason)` is told of every fetch that got a token: "start" (the first),
-        "expiring" (ahead of expiry) or "unauthorized" (`refresh` of a refused token)."""
+        "expiring" (ahead of expiry) or "unauthorized" (`refresh` of a refused token);
+        `proxies` picks each request's proxy (None: httpx's own choice, from HTTPS_PROXY,
+        HTTP_PROXY, ALL_PROXY and NO_PROXY); `transport`, when given, is used as it is."""
         self.credentials = credentials
         self._transport = transport
+        self._proxies = proxies
         self._verify: ssl.SSLContext | bool = ssl_context or True  # True: the default trust
         self._clock = clock
         self._sleep = sleep
@@ -124,9 +134,12 @@ class TokenSource:
         redaction.register([credentials.client_secret])
 
     async def __aenter__(self) -> Self:
+        transport = self._transport
+        if transport is None and self._proxies is not None:
+            transport = _RoutedTransport(self._proxies, self._verify)
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(self.credentials.timeout_s),
-            transport=self._transport,
+            transport=transport,
             verify=self._verify,
             headers={"User-Agent": "hifi-connector", "Accept": "application/json"},
         )
@@ -223,21 +236,35 @@ class TokenSource:
             async with asyncio.timeout(creds.timeout_s):
                 response = await self._client.post(creds.token_url, data=form, auth=auth)
         except (httpx.TransportError, TimeoutError) as exc:
-            what = (
-                f"timeout after {creds.timeout_s:g} s"
-                if isinstance(exc, TimeoutError | httpx.TimeoutException)
-                else type(exc).__name__
-            )
+            what = type(exc).__name__
+            if isinstance(exc, TimeoutError | httpx.TimeoutException):
+                what = f"timeout after {creds.timeout_s:g} s"
+            elif isinstance(exc, httpx.ProxyError):  # its CONNECT refused: "407 Proxy Auth..."
+                what = f"the proxy refused the tunnel: {exc}"
             raise TokenUnavailable(
-                redaction.short_error(f"{creds.describe()}: no answer: {what}")
+                redaction.short_error(
+                    f"{creds.describe()}: no answer{_through(self._proxy())}: {what}"
+                )
             ) from exc
         return self._read(response, received_at=self._clock())
+
+    def _proxy(self) -> str | None:
+        """ "proxy http://host:port" when `proxies` sends token requests through one, else None."""
+        proxy = (
+            None if self._proxies is None else self._proxies(httpx.URL(self.credentials.token_url))
+        )
+        return None if proxy is None else f"proxy {proxy.url}"
 
     def _read(self, response: httpx.Response, *, received_at: float) -> Token:
         """The token of a 2xx answer; `TokenRefused` or `TokenUnavailable` for any other."""
         where, status = self.credentials.describe(), response.status_code
         if status == 429 or status >= 500:
             raise TokenUnavailable(redaction.short_error(f"{where}: answered HTTP {status}"))
+        if status == 407:  # the proxy's answer, not the endpoint's: unreachable, as a delivery
+            raise TokenUnavailable(
+                f"{where}: {self._proxy() or 'the proxy'} answered 407 (proxy authentication"
+                " required); check the user and password of the proxy URL"
+            )
         if not 200 <= status < 300:
             raise TokenRefused(
                 redaction.short_error(
@@ -261,7 +288,7 @@ class TokenSource:
                 f"{where}: answered a token of type {kind!r}; hifi sends Bearer tokens"
             )
         expires_in = body.get("expires_in") if isinstance(body, dict) else None
-        if isinstance(expires_in, str) and expires_in.isdigit():
+        if isinstance(expires_in, str) and expires_in.isascii() and expires_in.isdigit():
             expires_in = int(expires_in)  # some servers send it as a string
         if (
             not isinstance(expires_in, int | float)
@@ -270,6 +297,35 @@ class TokenSource:
         ):
             expires_in = None
         return Token.issued(value, None if expires_in is None else float(expires_in), received_at)
+
+
+class _RoutedTransport(httpx.AsyncBaseTransport):
+    """httpx's own transports, one direct and one per proxy, each request sent by the one its
+    proxy (as `choose` picks it) calls for."""
+
+    def __init__(self, choose: ProxyChooser, verify: ssl.SSLContext | bool) -> None:
+        self._choose = choose
+        self._verify = verify
+        self._direct = httpx.AsyncHTTPTransport(verify=verify)
+        self._proxied: dict[tuple[str, bytes | None], httpx.AsyncHTTPTransport] = {}
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        proxy = self._choose(request.url)
+        if proxy is None:
+            return await self._direct.handle_async_request(request)
+        key = (str(proxy.url), proxy.headers.get("Proxy-Authorization", "").encode() or None)
+        if key not in self._proxied:
+            self._proxied[key] = httpx.AsyncHTTPTransport(verify=self._verify, proxy=proxy)
+        return await self._proxied[key].handle_async_request(request)
+
+    async def aclose(self) -> None:
+        transports, self._proxied = [self._direct, *self._proxied.values()], {}
+        for transport in transports:
+            await transport.aclose()
+
+
+def _through(proxy: str | None) -> str:
+    return "" if proxy is None else f" through {proxy}"
 
 
 def _oauth_error(response: httpx.Response) -> str:

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import select
-from dataclasses import dataclass, field
 from typing import Any
 
 import httptools
 import httpx
+
+from connector.http1.reply import Reply
 
 __all__ = ["Http1Connection", "Origin", "PoolKey", "Reply"]
 
@@ -33,21 +34,6 @@ _NO_BODY_STATUSES = frozenset({204, 304})
 _FRAMING_HEADERS = frozenset({b"content-length", b"transfer-encoding"})
 _ONE_WRITE_BYTES = 256 * 1024
 HEADER_BYTES_MAX = 64 * 1024  # a reply's header names and values, in all
-
-
-@dataclass(slots=True)
-class Reply:
-    """A complete response as read from the wire (its body cut at the connection's cap)."""
-
-    status: int
-    reason: bytes
-    headers: list[tuple[bytes, bytes]]
-    body: bytes
-    http_version: bytes
-    #: the connection may serve another request (keep-alive, fully read, not closing)
-    reusable: bool
-    #: what was odd about it and read anyway (`hifi_connector_reply_anomalies_total{kind}`)
-    anomalies: list[str] = field(default_factory=list)
 
 
 class Http1Connection(asyncio.Protocol):

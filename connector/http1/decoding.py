@@ -13,8 +13,8 @@ import zlib
 
 import httpx
 
-from connector.http1.connection import Reply
 from connector.http1.fields import content_encodings
+from connector.http1.reply import Reply
 
 __all__ = ["DECODED_MAX_BYTES", "response_of"]
 

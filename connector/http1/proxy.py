@@ -365,7 +365,7 @@ def _split_port(entry: str) -> tuple[str, int | None]:
         host, _, port = entry.partition(":")
     if not port:
         return host, None
-    return (host, int(port)) if port.isdigit() else ("", None)
+    return (host, int(port)) if port.isascii() and port.isdigit() else ("", None)
 
 
 def _variable(environ: Mapping[str, str], name: str) -> tuple[str, str] | None:

@@ -27,11 +27,12 @@ from functools import partial
 import httpx
 
 from connector.http1.addresses import public_addresses
-from connector.http1.connection import Http1Connection, PoolKey, Reply
+from connector.http1.connection import Http1Connection, PoolKey
 from connector.http1.decoding import response_of
 from connector.http1.pool import ConnectionPool
 from connector.http1.proxy import Proxy, ProxyRoutes, open_tunnel
 from connector.http1.redirects import FOLLOWED_STATUSES, MAX_HOPS, Outgoing, next_hop, origin_of
+from connector.http1.reply import Reply
 from connector.http1.tls_refusals import tls_refusal
 
 __all__ = ["MAX_BODY_BYTES", "Http1Transport"]

@@ -80,7 +80,7 @@ class _Writes(asyncio.Transport):
 
 async def test_request_head_and_small_body_are_one_write() -> None:
     """The request line, headers and a small body leave in one `transport.write`."""
-    connection = Http1Connection(("http", "h", 80), MAX_BODY_BYTES)
+    connection = Http1Connection(("http", "h", 80, ""), MAX_BODY_BYTES)
     writes = _Writes()
     connection.connection_made(writes)
     exchange = asyncio.ensure_future(
