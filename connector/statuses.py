@@ -109,10 +109,12 @@ def _moved(response: httpx.Response, note: Callable[[str], None] | None) -> Move
 
 
 def _raw(response: httpx.Response, name: bytes) -> bytes | None:
-    """A reply header's value as sent (the first, if repeated); None if absent."""
-    for key, value in response.headers.raw:
+    """A reply header's value as sent (the first, if repeated); None if absent. The transport's
+    `hifi.reply_headers` hold them all (it keeps a redirect's `Location` from httpx)."""
+    headers = response.extensions.get("hifi.reply_headers") or response.headers.raw
+    for key, value in headers:
         if key.lower() == name:
-            return value
+            return bytes(value)
     return None
 
 

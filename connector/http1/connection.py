@@ -19,7 +19,7 @@ from typing import Any
 import httptools
 import httpx
 
-from connector.http1.reply import Reply
+from connector.http1.reply import Reply, is_2xx_status_line, lenient_parser
 
 __all__ = ["Http1Connection", "Origin", "PoolKey", "Reply"]
 
@@ -34,6 +34,7 @@ _NO_BODY_STATUSES = frozenset({204, 304})
 _FRAMING_HEADERS = frozenset({b"content-length", b"transfer-encoding"})
 _ONE_WRITE_BYTES = 256 * 1024
 HEADER_BYTES_MAX = 64 * 1024  # a reply's header names and values, in all
+_FIRST_LINE_BYTES = 256
 
 
 class Http1Connection(asyncio.Protocol):
@@ -53,7 +54,7 @@ class Http1Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._max_body_bytes = max_body_bytes
         self._transport: asyncio.Transport | None = None
-        self._parser = _lenient_parser(self)
+        self._parser = lenient_parser(self)
         self._stale_parser = False  # after a HEAD reply: the parser still expects its body
         self._reply: asyncio.Future[Reply] | None = None
         self._head_only = False
@@ -61,7 +62,8 @@ class Http1Connection(asyncio.Protocol):
         self._headers_done = False
         self._reason = b""
         self._status_line = False  # the final reply's status line was read whole
-        self._line_end_seen = False  # a line end arrived since the exchange (or a 1xx) began
+        self._first_line = b""  # the exchange's first line, until its end (at most 256 bytes)
+        self._interim_seen = False  # a 1xx came first: `_first_line` is not the final's
         self._anomalies: list[str] = []
         self._headers: list[tuple[bytes, bytes]] = []
         self._header_bytes = 0
@@ -171,8 +173,8 @@ class Http1Connection(asyncio.Protocol):
             return
         self._last_read_s = self._loop.time()
         self.received_bytes += len(data)
-        if not self._line_end_seen and b"\n" in data:
-            self._line_end_seen = True
+        if len(self._first_line) < _FIRST_LINE_BYTES and b"\n" not in self._first_line:
+            self._first_line += data[: _FIRST_LINE_BYTES - len(self._first_line)]
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -232,6 +234,10 @@ class Http1Connection(asyncio.Protocol):
 
     # --- httptools callbacks ------------------------------------------------------------------
 
+    def on_message_begin(self) -> None:
+        if self._reply is None or self._reply.done():
+            self.closed = True  # a message after the reply was whole: the stream is out of step
+
     def on_status(self, reason: bytes) -> None:
         self._reason += reason  # a data callback: called again for each piece fed
 
@@ -271,7 +277,8 @@ class Http1Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self._interim:
             self._interim = False
-            self._status_line = self._line_end_seen = False  # the final reply's are to come
+            self._status_line = False  # the final reply's is to come
+            self._interim_seen = True
             return
         if self._cut or self._head_only:
             return
@@ -281,12 +288,13 @@ class Http1Connection(asyncio.Protocol):
 
     def _start(self, reply: asyncio.Future[Reply], head_only: bool) -> None:
         if self._stale_parser:
-            self._parser = _lenient_parser(self)
+            self._parser = lenient_parser(self)
             self._stale_parser = False
         self._reply = reply
         self._head_only = head_only
         self._interim = self._headers_done = self._cut = False
-        self._status_line = self._line_end_seen = False
+        self._status_line = self._interim_seen = False
+        self._first_line = b""
         self.received_bytes = 0
         self._anomalies = []
         self._reason = b""
@@ -328,7 +336,12 @@ class Http1Connection(asyncio.Protocol):
         if self._interim or (self._head_only and self._headers_done):
             return False
         status = self._parser.get_status_code()
-        return 200 <= status < 300 and (self._status_line or self._line_end_seen)
+        if not 200 <= status < 300:
+            return False
+        if self._status_line:  # the parser read it whole: a reason, a header or the head's end
+            return True
+        # an error right after it ("HTTP/1.1 200" + CRLF, then a bad first header): read it here
+        return not self._interim_seen and is_2xx_status_line(self._first_line)
 
     def _ends_at_close(self) -> bool:
         """Whether the response being read has its body delimited by the end of the connection."""
@@ -385,11 +398,3 @@ class Http1Connection(asyncio.Protocol):
             self._fail(error)
             return
         self._read_timer = self._loop.call_at(due_s, self._check_read)
-
-
-def _lenient_parser(connection: Http1Connection) -> httptools.HttpResponseParser:
-    """llhttp as RFC 9112 asks of a client: obs-fold lines (section 5.2) and bare LF line ends
-    (section 2.2) read; body framing stays strict (an ambiguous one fails the parse)."""
-    parser = httptools.HttpResponseParser(connection)
-    parser.set_dangerous_leniencies(lenient_headers=True, lenient_optional_cr_before_lf=True)
-    return parser

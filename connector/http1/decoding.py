@@ -21,13 +21,17 @@ __all__ = ["DECODED_MAX_BYTES", "response_of"]
 #: an error body is read for a 120-character excerpt: this is plenty
 DECODED_MAX_BYTES = 64 * 1024
 _WBITS = {"gzip": zlib.MAX_WBITS | 16, "x-gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
-_HIDDEN = b"content-encoding"
+_HIDDEN = frozenset({b"content-encoding"})
+# httpx builds the request a redirect asks for even when not following it, and raises on a
+# `Location` it cannot parse: the transport follows redirects itself, httpx never sees one
+_HIDDEN_IN_REDIRECTS = frozenset({b"content-encoding", b"location"})
 
 
 def response_of(reply: Reply) -> httpx.Response:
     """httpx's response for a reply, its body already read: raw for a 2xx (never decoded),
     decoded within the cap otherwise. `Content-Encoding`, which httpx would act on again, is
-    left out: the reply's headers as sent are in the `hifi.reply_headers` extension."""
+    left out, and a redirect's `Location`: the reply's headers as sent are in the
+    `hifi.reply_headers` extension."""
     anomalies = reply.anomalies
     body = reply.body
     if not 200 <= reply.status < 300:
@@ -39,7 +43,8 @@ def response_of(reply: Reply) -> httpx.Response:
     }
     if reply.reason:  # else httpx gives the status's standard phrase
         extensions["reason_phrase"] = reply.reason
-    headers = [(name, value) for name, value in reply.headers if name.lower() != _HIDDEN]
+    hidden = _HIDDEN_IN_REDIRECTS if 300 <= reply.status < 400 else _HIDDEN
+    headers = [(name, value) for name, value in reply.headers if name.lower() not in hidden]
     return httpx.Response(reply.status, headers=headers, content=body, extensions=extensions)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 
 __all__ = [
@@ -27,6 +28,7 @@ _MAX_VALUE_CHARS = 8 * 1024  # a value longer than this is not read at all
 _MAX_LOCATION_CHARS = 4 * 1024
 _DIGITS = re.compile(rb"[0-9]{1,20}")
 _ALL_DIGITS = re.compile(rb"[0-9]+")
+_ASCTIME = re.compile(rb"[A-Za-z]{3} [A-Za-z]{3} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}")
 _SPACES = b" \t"
 # RFC 9110 token characters: a charset name, a content coding
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -71,8 +73,10 @@ def retry_after_s(value: bytes | str | None, *, now_s: float | None = None) -> f
         return None
     if _ALL_DIGITS.fullmatch(raw):  # `int` refuses 4,300 digits and more: cap by length first
         return MAX_RETRY_AFTER_S if len(raw) > 10 else min(float(int(raw)), MAX_RETRY_AFTER_S)
+    if not (raw.endswith(b" GMT") or _ASCTIME.fullmatch(raw)):
+        return None  # none of RFC 9110's three forms (5.6.7): each is in UTC
     try:
-        when = parsedate_to_datetime(raw.decode("ascii"))
+        when = parsedate_to_datetime(raw.decode("ascii")).replace(tzinfo=UTC)
         seconds = when.timestamp() - (time.time() if now_s is None else now_s)
     except (TypeError, ValueError, OverflowError, IndexError, OSError):
         return None
