@@ -23,8 +23,7 @@ from connector.http1.reply import Reply, is_2xx_status_line, lenient_parser
 
 __all__ = ["Http1Connection", "Origin", "PoolKey", "Reply"]
 
-Origin = tuple[str, str, int]
-"""(scheme, host, port): where a request goes."""
+Origin = tuple[str, str, int]  # (scheme, host, port): where a request goes
 PoolKey = tuple[str, str, int, str]
 """(scheme, host, port, how): the connections that can serve a request; `how` tells apart the
 connections opened another way to the same origin (without the client certificate, with the
@@ -49,7 +48,7 @@ class Http1Connection(asyncio.Protocol):
         self.closed = False
         #: reply bytes received during the current (or last) exchange
         self.received_bytes = 0
-        self._fileno = -1
+        self._readable: select.poll | None = None  # polls the socket: `peer_spoke`
         self.idle_since_s = 0.0  # monotonic time it was last put back idle (the pool's)
         self._loop = asyncio.get_running_loop()
         self._max_body_bytes = max_body_bytes
@@ -62,8 +61,9 @@ class Http1Connection(asyncio.Protocol):
         self._headers_done = False
         self._reason = b""
         self._status_line = False  # the final reply's status line was read whole
-        self._first_line = b""  # the exchange's first line, until its end (at most 256 bytes)
-        self._interim_seen = False  # a 1xx came first: `_first_line` is not the final's
+        self._first_chunks: list[bytes] = []  # the exchange's first bytes (256 at least)
+        self._first_bytes = 0
+        self._interim_seen = False  # a 1xx came first: the first bytes are not the final's
         self._anomalies: list[str] = []
         self._headers: list[tuple[bytes, bytes]] = []
         self._header_bytes = 0
@@ -89,13 +89,12 @@ class Http1Connection(asyncio.Protocol):
         """Whether an idle connection has something unread: the peer closed it (an end of
         stream the loop has not yet seen) or sent bytes nobody asked for. Either way it must
         not carry a request: httpcore asks the same of a pooled connection before reuse."""
-        if self._fileno < 0:
+        if self._readable is None:
             return False
         try:
-            readable, _, _ = select.select([self._fileno], [], [], 0)
-        except (OSError, ValueError):
+            return bool(self._readable.poll(0))
+        except OSError:
             return True
-        return bool(readable)
 
     async def exchange(
         self,
@@ -164,7 +163,9 @@ class Http1Connection(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
         sock = transport.get_extra_info("socket")
-        self._fileno = sock.fileno() if sock is not None else -1
+        if sock is not None:  # poll, not select: no limit on the descriptor's number
+            self._readable = select.poll()
+            self._readable.register(sock.fileno(), select.POLLIN)
 
     def data_received(self, data: bytes) -> None:
         reply = self._reply
@@ -173,8 +174,9 @@ class Http1Connection(asyncio.Protocol):
             return
         self._last_read_s = self._loop.time()
         self.received_bytes += len(data)
-        if len(self._first_line) < _FIRST_LINE_BYTES and b"\n" not in self._first_line:
-            self._first_line += data[: _FIRST_LINE_BYTES - len(self._first_line)]
+        if self._first_bytes < _FIRST_LINE_BYTES:  # kept, not copied: read only on a failure
+            self._first_chunks.append(data)
+            self._first_bytes += len(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -294,7 +296,8 @@ class Http1Connection(asyncio.Protocol):
         self._head_only = head_only
         self._interim = self._headers_done = self._cut = False
         self._status_line = self._interim_seen = False
-        self._first_line = b""
+        self._first_chunks = []
+        self._first_bytes = 0
         self.received_bytes = 0
         self._anomalies = []
         self._reason = b""
@@ -341,7 +344,8 @@ class Http1Connection(asyncio.Protocol):
         if self._status_line:  # the parser read it whole: a reason, a header or the head's end
             return True
         # an error right after it ("HTTP/1.1 200" + CRLF, then a bad first header): read it here
-        return not self._interim_seen and is_2xx_status_line(self._first_line)
+        first = b"".join(self._first_chunks)[:_FIRST_LINE_BYTES]
+        return not self._interim_seen and is_2xx_status_line(first)
 
     def _ends_at_close(self) -> bool:
         """Whether the response being read has its body delimited by the end of the connection."""
@@ -371,22 +375,17 @@ class Http1Connection(asyncio.Protocol):
     def _due_s(self, now_s: float) -> float:
         """When the reply being read times out: its read timeout after the last bytes came,
         or its deadline, whichever is first."""
-        due_s = (
-            now_s + 86_400.0
-            if self._read_timeout_s is None
-            else (self._last_read_s + self._read_timeout_s)
-        )
-        return due_s if self._deadline_s is None else min(due_s, self._deadline_s)
+        timeout_s, deadline_s = self._read_timeout_s, self._deadline_s
+        due_s = now_s + 86_400.0 if timeout_s is None else self._last_read_s + timeout_s
+        return due_s if deadline_s is None else min(due_s, deadline_s)
 
     def _check_read(self) -> None:
         """The read timer: fail the reply when nothing arrived for its read timeout, or it is
         not whole by its deadline, else re-arm for when that is due; with no reply being read
         (the exchange ended), stop."""
         self._read_timer = None
-        reply = self._reply
-        if reply is None or reply.done():
-            return
-        if self._read_timeout_s is None and self._deadline_s is None:
+        reply, bounds = self._reply, (self._read_timeout_s, self._deadline_s)
+        if reply is None or reply.done() or bounds == (None, None):
             return
         now_s = self._loop.time()
         due_s = self._due_s(now_s)

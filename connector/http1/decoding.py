@@ -44,7 +44,9 @@ def response_of(reply: Reply) -> httpx.Response:
     if reply.reason:  # else httpx gives the status's standard phrase
         extensions["reason_phrase"] = reply.reason
     hidden = _HIDDEN_IN_REDIRECTS if 300 <= reply.status < 400 else _HIDDEN
-    headers = [(name, value) for name, value in reply.headers if name.lower() not in hidden]
+    headers = reply.headers
+    if any(name.lower() in hidden for name, _ in headers):
+        headers = [(name, value) for name, value in headers if name.lower() not in hidden]
     return httpx.Response(reply.status, headers=headers, content=body, extensions=extensions)
 
 

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import httpx
 
@@ -114,10 +116,7 @@ class Http1Transport(httpx.AsyncBaseTransport):
 
     async def _send(self, request: httpx.Request) -> Reply:
         """The request, and the 307/308 hops it is asked to make when following them."""
-        timeouts = request.extensions.get("timeout") or {}
-        total_s = request.extensions.get("hifi.total_timeout_s")
-        if total_s is not None:
-            timeouts = _Deadline(timeouts, asyncio.get_running_loop().time() + total_s)
+        timeouts = _Timeouts.of(request.extensions)
         public_only = bool(request.extensions.get("hifi.public_only"))
         method = _METHODS.get(request.method) or request.method.encode("ascii")
         first = Outgoing(
@@ -140,7 +139,7 @@ class Http1Transport(httpx.AsyncBaseTransport):
         return reply
 
     async def _exchange(
-        self, sent: Outgoing, timeouts: dict[str, float | None], public_only: bool, sni: str | None
+        self, sent: Outgoing, timeouts: _Timeouts, public_only: bool, sni: str | None
     ) -> Reply:
         proxy = None if self._proxies is None else self._proxies.proxy_for(*sent.origin)
         how = ("bare " if sent.bare else "") + ("public " if public_only else "")
@@ -148,7 +147,7 @@ class Http1Transport(httpx.AsyncBaseTransport):
         head = _head_of(sent, proxy)
         pool, fresh = self._pool, False
         while True:
-            connection = await pool.acquire(key, timeouts.get("pool"), fresh=fresh)
+            connection = await pool.acquire(key, timeouts.within(timeouts.pool_s), fresh=fresh)
             reused = connection is not None
             if connection is None:
                 connection = await self._open(key, sent, proxy, public_only, sni, timeouts)
@@ -160,9 +159,9 @@ class Http1Transport(httpx.AsyncBaseTransport):
                     head,
                     sent.body,
                     head_only=sent.method == b"HEAD",
-                    write_timeout_s=timeouts.get("write"),
-                    read_timeout_s=timeouts.get("read"),
-                    deadline_s=timeouts.deadline_s if isinstance(timeouts, _Deadline) else None,
+                    write_timeout_s=timeouts.within(timeouts.write_s),
+                    read_timeout_s=timeouts.read_s,
+                    deadline_s=timeouts.deadline_s,
                 )
             except _STALE as exc:
                 pool.discard(connection)
@@ -184,14 +183,14 @@ class Http1Transport(httpx.AsyncBaseTransport):
         proxy: Proxy | None,
         public_only: bool,
         sni: str | None,
-        timeouts: dict[str, float | None],
+        timeouts: _Timeouts,
     ) -> Http1Connection:
         """A new connection in a slot the pool gave; the slot is given back if it fails."""
         scheme, host, port = sent.origin
         context = None if scheme == "http" else self._tls_context(bare=sent.bare)
         hostname = (sni or host) if context is not None else None
         factory = partial(Http1Connection, key, self._max_body_bytes)
-        timeout_s = timeouts.get("connect")
+        timeout_s = timeouts.within(timeouts.connect_s)
         try:
             async with asyncio.timeout(timeout_s):
                 addresses = await public_addresses(host, port) if public_only else None
@@ -301,18 +300,36 @@ async def _connect_checked(
     raise failure
 
 
-class _Deadline(dict[str, float | None]):
-    """httpx's timeouts of a request that must end by `deadline_s` (loop time): each phase's
-    timeout is at most what is left."""
+@dataclass(frozen=True, slots=True)
+class _Timeouts:
+    """httpx's timeouts of a request (each phase's), and the loop time by which it must end
+    (`hifi.total_timeout_s`; None: no such bound)."""
 
-    def __init__(self, timeouts: dict[str, float | None], deadline_s: float) -> None:
-        super().__init__(timeouts)
-        self.deadline_s = deadline_s
+    connect_s: float | None
+    write_s: float | None
+    read_s: float | None
+    pool_s: float | None
+    deadline_s: float | None
 
-    def get(self, key: str, default: float | None = None) -> float | None:  # type: ignore[override]
+    @classmethod
+    def of(cls, extensions: dict[str, Any]) -> _Timeouts:
+        phases = extensions.get("timeout") or {}
+        total_s = extensions.get("hifi.total_timeout_s")
+        deadline_s = None if total_s is None else asyncio.get_running_loop().time() + total_s
+        return cls(
+            phases.get("connect"),
+            phases.get("write"),
+            phases.get("read"),
+            phases.get("pool"),
+            deadline_s,
+        )
+
+    def within(self, timeout_s: float | None) -> float | None:
+        """`timeout_s`, at most what is left before the deadline."""
+        if self.deadline_s is None:
+            return timeout_s
         left_s = max(0.0, self.deadline_s - asyncio.get_running_loop().time())
-        value = super().get(key, default)
-        return left_s if value is None else min(value, left_s)
+        return left_s if timeout_s is None else min(timeout_s, left_s)
 
 
 def _default_context() -> ssl.SSLContext:
