@@ -182,6 +182,10 @@ class ProxyRoutes:
                 )
         return cls(by_scheme, bypass)
 
+    def __bool__(self) -> bool:
+        """Whether any request may go through a proxy."""
+        return bool(self._by_scheme)
+
     def proxy_for(self, scheme: str, host: str, port: int) -> Proxy | None:
         """The proxy for a request to `scheme://host:port`, None to connect directly."""
         proxy = self._by_scheme.get(scheme.lower())

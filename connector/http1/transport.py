@@ -89,7 +89,7 @@ class Http1Transport(httpx.AsyncBaseTransport):
         self._max_body_bytes = max_body_bytes
         self._follow = follow_redirects
         self._trusted = trusted_origins
-        self._proxies = proxies
+        self._proxies = proxies or None  # no proxy for any scheme: none to look up
 
     @property
     def open_connections(self) -> int:
