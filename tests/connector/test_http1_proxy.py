@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -19,23 +19,17 @@ from config.catalog import Catalog
 from connector.bearer import started
 from connector.http1.proxy import Proxy, ProxyConfigError, ProxyRefused, ProxyRoutes, open_tunnel
 from devstack.destination import TestDestination
-from devstack.proxy import TinyProxy, tinyproxy_missing
+from devstack.proxy import TinyProxy
 from hifi.errors import ConfigError, TokenUnavailable
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from hifi.oauth2 import ClientCredentials, TokenSource
+from tests.connector.proxy_support import PASSWORD, USER, needs_tinyproxy
 from tests.connector.test_check import _run
 from tests.connector.test_oauth2_bearer import write_auth_destination
 from tests.hifi.oauth2_server import OAuth2Server
 
-PASSWORD = "pr0xy-Pa55-never-shown"
-USER = "alice"
 _ENV = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
-
-needs_tinyproxy = [
-    pytest.mark.integration,
-    pytest.mark.skipif(tinyproxy_missing() is not None, reason=tinyproxy_missing() or ""),
-]
 
 
 @pytest.fixture(autouse=True)
@@ -312,35 +306,6 @@ async def test_the_connect_request_and_an_open_tunnel(
 
 
 # --- through a real tinyproxy ---------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def tinyproxy() -> Iterator[TinyProxy]:
-    if why := tinyproxy_missing():
-        pytest.skip(why)
-    with TinyProxy() as proxy:
-        yield proxy
-
-
-@pytest.fixture(scope="module")
-def auth_tinyproxy() -> Iterator[TinyProxy]:
-    if why := tinyproxy_missing():
-        pytest.skip(why)
-    with TinyProxy(auth=(USER, PASSWORD)) as proxy:
-        yield proxy
-
-
-@pytest.fixture(scope="module")
-def ca() -> trustme.CA:
-    return trustme.CA()
-
-
-@pytest.fixture
-async def https_server(ca: trustme.CA) -> AsyncIterator[TestDestination]:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1", "localhost").configure_cert(context)
-    async with TestDestination(ssl_context=context) as server:
-        yield server
 
 
 class _Reply(asyncio.Protocol):

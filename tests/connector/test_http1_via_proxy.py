@@ -4,8 +4,6 @@ connector's own transport and `Deliverer`, as `connector --dest` sends."""
 
 from __future__ import annotations
 
-import ssl
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,14 +15,11 @@ from connector.http1.addresses import ForbiddenAddress
 from connector.http_client import destination_transport, http_client
 from connector.rebatch import Batch
 from devstack.destination import TestDestination
-from devstack.proxy import TinyProxy, tinyproxy_missing
+from devstack.proxy import TinyProxy
+from tests.connector.proxy_support import needs_tinyproxy
 from tests.helpers import FakeKafka, make_destination, make_event
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(tinyproxy_missing() is not None, reason=tinyproxy_missing() or ""),
-]
-USER, PASSWORD = "hifi", "pr0xy-s3cret-never-shown"
+pytestmark = needs_tinyproxy
 
 
 @pytest.fixture(autouse=True)
@@ -32,25 +27,6 @@ def _no_env_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.upper(), raising=False)
-
-
-@pytest.fixture(scope="module")
-def proxy() -> Iterator[TinyProxy]:
-    with TinyProxy(auth=(USER, PASSWORD)) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def ca() -> trustme.CA:
-    return trustme.CA()
-
-
-@pytest.fixture
-async def https_destination(ca: trustme.CA) -> AsyncIterator[TestDestination]:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(context)
-    async with TestDestination(ssl_context=context) as server:
-        yield server
 
 
 async def _deliver(dest_dir: Path, url: str, kafka: FakeKafka, **keys: object) -> Deliverer:
@@ -61,58 +37,58 @@ async def _deliver(dest_dir: Path, url: str, kafka: FakeKafka, **keys: object) -
     return deliverer
 
 
-async def test_an_https_destination_through_the_catalogs_proxy(
-    proxy: TinyProxy, https_destination: TestDestination, ca: trustme.CA, tmp_path: Path
+async def test_an_https_server_through_the_catalogs_proxy(
+    auth_tinyproxy: TinyProxy, https_server: TestDestination, ca: trustme.CA, tmp_path: Path
 ) -> None:
     """A CONNECT tunnel with Proxy-Authorization, TLS end to end with the destination."""
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     kafka = FakeKafka()
-    before = len(proxy.requests())
-    await _deliver(tmp_path, https_destination.url, kafka, proxy=proxy.url(), tls_ca_file="ca.pem")
-    assert https_destination.delivered_ids() == ["e0", "e1", "e2"]
+    before = len(auth_tinyproxy.requests())
+    await _deliver(
+        tmp_path, https_server.url, kafka, proxy=auth_tinyproxy.url(), tls_ca_file="ca.pem"
+    )
+    assert https_server.delivered_ids() == ["e0", "e1", "e2"]
     assert kafka.ids("viaproxy.retry_in") == []
-    assert proxy.requests()[before:] == [f"CONNECT 127.0.0.1:{https_destination.port} HTTP/1.1"]
+    assert auth_tinyproxy.requests()[before:] == [f"CONNECT 127.0.0.1:{https_server.port} HTTP/1.1"]
 
 
 async def test_an_http_destination_through_http_proxy_in_absolute_form(
-    proxy: TinyProxy,
+    auth_tinyproxy: TinyProxy,
     destination: TestDestination,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("HTTP_PROXY", proxy.url())
-    before = len(proxy.requests())
+    monkeypatch.setenv("HTTP_PROXY", auth_tinyproxy.url())
+    before = len(auth_tinyproxy.requests())
     await _deliver(tmp_path, destination.url, FakeKafka())
     assert destination.delivered_ids() == ["e0", "e1", "e2"]
-    assert proxy.requests()[before:] == [f"POST {destination.url} HTTP/1.1"]
+    assert auth_tinyproxy.requests()[before:] == [f"POST {destination.url} HTTP/1.1"]
 
 
 async def test_no_proxy_sends_directly(
-    proxy: TinyProxy,
+    auth_tinyproxy: TinyProxy,
     destination: TestDestination,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("HTTP_PROXY", proxy.url())
+    monkeypatch.setenv("HTTP_PROXY", auth_tinyproxy.url())
     monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.0/8")
-    before = len(proxy.requests())
+    before = len(auth_tinyproxy.requests())
     await _deliver(tmp_path, destination.url, FakeKafka())
     assert destination.delivered_ids() == ["e0", "e1", "e2"]
-    assert proxy.requests()[before:] == []
+    assert auth_tinyproxy.requests()[before:] == []
 
 
 async def test_a_proxys_refusal_is_unreachable_never_a_dead_letter(
-    proxy: TinyProxy, https_destination: TestDestination, ca: trustme.CA, tmp_path: Path
+    auth_tinyproxy: TinyProxy, https_server: TestDestination, ca: trustme.CA, tmp_path: Path
 ) -> None:
     """Wrong proxy credentials: handed to the retrier (the breaker counts each attempt), the
     error naming the proxy without its password; nothing dead-lettered, nothing delivered."""
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     kafka = FakeKafka()
-    wrong = proxy.url(password="not-the-password-123")
-    deliverer = await _deliver(
-        tmp_path, https_destination.url, kafka, proxy=wrong, tls_ca_file="ca.pem"
-    )
-    assert https_destination.delivered_ids() == []
+    wrong = auth_tinyproxy.url(password="not-the-password-123")
+    deliverer = await _deliver(tmp_path, https_server.url, kafka, proxy=wrong, tls_ca_file="ca.pem")
+    assert https_server.delivered_ids() == []
     assert kafka.ids("viaproxy.dlq") == []
     assert kafka.ids("viaproxy.retry_in") == ["e0", "e1", "e2"]
     (failure,) = deliverer.recent_failures
@@ -122,13 +98,15 @@ async def test_a_proxys_refusal_is_unreachable_never_a_dead_letter(
 
 
 async def test_a_tenants_private_address_is_refused_through_a_proxy_too(
-    proxy: TinyProxy, destination: TestDestination, tmp_path: Path
+    auth_tinyproxy: TinyProxy, destination: TestDestination, tmp_path: Path
 ) -> None:
     """The name is resolved and checked by hifi before any CONNECT or request to the proxy."""
-    dest = make_destination(tmp_path, "viaproxy", destination.url, "src", proxy=proxy.url())
-    before = len(proxy.requests())
+    dest = make_destination(
+        tmp_path, "viaproxy", destination.url, "src", proxy=auth_tinyproxy.url()
+    )
+    before = len(auth_tinyproxy.requests())
     async with http_client(dest, destination_transport(dest)) as client:
         with pytest.raises(ForbiddenAddress):
             await client.post(destination.url, content=b"[]", extensions={"hifi.public_only": True})
-    assert proxy.requests()[before:] == []
+    assert auth_tinyproxy.requests()[before:] == []
     assert destination.delivered_ids() == []
