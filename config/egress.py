@@ -57,9 +57,10 @@ def normalized_origin(text: str) -> str:
 
 
 def proxy_secrets(url: str) -> list[str]:
-    """The parts of a proxy URL to mask: its password (and its user name, often a key too)."""
+    """The parts of a proxy URL to mask: its password. Not its user name: a short, common one
+    ("hifi") would be masked in every line that says it."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return [url]
-    return [secret for secret in (parts.password, parts.username) if secret]
+    return [parts.password] if parts.password else []
