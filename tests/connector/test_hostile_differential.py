@@ -40,7 +40,8 @@ from devstack.hostile import BEHAVIOURS, HostileServer
 from hifi.errors import DestinationRejected, DestinationUnavailable
 from tests.helpers import make_destination
 
-pytestmark = [pytest.mark.slow]
+# every behaviour twice, a TLS listener in a thread: in `make test`, not the quick tier
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 TIMEOUT_S = 2.0
 HANG_SLACK_S = 1.0

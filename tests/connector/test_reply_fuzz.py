@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from chaos.reply_fuzz import FuzzRun
 from tests.connector.reply_fuzz import MAX_BODY_BYTES, Case, bodies, final_status, replies
 
-pytestmark = [pytest.mark.slow]  # ~1,300 cases, ~20 s: quick tier (loopback only), not short
+# ~1,300 cases, ~20 s of CPU: in `make test`, kept out of the quick tier (its budget is 60 s)
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 _BOMB, _, _DOUBLE_BOMB = (body for body, _ in bodies()[-3:])
 
