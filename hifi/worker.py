@@ -24,7 +24,8 @@ commit. The `PartitionWorker` does the rest, the same way for every daemon:
   that rebalance ends (aiokafka leaves the group only then); the other members' drains bound
   it by their `shutdown_timeout_s`; an assignment starts where the handler says, if it does;
 - a handler's `assigned` that raises stops the worker with that error (aiokafka logs it only);
-- a partition whose topic was created again starts over (`worker_restarts`), old records first.
+- a partition whose topic was created again starts over (`worker_restarts`), old records first;
+- the lag `after_commit` is told stays true while a partition is paused (`worker_ends`).
 
 How a daemon uses it: `worker_seams.PartitionHandler`. The consumer is a seam (a fake in tests).
 """
@@ -46,6 +47,7 @@ from hifi.errors import HifiError
 from hifi.kafka.settings import KafkaSettings
 from hifi.offsets import OffsetTracker
 from hifi.ops_http import OpsServer
+from hifi.worker_ends import DEFAULT_EVERY_S, Ends
 from hifi.worker_restarts import DEFAULT_CONFIRM_S, RestartWatch, StartOvers
 from hifi.worker_seams import ConsumerOpener, GroupConsumer, PartitionHandler, Work
 
@@ -77,6 +79,7 @@ class WorkerOptions:
     until_idle_s: float | None = None
     # a high watermark below what was read this long, then the leader is asked (worker_restarts)
     started_over_confirm_s: float = DEFAULT_CONFIRM_S
+    ends_every_s: float = DEFAULT_EVERY_S  # paused partitions' ends are asked this often
     consumer_options: Mapping[str, Any] = field(default_factory=dict)
     log_context: Mapping[str, str] = field(default_factory=dict)
     limit: Callable[[], int] | None = None  # the bound now, when it moves (adaptive concurrency)
@@ -111,9 +114,10 @@ class PartitionWorker:
         self._progress.set()
 
     def highwater(self, tp: TopicPartition) -> int | None:
-        """The broker's high watermark of an owned partition, as of its last fetch; None if unknown."""
+        """The end of an owned partition, as of its last fetch or, while it is paused, as its
+        leader last said (`worker_ends`); None if unknown."""
         member = self._member  # aiokafka asserts on a partition it does not own: ask of owned ones
-        return member.consumer.highwater(tp) if member and tp in member.owned else None
+        return member.ends.end(tp) if member and tp in member.owned else None
 
     def started_over(self) -> list[dict[str, Any]]:
         """For `/status`: each partition that started over, how often, and the last time's why."""
@@ -139,7 +143,8 @@ class PartitionWorker:
             consumer.subscribe(topics, on_assigned=member.assigned, on_revoked=member.revoke)
             self._member = member
             try:
-                await member.poll_until_stopped()
+                async with member.ends.refreshing():
+                    await member.poll_until_stopped()
             finally:
                 await member.drain()
                 self._member = None
@@ -183,6 +188,7 @@ class _Membership:
         self.log = log.bind(**self.options.log_context)
         confirm_s = options.started_over_confirm_s
         self.restarts = RestartWatch(consumer, handler, self.tracker, seen, confirm_s, self.log)
+        self.ends = Ends(consumer, self.tracker, self.log, every_s=options.ends_every_s)
 
     # --- the loop ---------------------------------------------------------------------
     async def poll_until_stopped(self) -> None:
@@ -342,22 +348,14 @@ class _Membership:
                 return
             self.tracker.committed(offsets)
         if partitions is None:
-            self.handler.after_commit(self.lag_records(owned))
-
-    def lag_records(self, owned: set[TopicPartition]) -> dict[TopicPartition, int]:
-        lag = {}
-        for tp in owned:
-            highwater = self.consumer.highwater(tp)
-            committed = self.tracker.last_committed(tp)
-            if highwater is not None and committed is not None:
-                lag[tp] = max(0, highwater - committed)
-        return lag
+            self.handler.after_commit(self.ends.lag_records(owned))
 
     def assigned(self, partitions: set[TopicPartition]) -> None:
         """Rebalance: `partitions` (possibly none) are ours; the daemon is ready from here on."""
         self.epoch += 1
         self.owned = set(partitions)
         self.restarts.forget(partitions)
+        self.ends.forget(partitions)
         try:
             positions = self.handler.assigned(partitions)
         except Exception as exc:  # raised into aiokafka, it would only be logged
@@ -381,6 +379,7 @@ class _Membership:
         await self.commit(partitions)
         self.tracker.forget(partitions)
         self.restarts.forget(partitions)
+        self.ends.forget(partitions)
         self.log.info("partitions_released", partitions=len(partitions), drained=drained)
 
     async def drain(self) -> None:

@@ -53,6 +53,12 @@ class GroupConsumer(Protocol):
     async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The partitions' ends, asked of their leaders now."""
 
+    async def committed_offsets(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """Where the group reads each partition from: its committed offset, asked of the group's
+        coordinator now, or the first offset in the log where it has none."""
+
 
 #: Opens the worker's consumer for one `run()` and closes it when the block exits.
 ConsumerOpener = Callable[[], AbstractAsyncContextManager[GroupConsumer]]
@@ -121,7 +127,8 @@ class PartitionHandler(abc.ABC):
         return
 
     def after_commit(self, lag_records: Mapping[TopicPartition, int]) -> None:
-        """Periodic duties after a commit; `lag_records` is high watermark minus committed."""
+        """Periodic duties after a commit; `lag_records`: per owned partition, its end minus the
+        committed offset, true while it is paused too (`worker_ends`)."""
         return
 
     def started_over(self, tp: TopicPartition) -> None:

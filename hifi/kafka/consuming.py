@@ -105,6 +105,16 @@ class Consumer:
             found: dict[TopicPartition, int] = await self._client.end_offsets(list(partitions))
         return found
 
+    async def committed_offsets(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """Where the group reads each partition from: its committed offset, or the first offset
+        still in the log where it has none (hifi's consumers reset to the earliest)."""
+        found = {tp: await self.committed(tp) for tp in partitions}
+        none = [tp for tp, offset in found.items() if offset is None]
+        begins = await self.beginning_offsets(none) if none else {}
+        return {tp: begins[tp] if offset is None else offset for tp, offset in found.items()}
+
     async def offsets_for_times(
         self, times_ms: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, int | None]:

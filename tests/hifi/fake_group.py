@@ -143,6 +143,11 @@ class FakeGroup:
         self.end_questions += 1
         return {tp: self.logs[tp] for tp in partitions}
 
+    async def committed_offsets(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        return {tp: self.committed.get(tp, 0) for tp in partitions}
+
     # --- inside ---
 
     def _fetch(self, max_records: int) -> dict[TopicPartition, list[Any]]:
