@@ -133,7 +133,7 @@ class Retrier:
                 status.measuring(
                     self._settings,
                     self.group_id,
-                    measured_topics(sources),
+                    measured_topics(sources, self.group_id),
                     every_s=_BACKLOG_REFRESH_S,
                 )
             )

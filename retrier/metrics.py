@@ -8,10 +8,14 @@ from hifi.audit import EVENTS_WRITTEN as AUDIT_EVENTS
 from hifi.audit import FACTS_WRITTEN as AUDIT_FACTS
 from hifi.vocabulary import Outcome
 
+#: `tier` labels of `WAITING` beside the tier indexes ("0", "1", ...), an event's path around them
+RETRY_IN, RETRY_OUT = "retry_in", "retry_out"
 WAITING = Gauge(
     "hifi_retrier_waiting_events",
-    "Events in a tier topic not yet re-offered: high watermark minus the group's committed"
-    " offset, for the whole topic (every member reports it; aggregate with max).",
+    "Events waiting in a retry stage, for the whole topic (every member reports it; aggregate"
+    " with max): tier retry_in (not yet routed) and 0, 1, ... (not yet re-offered), high"
+    " watermark minus the retrier group's committed offset; tier retry_out (re-offered, not yet"
+    " taken back by the connector), minus the connector group's.",
     ["dest", "tier"],
 )
 OLDEST_WAITING_AGE = Gauge(
@@ -64,6 +68,8 @@ def create_series(dest: str, tiers: int, *, audit: bool, max_retry_age_s: float)
     for tier in range(tiers):
         ROUTED.labels(dest, str(tier))
         WAITING.labels(dest, str(tier))
+    for stage in (RETRY_IN, RETRY_OUT):
+        WAITING.labels(dest, stage)
     for series in (REOFFERED, EXPIRED, REOFFER_DELAY, IN_FLIGHT, DLQ_RECORDS, OLDEST_WAITING_AGE):
         series.labels(dest)
     MAX_RETRY_AGE.labels(dest).set(max_retry_age_s)

@@ -1,4 +1,5 @@
-"""What operators see: backlog per tier and DLQ size, measured every few seconds, and the `/status` JSON."""
+"""What operators see: events waiting per stage (NAME.retry_in, each tier, NAME.retry_out) and DLQ
+size, measured every few seconds, and the `/status` JSON."""
 
 from __future__ import annotations
 
@@ -29,46 +30,79 @@ RECENT_FAILURES_WINDOW_S = 300  # hand-offs older than this are not "recent", ho
 _PROBE_FETCH_BYTES = 16 * 1024  # the probe only needs watermarks; one small batch per fetch
 
 
+RETRY_IN, RETRY_OUT = metrics.RETRY_IN, metrics.RETRY_OUT
+
+
 @dataclass(frozen=True, slots=True)
 class Measured:
-    """What one topic is to the backlog: the destination and the tier (None for NAME.dlq)."""
+    """What one topic is to the backlog: its destination, its stage (`RETRY_IN`, a tier index
+    as text, `RETRY_OUT`; None for NAME.dlq) and the group whose committed offset is where its
+    waiting events begin (the retrier's, the connector's for NAME.retry_out; None for NAME.dlq)."""
 
     dest: str
-    tier: int | None
+    stage: str | None
+    group: str | None
 
 
-def measured_topics(sources: Mapping[str, Source]) -> dict[str, Measured]:
-    """Every tier topic among `sources`, and the DLQ of each of their destinations."""
+def measured_topics(sources: Mapping[str, Source], group_id: str) -> dict[str, Measured]:
+    """Every topic among `sources` (NAME.retry_in and the tiers, read by the retrier's group
+    `group_id`), and the NAME.retry_out (read by the connector's group) and NAME.dlq of each of
+    their destinations."""
     measured = {
-        topic: Measured(source.dest.name, source.tier)
+        topic: Measured(source.dest.name, _stage(source.tier), group_id)
         for topic, source in sources.items()
-        if source.tier is not None
     }
     for source in sources.values():
-        measured[source.dest.dlq_topic] = Measured(source.dest.name, None)
+        dest = source.dest
+        measured[dest.retry_out_topic] = Measured(dest.name, RETRY_OUT, dest.connector_group)
+        measured[dest.dlq_topic] = Measured(dest.name, None, None)
     return measured
 
 
+def _stage(tier: int | None) -> str:
+    return RETRY_IN if tier is None else str(tier)
+
+
+def _stage_order(stage: str) -> tuple[int, int]:
+    """NAME.retry_in first, then the tiers in order, NAME.retry_out last: an event's path."""
+    if stage == RETRY_IN:
+        return (0, 0)
+    return (2, 0) if stage == RETRY_OUT else (1, int(stage))
+
+
 class Backlog:
-    """The last measurement of the tier and DLQ topics of every served destination."""
+    """The last measurement of the retry and DLQ topics of every served destination.
+
+    Waiting events per stage: records between the committed offset of the group reading the
+    topic and its high watermark, one event each (the connector hands off, and the retrier
+    routes and re-offers, one record per event); an event is counted once more for a moment
+    while the record that moves it on is written and the one it leaves is not committed yet.
+    """
 
     def __init__(self) -> None:
-        self._waiting: dict[str, dict[int, int]] = {}
+        self._waiting: dict[str, dict[str, int]] = {}
         self._dlq: dict[str, int] = {}
         self.refreshed_ms: int | None = None
 
+    def stages(self, dest: str) -> dict[str, int]:
+        """Events waiting per stage as of the last refresh, in an event's order: `retry_in`, the
+        tiers, `retry_out` (stages never measured are absent)."""
+        waiting = self._waiting.get(dest, {})
+        return {stage: waiting[stage] for stage in sorted(waiting, key=_stage_order)}
+
     def waiting(self, dest: str) -> dict[int, int]:
         """Events waiting per tier index, as of the last refresh (tiers never measured are absent)."""
-        return dict(self._waiting.get(dest, {}))
+        stages = self._waiting.get(dest, {})
+        return {int(stage): n for stage, n in stages.items() if stage not in (RETRY_IN, RETRY_OUT)}
 
     def dlq_size(self, dest: str) -> int | None:
         return self._dlq.get(dest)
 
-    def update(self, waiting: dict[str, dict[int, int]], dlq: dict[str, int], now_ms: int) -> None:
+    def update(self, waiting: dict[str, dict[str, int]], dlq: dict[str, int], now_ms: int) -> None:
         self._waiting, self._dlq, self.refreshed_ms = waiting, dlq, now_ms
-        for dest, tiers in waiting.items():
-            for tier, count in tiers.items():
-                metrics.WAITING.labels(dest, str(tier)).set(count)
+        for dest, stages in waiting.items():
+            for stage, count in stages.items():
+                metrics.WAITING.labels(dest, stage).set(count)
         for dest, size in dlq.items():
             metrics.DLQ_RECORDS.labels(dest).set(size)
 
@@ -79,19 +113,29 @@ async def measuring(
 ) -> AsyncIterator[Backlog]:
     """A `Backlog` re-measured every `every_s` by a task that ends with the block.
 
-    A consumer that joins no group reads the retrier group's committed offsets and learns each
-    partition's high watermark from fetch responses (ListOffsets is not trusted on every broker);
-    after each refresh it seeks to the watermark, so it never reads a backlog more than once.
+    A consumer that joins no group reads the retrier group's (`group_id`) committed offsets and
+    learns each partition's high watermark from fetch responses (ListOffsets is not trusted on
+    every broker); after each refresh it seeks to the watermark, so it never reads a backlog
+    more than once. The committed offsets of another group (a connector's, of NAME.retry_out)
+    are read through a consumer of that group that never joins it either (OffsetFetch).
     """
     backlog = Backlog()
-    async with kafka.consumer(
-        settings, group_id=group_id, max_partition_fetch_bytes=_PROBE_FETCH_BYTES
-    ) as probe:
+    async with contextlib.AsyncExitStack() as stack:
+        probe = await stack.enter_async_context(
+            kafka.consumer(
+                settings, group_id=group_id, max_partition_fetch_bytes=_PROBE_FETCH_BYTES
+            )
+        )
+        readers = {group_id: probe}
+        for group in sorted({m.group for m in topics.values() if m.group is not None} - {group_id}):
+            readers[group] = await stack.enter_async_context(
+                kafka.consumer(settings, group_id=group)
+            )
         probe.assign(tp for topic in topics for tp in probe.partitions(topic))
 
         async def refresh_forever() -> None:
             while True:
-                await _refresh(probe, topics, backlog)
+                await _refresh(probe, readers, topics, backlog)
                 await asyncio.sleep(every_s)
 
         task = asyncio.create_task(refresh_forever(), name="retrier-backlog")
@@ -103,23 +147,30 @@ async def measuring(
                 await task
 
 
-async def _refresh(probe: kafka.Consumer, topics: Mapping[str, Measured], backlog: Backlog) -> None:
+async def _refresh(
+    probe: kafka.Consumer,
+    readers: Mapping[str, kafka.Consumer],
+    topics: Mapping[str, Measured],
+    backlog: Backlog,
+) -> None:
     """Re-measure every topic; on a Kafka error keep the previous numbers and log a warning."""
     try:
         await probe.getmany(timeout_ms=0)  # discard; fetching again updates the watermarks
-        waiting: dict[str, dict[int, int]] = defaultdict(dict)
+        waiting: dict[str, dict[str, int]] = defaultdict(dict)
         dlq: dict[str, int] = defaultdict(int)
         for tp in probe.assignment():
             highwater = probe.highwater(tp)
             if highwater is None:
                 continue
             measured = topics[tp.topic]
-            if measured.tier is None:
+            if measured.stage is None or measured.group is None:
                 dlq[measured.dest] += highwater
             else:
-                committed = await probe.committed(tp) or 0
-                tiers = waiting[measured.dest]
-                tiers[measured.tier] = tiers.get(measured.tier, 0) + max(0, highwater - committed)
+                committed = await readers[measured.group].committed(tp) or 0
+                stages = waiting[measured.dest]
+                stages[measured.stage] = stages.get(measured.stage, 0) + max(
+                    0, highwater - committed
+                )
             probe.seek(tp, highwater)
     except HifiError as exc:
         log.warning("backlog_refresh_failed", error=str(exc))
@@ -221,8 +272,9 @@ def document(
     now_ms: int,
     outcomes: RecentOutcomes | None = None,
 ) -> dict[str, Any]:
-    """The `/status` JSON: per destination, waiting per tier, oldest age, next due, re-offers
-    and expiries, DLQ size, the failures handed off in the last few minutes."""
+    """The `/status` JSON: per destination, waiting per stage (`retry_in`, each tier,
+    `retry_out`) and in all, oldest age, next due, re-offers and expiries, DLQ size, the failures
+    handed off in the last few minutes."""
     held: dict[str, list[Head]] = defaultdict(list)
     for head in heads:
         held[head.dest].append(head)
@@ -230,9 +282,11 @@ def document(
     for dest in dests:
         next_due_ms = min((head.due_ms for head in held[dest]), default=None)
         waiting = backlog.waiting(dest) if backlog else {}
+        stages = backlog.stages(dest) if backlog else {}
         report[dest] = {
             "waiting_per_tier": {str(tier): count for tier, count in sorted(waiting.items())},
-            "waiting_total": sum(waiting.values()),
+            "waiting_per_stage": stages,
+            "waiting_total": sum(stages.values()),
             "oldest_waiting_age_s": oldest_age_s(held[dest], now_ms),
             "next_due": _iso(next_due_ms) if next_due_ms is not None else None,
             "next_due_in_s": (

@@ -137,10 +137,12 @@ async def test_backlogged_destination_does_not_delay_another(
     retrier = Retrier([slow, fast], kafka_settings, metrics_port=0, group_id=f"hifi.r.{unique}")
     async with running(retrier), httpx.AsyncClient() as client:
         base = await _ops_url(retrier)
+        routed = {"retry_in": 0, "0": backlog, "retry_out": 0}  # all routed, all in tier 0
         slow_status = await _status_when(
-            client, base, slow.name, lambda s: s["waiting_total"] >= backlog
+            client, base, slow.name, lambda s: s["waiting_per_stage"] == routed
         )
         assert slow_status["waiting_per_tier"] == {"0": backlog}
+        assert slow_status["waiting_total"] == backlog
         assert slow_status["held_partitions"] == slow.internal_topic_partitions  # one head each
         assert slow_status["next_due_in_s"] > 60
 
