@@ -26,8 +26,10 @@ from auditor import metrics
 from auditor.archive import Archive, PendingFiles
 from auditor.archive.read import read_snapshot
 from auditor.assignor import sources_of
+from auditor.audit_reading import AuditReading
 from auditor.epochs import Epochs
-from auditor.health import Health
+from auditor.health import Health, restore_health
+from auditor.holdings import Holdings
 from auditor.incarnations import Incarnations
 from auditor.intake import Intake
 from auditor.legacy import LegacySnapshot
@@ -67,8 +69,10 @@ class Accounts(PartitionHandler):
         partitions: Mapping[str, Sequence[int]],
         member: str = "auditor",
         now_ms: Callable[[], int] = wall_clock_ms,
+        holdings: Holdings | None = None,
     ) -> None:
-        """`partitions`: of each source topic, its partitions (the shares there are)."""
+        """`partitions`: of each source topic, its partitions (the shares there are);
+        `holdings`: where the sources still hold events (None: nothing is held)."""
         self._dests = dests
         self._archive = archive
         self._audit_topic = audit_topic
@@ -79,6 +83,7 @@ class Accounts(PartitionHandler):
         self.shares: dict[TopicPartition, Share] = {}
         self.incarnations = Incarnations()
         self._epochs = Epochs(self.incarnations, clock, now_ms)
+        self._audit = AuditReading(self.shares, clock)
         self.intake = Intake(
             dests,
             self.shares,
@@ -90,6 +95,7 @@ class Accounts(PartitionHandler):
         self.settling = Settling(
             dests, self.shares, archive, self.intake, group_id=group_id, member=member
         )
+        self.settling.holdings, self.settling.incarnations = holdings, self.incarnations
         self.settling.know_partitions(partitions)
         self._legacy: LegacySnapshot | None = None
         self._offsets: dict[TopicPartition, list[int]] = defaultdict(list)
@@ -129,7 +135,7 @@ class Accounts(PartitionHandler):
         """A rebalance gave this member `partitions`: keep the shares it still owns, read the
         snapshots of the new ones, forget the others (their snapshots are on disk as of their
         last roll, the commits with them); read the audit topic again from where the share
-        least far along stopped."""
+        least far along stopped (`auditor/audit_reading.py`)."""
         owned = sources_of(partitions, self._audit_topic)
         # a share kept whose snapshot another member wrote since (it owned the share while this
         # member waited for this assignment) is read again: the commits went on from there
@@ -142,13 +148,7 @@ class Accounts(PartitionHandler):
             self.shares[tp] = self._open_share(tp)
             self._to_resolve.extend(unnamed(tp, self.shares[tp]))
         self._audit_owned = partitions - owned
-        positions: dict[TopicPartition, int] = {}
-        for audit in self._audit_owned:
-            positions[audit] = min(
-                (share.audit_next.get(audit.partition, 0) for share in self.shares.values()),
-                default=0,
-            )
-            self._clock.seek(audit, positions[audit])  # read again from there: its progress too
+        positions = self._audit.positions(self._audit_owned)
         self.settling.assigned(set(self.shares))
         self.rebalancing = False  # a snapshot that cannot be read leaves it set: the worker stops
         log.info("shares_assigned", shares=sorted(f"{t.topic}/{t.partition}" for t in owned))
@@ -182,8 +182,9 @@ class Accounts(PartitionHandler):
             else:
                 return share
             self._clock.restore(state["progress"])
+            self._epochs.restored(tp)  # its facts wait until it is read: which topic is it?
             self.incarnations.add(state["incarnations"])
-            self._restore_health(state.get("health", {}))
+            restore_health(self.health, self._health_restored, state.get("health", {}))
             self._again(self._epochs.restore(state.get("held_facts", ())))
         except (msgspec.DecodeError, ValueError, KeyError, TypeError) as exc:
             raise HifiError(
@@ -192,20 +193,6 @@ class Accounts(PartitionHandler):
             ) from None
         return share
 
-    def _restore_health(self, states: dict[str, Any]) -> None:
-        """The health a snapshot kept (the member's that wrote it): the first one read is taken
-        whole, the newest 2xx of any."""
-        for name, state in states.items():
-            health = self.health.get(name)
-            if health is None:
-                continue
-            if name not in self._health_restored:
-                self._health_restored.add(name)
-                health.restore(state)
-            elif state["last_delivered_ms"] is not None:
-                last = int(state["last_delivered_ms"])
-                health.last_delivered_ms = max(last, health.last_delivered_ms or last)
-
     # --- taking records in ------------------------------------------------------------
 
     def take(self, tp: TopicPartition, records: list[Any]) -> int | None:
@@ -213,12 +200,17 @@ class Accounts(PartitionHandler):
             return None  # after the last roll: left uncommitted, read again by the next run
         if self.rebalancing:  # polled before the new shares are opened: read again after
             return int(records[0].offset)
+        audit = tp.topic == self._audit_topic
+        if audit:
+            facts, again_from = self._audit.checked(tp, records)
+            if again_from is not None:
+                return again_from  # the audit topic started over: read from its beginning
         self._offsets[tp].extend(map(_offset_of, records))
         metrics.RECORDS.labels(tp.topic).inc(len(records))
         last = records[-1]
-        if tp.topic == self._audit_topic:
+        if audit:
             self._clock.read(tp, last.offset + 1, max(map(_kafka_ms_of_record, records)))
-            self._facts.append((tp, records, False))  # after the poll's entries
+            self._facts.append((tp, facts, False))  # after the poll's entries
             return None
         share = self.shares.get(tp)
         if share is None:
@@ -230,8 +222,11 @@ class Accounts(PartitionHandler):
         return None
 
     def started_over(self, tp: TopicPartition) -> None:
-        """A source partition's topic was created again while the auditor runs (`auditor.epochs`)."""
-        if tp.topic in self.intake.readers:
+        """A partition's topic was created again (`auditor.epochs`, `auditor.audit_reading`)."""
+        if tp.topic == self._audit_topic:
+            self._take_all_facts()  # the old topic's, before the shares forget how far they read
+            self._audit.started_over(tp)
+        elif tp.topic in self.intake.readers:
             self._epochs.started_over(tp)
 
     def _again(self, records: list[Any]) -> None:

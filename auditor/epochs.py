@@ -14,6 +14,11 @@ the new topic first. A partition waits so from the moment the worker saw it star
 the auditor's own high watermark of it fell below what it had read (the earliest sign on a
 broker that reports the end of a deleted topic). Held facts are in the snapshot, as their
 records are committed.
+
+A share restored from its snapshot knows how far the partition was read, not yet whether the
+broker still has that topic (a fresh cluster beside a kept archive, a topic re-created while
+the auditor was down): its facts wait too, until the partition's first poll tells (the
+check above) or its end is where the snapshot read up to (nothing new to read).
 """
 
 from __future__ import annotations
@@ -58,6 +63,11 @@ class Epochs:
         self.starting_over: set[TopicPartition] = set()  # the worker saw them start over
         self._held: list[Any] = []  # audit records about the events of partitions that wait
         self._waiting: set[TopicPartition] = set()  # the partitions facts were held for
+        self._unconfirmed: set[TopicPartition] = set()  # restored, not read since
+
+    def restored(self, tp: TopicPartition) -> None:
+        """`tp`'s reading was restored from a snapshot: which topic it reads is not known yet."""
+        self._unconfirmed.add(tp)
 
     def started_over(self, tp: TopicPartition) -> None:
         self.starting_over.add(tp)
@@ -67,6 +77,7 @@ class Epochs:
         apply now (after this poll's entries)."""
         epoch = self.incarnations.epoch(tp.topic, tp.partition)
         read = self._clock.position(tp)
+        self._unconfirmed.discard(tp)
         if tp in self.starting_over:
             self.starting_over.discard(tp)
             if read is None:  # nothing of the old topic read: no offset to tell apart
@@ -109,7 +120,14 @@ class Epochs:
         if tp in self.starting_over:
             return True
         read, highwater = self._clock.position(tp), self._clock.highwater(tp)
-        return read is not None and highwater is not None and highwater < read[0]
+        if read is not None and highwater is not None and highwater < read[0]:
+            return True
+        if tp in self._unconfirmed:
+            if read is None or highwater == read[0]:
+                self._unconfirmed.discard(tp)  # nothing new to read: the same topic
+                return False
+            return True
+        return False
 
     def due(self) -> list[Any]:
         """The held facts to apply now: none of the partitions they waited for waits still
@@ -126,6 +144,7 @@ class Epochs:
     def drop(self, partitions: set[TopicPartition]) -> list[Any]:
         """Revoked, or the auditor stops: the held facts to apply now (held again if another
         partition of theirs still starts over)."""
+        self._unconfirmed -= partitions
         if not self._waiting & partitions:
             self.starting_over -= partitions
             return []

@@ -171,3 +171,20 @@ class Health:
             if len(counts) == 5
         }
         self.breakers = restore_from(state)
+
+
+def restore_health(
+    healths: Mapping[str, Health], restored: set[str], states: Mapping[str, Any]
+) -> None:
+    """The health a share's snapshot kept (the member's that wrote it): the first one read of
+    each destination (`restored` names them) is taken whole, the newest 2xx of any."""
+    for name, state in states.items():
+        health = healths.get(name)
+        if health is None:
+            continue
+        if name not in restored:
+            restored.add(name)
+            health.restore(state)
+        elif state["last_delivered_ms"] is not None:
+            last = int(state["last_delivered_ms"])
+            health.last_delivered_ms = max(last, health.last_delivered_ms or last)

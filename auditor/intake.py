@@ -132,9 +132,9 @@ class Intake:
                 for dest in dests:
                     self.health[dest].note(fact, read_ms)
         if records and not again:
-            after = records[-1].offset + 1
+            last = records[-1]
             for owned in shares.values():
-                owned.applied_to(tp.partition, after)
+                owned.applied_to(tp.partition, last.offset + 1, last.timestamp)
 
     def _apply(
         self,

@@ -52,6 +52,8 @@ class Share:
     tp: TopicPartition
     ledgers: dict[str, Ledger]
     audit_next: dict[int, int] = field(default_factory=dict)  # audit partition: next offset
+    # audit partition: the Kafka time of the record before `audit_next` (unknown: absent)
+    audit_stamps: dict[int, int] = field(default_factory=dict)
     lead: dict[str, Any] = field(default_factory=dict)  # dest: `lead.Written` state, if lead
 
     @classmethod
@@ -62,10 +64,17 @@ class Share:
         """Whether the audit record at `offset` of `audit_partition` is still to apply."""
         return offset >= self.audit_next.get(audit_partition, 0)
 
-    def applied_to(self, audit_partition: int, next_offset: int) -> None:
-        """Everything of `audit_partition` before `next_offset` is applied (or not its own)."""
+    def applied_to(self, audit_partition: int, next_offset: int, last_ms: int) -> None:
+        """Everything of `audit_partition` before `next_offset` is applied (or not its own); the
+        record before it was written at `last_ms`."""
         if next_offset > self.audit_next.get(audit_partition, 0):
             self.audit_next[audit_partition] = next_offset
+            self.audit_stamps[audit_partition] = last_ms
+
+    def audit_started_over(self, audit_partition: int) -> None:
+        """The audit topic was created again: its partition is to be read from its beginning."""
+        self.audit_next.pop(audit_partition, None)
+        self.audit_stamps.pop(audit_partition, None)
 
     def state(self, progress: list[list[Any]], incarnations: list[list[Any]]) -> dict[str, Any]:
         return {
@@ -74,6 +83,7 @@ class Share:
             "partition": self.tp.partition,
             "ledgers": {name: ledger.snapshot() for name, ledger in self.ledgers.items()},
             "audit_next": sorted(self.audit_next.items()),
+            "audit_stamps": sorted(self.audit_stamps.items()),
             "progress": progress,
             "incarnations": incarnations,
             "lead": self.lead,
@@ -89,4 +99,6 @@ class Share:
             if name in self.ledgers:
                 self.ledgers[name].restore(ledger_state)
         self.audit_next = {int(p): int(o) for p, o in state["audit_next"]}
+        # absent from snapshots written before it: their audit topic is taken as the same one
+        self.audit_stamps = {int(p): int(ms) for p, ms in state.get("audit_stamps", ())}
         self.lead = dict(state.get("lead") or {})
