@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from operator import sub
-from typing import Any
 
 import msgspec
 from pyroaring import BitMap
@@ -43,6 +41,11 @@ def minute_of(epoch_ms: int) -> int:
     return epoch_ms - epoch_ms % MINUTE_MS
 
 
+def held_in(offsets: BitMap, from_offset: int) -> int:
+    """How many of `offsets` are at or after `from_offset`."""
+    return len(offsets) if from_offset <= 0 else len(offsets) - offsets.rank(from_offset - 1)
+
+
 @dataclass(slots=True)
 class Counts:
     """A bucket's table row, counted."""
@@ -53,6 +56,9 @@ class Counts:
     dead_lettered_by_reason: dict[str, int] = field(default_factory=dict)
     filtered: int = 0
     in_retry: int = 0
+    # not in retry, no outcome, still in a source partition the delivering group has not
+    # committed past (`auditor/held.py`): late, not lost
+    waiting: int = 0
     missing: int = 0
 
     @property
@@ -62,7 +68,14 @@ class Counts:
     @property
     def accounted(self) -> int:
         """The events accounted for: those entered, and those accepted but never seen entering."""
-        return self.delivered + self.dead_lettered + self.filtered + self.in_retry + self.missing
+        return (
+            self.delivered
+            + self.dead_lettered
+            + self.filtered
+            + self.in_retry
+            + self.waiting
+            + self.missing
+        )
 
 
 def judge(
@@ -76,7 +89,7 @@ def judge(
     if counts.missing:
         return False, "loss"
     undelivered = counts.accounted - counts.dead_lettered - counts.filtered
-    late = max(counts.in_retry + counts.missing, undelivered - on_time)
+    late = max(counts.in_retry + counts.waiting + counts.missing, undelivered - on_time)
     late_ratio = late / undelivered if undelivered > 0 else 0.0
     if (lag_p95_ms is not None and lag_p95_ms > settings.lag_sla_s * 1000) or (
         late_ratio > LATE_RATIO_MAX
@@ -209,88 +222,13 @@ class Change:
     filtered: int = 0
 
 
-def _bitmaps(bitmaps: Mapping[Partition, BitMap]) -> list[list[Any]]:
-    return [[tp[0], tp[1], bitmap.serialize()] for tp, bitmap in bitmaps.items()]
-
-
-def _bitmaps_from(raw: Iterable[list[Any]]) -> dict[Partition, BitMap]:
-    return {(t, int(p)): BitMap.deserialize(data) for t, p, data in raw}
-
-
-def outcomes_state(known: Outcomes) -> dict[str, Any]:
-    return {
-        "delivered": known.delivered.serialize(),
-        "dead": known.dead.serialize(),
-        "filtered": known.filtered.serialize(),
-        "handed": known.handed.serialize(),
-        "dead_by_reason": {r: b.serialize() for r, b in known.dead_by_reason.items()},
-    }
-
-
-def outcomes_from(raw: Mapping[str, Any]) -> Outcomes:
-    known = Outcomes()
-    known.delivered = BitMap.deserialize(raw["delivered"])
-    known.dead = BitMap.deserialize(raw["dead"])
-    known.filtered = BitMap.deserialize(raw["filtered"])
-    known.handed = BitMap.deserialize(raw["handed"])
-    known.dead_by_reason = {r: BitMap.deserialize(b) for r, b in raw["dead_by_reason"].items()}
-    return known
-
-
-def bucket_state(bucket: Bucket) -> dict[str, Any]:
-    return {
-        "minute_ms": bucket.minute_ms,
-        "entered": _bitmaps(bucket.entered),
-        "accepted": _bitmaps(bucket.accepted),
-        "problems": dict(bucket.problems),
-        "lags_ms": list(bucket.lags_ms.items()),
-        "lag_in": memoryview(bucket.lag_in.counts).cast("B"),
-        "process": memoryview(bucket.process.counts).cast("B"),
-        "duplicates": bucket.duplicates,
-        "on_time": bucket.on_time,
-        "final": bucket.final,
-        "counts": None if bucket.counts is None else msgspec.to_builtins(bucket.counts),
-        "lags": None if bucket.lags is None else msgspec.to_builtins(bucket.lags),
-        "waiting": _bitmaps(bucket.waiting),
-        "retrying": _bitmaps(bucket.retrying),
-        "up": bucket.up,
-        "down_reason": bucket.down_reason,
-        "missing_ids": bucket.missing_ids,
-        "spread": bucket.spread,
-    }
-
-
-def bucket_from(raw: Mapping[str, Any]) -> Bucket:
-    lags_ms = {int(value): int(count) for value, count in raw["lags_ms"]}
-    lag_in, process = array("q"), array("q")
-    lag_in.frombytes(raw["lag_in"])
-    process.frombytes(raw["process"])
-    counts = raw["counts"]
-    lags = raw["lags"]
-    return Bucket(
-        minute_ms=int(raw["minute_ms"]),
-        entered=_bitmaps_from(raw["entered"]),
-        accepted=_bitmaps_from(raw.get("accepted", ())),  # snapshots before accepted facts: none
-        problems=Counter(raw["problems"]),
-        lags_ms=lags_ms,
-        lag_in=LogHistogram(lag_in),
-        process=LogHistogram(process),
-        duplicates=int(raw["duplicates"]),
-        on_time=int(raw["on_time"]),
-        final=bool(raw["final"]),
-        counts=None if counts is None else msgspec.convert(counts, Counts),
-        lags=None if lags is None else msgspec.convert(lags, Lags),
-        waiting=_bitmaps_from(raw["waiting"]),
-        retrying=_bitmaps_from(raw["retrying"]),
-        up=raw["up"],
-        down_reason=raw["down_reason"],
-        missing_ids=raw["missing_ids"],
-        spread=raw.get("spread"),  # snapshots before shares: none
-    )
-
-
-def tally(bucket: Bucket, outcomes: Mapping[Partition, Outcomes]) -> Counts:
-    """The bucket's counts now: final ones as kept, provisional ones from the bitmaps."""
+def tally(
+    bucket: Bucket,
+    outcomes: Mapping[Partition, Outcomes],
+    held_from: Mapping[Partition, int] | None = None,
+) -> Counts:
+    """The bucket's counts now: final ones as kept, provisional ones from the bitmaps; events
+    without an outcome at or after `held_from` of their partition are waiting, not missing."""
     if bucket.counts is not None:
         return bucket.counts
     counts = Counts()
@@ -300,8 +238,11 @@ def tally(bucket: Bucket, outcomes: Mapping[Partition, Outcomes]) -> Counts:
     for tp, entered in bucket.population().items():
         n = len(entered)
         known = outcomes.get(tp)
+        held = None if held_from is None else held_from.get(tp)
         if known is None:
-            counts.missing += n
+            waiting = 0 if held is None else held_in(entered, held)
+            counts.waiting += waiting
+            counts.missing += n - waiting
             continue
         delivered = entered & known.delivered
         dead = (entered & known.dead) - delivered
@@ -316,7 +257,12 @@ def tally(bucket: Bucket, outcomes: Mapping[Partition, Outcomes]) -> Counts:
         counts.delivered += len(delivered)
         counts.filtered += len(filtered)
         counts.in_retry += len(retrying)
-        counts.missing += n - len(delivered) - len(dead) - len(filtered) - len(retrying)
+        unresolved = n - len(delivered) - len(dead) - len(filtered) - len(retrying)
+        if held is not None and unresolved:
+            waiting = held_in(entered - (known.resolved() | known.handed), held)
+            counts.waiting += waiting
+            unresolved -= waiting
+        counts.missing += unresolved
     counts.dead_lettered_by_reason = dict(by_reason)
     return counts
 
@@ -347,9 +293,13 @@ def lowest_offsets(buckets: Iterable[Bucket]) -> dict[Partition, int]:
     return lowest
 
 
-def finalize(bucket: Bucket, outcomes: Mapping[Partition, Outcomes]) -> tuple[Counts, Lags]:
+def finalize(
+    bucket: Bucket,
+    outcomes: Mapping[Partition, Outcomes],
+    held_from: Mapping[Partition, int] | None = None,
+) -> tuple[Counts, Lags]:
     """Fix the bucket's counts and lags; keep only its events without a final outcome."""
-    counts = tally(bucket, outcomes)
+    counts = tally(bucket, outcomes, held_from)
     lags = lags_of(bucket)
     for tp, entered in bucket.population().items():
         known = outcomes.get(tp)

@@ -29,6 +29,7 @@ from auditor.archive import (
     write_settings,
 )
 from auditor.assignor import shares_assignor
+from auditor.holdings import sampling
 from auditor.pages import Pages
 from auditor.progress import ProgressClock
 from config.destination import Destination
@@ -140,6 +141,9 @@ class Auditor:
                 await asyncio.to_thread(
                     write_settings, self.archive_dir, dest.name, settings, now_ms=now_ms
                 )
+            holdings = await stack.enter_async_context(
+                sampling(self._settings, list(self.dests.values()))
+            )
             accounts = Accounts(
                 self.dests,
                 archive,
@@ -149,6 +153,7 @@ class Auditor:
                 group_id=self.group_id,
                 partitions=await kafka_admin.partitions_of(self._settings, sorted(sources)),
                 member=audit.node_name("auditor"),
+                holdings=holdings,
             )
             await accounts.restore()
             self.accounts = accounts

@@ -1,12 +1,14 @@
-"""Late outcomes: a fact for events of final minutes still waiting for one (in retry, or missing) moves them."""
+"""Late outcomes: a fact for events of final minutes still waiting for one (in retry, waiting in a
+source partition, or missing) moves them; and where the delivering group stands moves the
+line between waiting and missing (`split_waiting`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from pyroaring import BitMap
 
-from auditor.buckets import Bucket, Change, Partition
+from auditor.buckets import Bucket, Change, Partition, held_in
 from hifi.audit import Fact
 from hifi.vocabulary import Outcome
 
@@ -17,6 +19,7 @@ def resolve_waiting(
     offsets: BitMap,
     fact: Fact,
     changes: dict[int, Change],
+    held_from: Mapping[Partition, int] | None,
 ) -> None:
     """A late outcome for events of final buckets still waiting for one; `changes` collects
     what it moved per minute."""
@@ -35,11 +38,9 @@ def resolve_waiting(
             new = hit - retrying
             retrying |= new
             counts.in_retry += len(new)
-            counts.missing -= len(new)
+            split_waiting(bucket, held_from)
             continue
-        was_retrying = len(hit & retrying)
-        counts.in_retry -= was_retrying
-        counts.missing -= n - was_retrying
+        counts.in_retry -= len(hit & retrying)
         waiting.difference_update(hit)
         retrying.difference_update(hit)
         if outcome == Outcome.DELIVERED:
@@ -53,3 +54,24 @@ def resolve_waiting(
         else:
             counts.filtered += n
             change.filtered += n
+        split_waiting(bucket, held_from)
+
+
+def split_waiting(bucket: Bucket, held_from: Mapping[Partition, int] | None) -> int:
+    """Count a final bucket's events without an outcome and not in retry again: waiting while
+    their partition still holds them (at or after `held_from`, where the delivering group has
+    not committed past them and retention has not removed them), else missing. How much its
+    `missing` rose (negative: fell)."""
+    counts = bucket.counts
+    assert counts is not None, "only a final bucket keeps its events one by one"
+    waiting = missing = 0
+    for tp, unresolved in bucket.waiting.items():
+        retrying = bucket.retrying.get(tp)
+        rest = unresolved - retrying if retrying else unresolved
+        held = None if held_from is None else held_from.get(tp)
+        kept = 0 if held is None else held_in(rest, held)
+        waiting += kept
+        missing += len(rest) - kept
+    rise = missing - counts.missing
+    counts.waiting, counts.missing = waiting, missing
+    return rise

@@ -32,7 +32,7 @@ from auditor.tables import iso_minute
 log = structlog.get_logger(__name__)
 
 DAY_MS = 86_400_000
-_COUNT_KEYS = ("entered", "accepted", "delivered", "filtered", "in_retry", "missing")
+_COUNT_KEYS = ("entered", "accepted", "delivered", "filtered", "in_retry", "waiting", "missing")
 
 
 def final_file(directory: Path, dest: str) -> Path:
@@ -58,13 +58,17 @@ def write_final_rows(directory: Path, dest: str, rows: dict[int, Row]) -> None:
 
 def recounted(final: Row, rows: list[Row], *, written_ms: int) -> Row:
     """A final minute's row after a share's counts changed: the counts summed again, its lags
-    and judgement as they were when it became final."""
+    and judgement as they were when it became final, unless events went missing since (a
+    partition's delivering group committed past events without an outcome, or retention
+    removed them while they waited): then it is down for loss."""
     again = merged_row(rows, _NO_JUDGING, minute_ms=final["minute_ms"], final=False, written_ms=0)
     row = dict(final)
     for key in (*_COUNT_KEYS, "dead_lettered", "dead_lettered_by_reason", "duplicates"):
         row[key] = again[key]
     row["missing_ids"] = again["missing_ids"]
     row["written_ms"] = written_ms
+    if row["missing"] > final.get("missing", 0):
+        row["up"], row["down_reason"] = False, "loss"
     return row
 
 
@@ -102,8 +106,10 @@ def serve(
         if before is not None and minute < before:
             final = view.final_rows.get(minute)
             if final is not None and changed_ms > changes.get(minute, checked_ms):
-                view.final_rows[minute] = recounted(final, rows, written_ms=now_ms)
-                write_row(view.final_rows[minute])
+                row = view.final_rows[minute] = recounted(final, rows, written_ms=now_ms)
+                write_row(row)
+                if row["missing"] > final.get("missing", 0):  # lost since: an alarm of its own
+                    _lost_since(name, row, final, view, down)
                 changes[minute] = changed_ms
                 wrote = True
             continue
@@ -130,10 +136,34 @@ def serve(
     return wrote
 
 
+def _lost_since(
+    name: str, row: Row, final: Row, view: DestinationView, down: dict[int, str]
+) -> None:
+    """Events of a final minute went missing after it became final (they waited in a source
+    partition and the delivering group committed past them, or retention removed them)."""
+    ratio = loss_ratio(row)
+    alarm = ratio > view.dest.accounting.loss_alarm_ratio
+    metrics.lost_since(name, row["missing"] - final.get("missing", 0), alarm=alarm)
+    if final.get("down_reason") != "loss":
+        metrics.DOWN_MINUTES.labels(name, "loss").inc()
+    down[row["minute_ms"]] = "loss"
+    if alarm:
+        log.error(
+            "loss_alarm",
+            dest=name,
+            minute=iso_minute(row["minute_ms"]),
+            missing=row["missing"],
+            entered=row["entered"],
+            accepted=row["accepted"],
+            loss_ratio=round(ratio, 6),
+            since_final=True,
+        )
+
+
 def _count_final(name: str, row: Row, view: DestinationView, down: dict[int, str]) -> None:
     ratio = loss_ratio(row)
     alarm = row["missing"] > 0 and ratio > view.dest.accounting.loss_alarm_ratio
-    counts = Counts(**{k: row[k] for k in _COUNT_KEYS})
+    counts = Counts(**{k: row.get(k, 0) for k in _COUNT_KEYS})
     counts.dead_lettered_by_reason = dict(row["dead_lettered_by_reason"])
     bucket = Bucket(row["minute_ms"], up=row["up"], down_reason=row["down_reason"])
     metrics.count_settled(name, counts, row["lag_p95_ms"], Settled(bucket, ratio, alarm))

@@ -33,6 +33,7 @@ from typing import Any
 from pyroaring import BitMap
 
 from auditor.accepted import Acceptance
+from auditor.bucket_state import bucket_from, bucket_state, outcomes_from, outcomes_state
 from auditor.buckets import (
     LAG_MAX_MS,
     MINUTE_MS,
@@ -44,19 +45,15 @@ from auditor.buckets import (
     Partition,
     Problem,
     Settled,
-    bucket_from,
-    bucket_state,
     finalize,
     judge,
     lags_of,
     lowest_offsets,
     minute_of,
-    outcomes_from,
-    outcomes_state,
     tally,
 )
 from auditor.incarnations import key
-from auditor.late import resolve_waiting
+from auditor.late import resolve_waiting, split_waiting
 from config.destination import Accounting
 from hifi.audit import Fact
 from hifi.vocabulary import Outcome
@@ -85,6 +82,9 @@ class Ledger:
         self.down_minutes: dict[int, str] = {}  # final down minutes of the last 24 h: reason
         self.last_final_ms: int | None = None  # start of the newest final minute
         self.acceptance = Acceptance(self.buckets, self._open_bucket, self.bucket_for_entry)
+        # per origin partition, the first offset still held there (`auditor/held.py`); None:
+        # not known to this ledger, every event without an outcome at the end is missing
+        self.held_from: dict[Partition, int] | None = None
 
     # --- what entered ------------------------------------------------------------------
 
@@ -157,7 +157,7 @@ class Ledger:
             known = self.outcomes.get(tp)
             if known is None:
                 known = self.outcomes[tp] = Outcomes()
-            resolve_waiting(self.buckets.values(), tp, offsets, fact, changes)
+            resolve_waiting(self.buckets.values(), tp, offsets, fact, changes, self.held_from)
             if outcome == Outcome.DELIVERED:
                 first = offsets - known.delivered
                 known.delivered |= offsets
@@ -279,14 +279,14 @@ class Ledger:
 
     def tally(self, bucket: Bucket) -> Counts:
         """The bucket's counts now: final ones as kept, provisional ones from the bitmaps."""
-        return tally(bucket, self.outcomes)
+        return tally(bucket, self.outcomes, self.held_from)
 
     def lags(self, bucket: Bucket) -> Lags:
         return lags_of(bucket)
 
     def _settle(self, bucket: Bucket) -> Settled:
         self.acceptance.unjudged(bucket)
-        counts, lags = finalize(bucket, self.outcomes)
+        counts, lags = finalize(bucket, self.outcomes, self.held_from)
         settings = self.settings
         loss_ratio = counts.missing / counts.accounted if counts.accounted else 0.0
         bucket.up, bucket.down_reason = judge(counts, lags.p95_ms, bucket.on_time, settings)
@@ -296,6 +296,20 @@ class Ledger:
             self.last_final_ms = bucket.minute_ms
         alarm = counts.missing > 0 and loss_ratio > settings.loss_alarm_ratio
         return Settled(bucket, loss_ratio, alarm)
+
+    def hold(self, held_from: dict[Partition, int] | None) -> tuple[list[int], list[int]]:
+        """Where the partitions hold events now: the final minutes whose waiting and missing
+        events it moved, and of those the ones whose `missing` rose."""
+        self.held_from = held_from
+        moved, rose = [], []
+        for bucket in self.buckets.values():
+            if bucket.final and bucket.waiting:
+                rise = split_waiting(bucket, held_from)
+                if rise:
+                    moved.append(bucket.minute_ms)
+                if rise > 0:
+                    rose.append(bucket.minute_ms)
+        return moved, rose
 
     def _age_out(self, progress_ms: int) -> None:
         keep_from = minute_of(progress_ms) - self.settings.retention_min * MINUTE_MS

@@ -32,6 +32,7 @@ _ZERO_COUNTS = {
     "dead_lettered_by_reason": {},
     "filtered": 0,
     "in_retry": 0,
+    "waiting": 0,
     "missing": 0,
 }
 

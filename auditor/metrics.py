@@ -144,6 +144,14 @@ def count_final(
         FINAL_MINUTES.labels(dest).inc((final_ms - since_ms) // MINUTE_MS)
 
 
+def lost_since(dest: str, missing: int, *, alarm: bool) -> None:
+    """`missing` events of a final minute of `dest` were lost after it became final."""
+    EVENTS.labels(dest, MISSING).inc(missing)
+    LOSS_ALARM.labels(dest).set(int(alarm))
+    if alarm:
+        LOSS_ALARMS.labels(dest).inc()
+
+
 def count_settled(dest: str, counts: Counts, lag_p95_ms: int | None, settled: Settled) -> None:
     """A minute of `dest` became final with `counts`."""
     loss_ratio, alarm = settled.loss_ratio, settled.alarm

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from pathlib import Path
 
 from aiokafka import TopicPartition
@@ -17,13 +18,19 @@ from auditor.shares import Share
 Resolve = tuple[TopicPartition, str, int, dict[Partition, list[int]]]
 
 
-def missing_origins(bucket: Bucket) -> dict[Partition, list[int]]:
-    """The origins of up to `MAX_MISSING_IDS` missing events of a final bucket (those waiting
-    and never handed off), by partition as the ledgers key them."""
+def missing_origins(
+    bucket: Bucket, held_from: Mapping[Partition, int] | None = None
+) -> dict[Partition, list[int]]:
+    """The origins of up to `MAX_MISSING_IDS` missing events of a final bucket (those without
+    an outcome, never handed off and no longer held at or after `held_from`), by partition as
+    the ledgers key them."""
     origins: dict[Partition, list[int]] = {}
     left = MAX_MISSING_IDS
     for tp, waiting in bucket.waiting.items():
         lost = waiting - bucket.retrying.get(tp, BitMap())
+        held = None if held_from is None else held_from.get(tp)
+        if held is not None and lost:
+            lost.remove_range(held, max(held, lost.max()) + 1)  # still held: waiting, not lost
         if lost and left > 0:
             offsets = list(lost)[:left]
             origins[tp] = offsets
@@ -39,7 +46,8 @@ def unnamed(tp: TopicPartition, share: Share) -> list[Resolve]:
     for dest, ledger in share.ledgers.items():
         for bucket in ledger.buckets.values():
             if bucket.final and bucket.missing_ids is None and ledger.tally(bucket).missing:
-                found.append((tp, dest, bucket.minute_ms, missing_origins(bucket)))
+                origins = missing_origins(bucket, ledger.held_from)
+                found.append((tp, dest, bucket.minute_ms, origins))
     return found
 
 

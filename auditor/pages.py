@@ -49,7 +49,7 @@ class Pages:
 
     async def status(self, request: Request) -> Any:
         accounts, now_ms = self._accounts, self._now_ms()
-        owned = set(accounts.shares)
+        owned, holdings = set(accounts.shares), accounts.settling.holdings
         return {
             "member": accounts.settling.member,
             "owned_shares": sorted(f"{tp.topic}/{tp.partition}" for tp in owned),
@@ -71,6 +71,7 @@ class Pages:
             "recreated_partitions": accounts.incarnations.view(),
             "partitions_started_over": self._started_over(),
             "buffered_rows": accounts.buffered_rows,
+            "holdings": None if holdings is None else holdings.view(),
         }
 
 

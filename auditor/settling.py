@@ -18,8 +18,11 @@ from aiokafka import TopicPartition
 from auditor import metrics
 from auditor.archive import Archive
 from auditor.board import board_dir, post, read_board
+from auditor.holdings import Holdings
+from auditor.incarnations import Incarnations, key
 from auditor.intake import Intake
 from auditor.lead import final_file, read_final_rows, serve, write_final_rows
+from auditor.ledger import Ledger
 from auditor.merged import DestinationView, share_entry
 from auditor.missing import Resolve, missing_origins
 from auditor.shares import Share
@@ -49,6 +52,8 @@ class Settling:
         self.board = board_dir(archive.root, group_id)
         self.views: dict[str, DestinationView] = {}
         self._final_mtime: dict[str, float] = {}
+        self.holdings: Holdings | None = None  # None: no event is held (`auditor/holdings.py`)
+        self.incarnations = Incarnations()  # the member's (`Accounts` sets it)
 
     def know_partitions(self, partitions: Mapping[str, Sequence[int]]) -> None:
         """The partitions of each source topic: a destination's shares."""
@@ -75,10 +80,13 @@ class Settling:
                 if share is None:
                     continue
                 ledger = share.ledgers[name]
+                rose = self._hold(tp, name, ledger, progress.get(tp, 0), now_ms)
                 for settled in ledger.advance(clock_ms):
                     if ledger.tally(settled.bucket).missing:
-                        origins = missing_origins(settled.bucket)
-                        to_resolve.append((tp, name, settled.bucket.minute_ms, origins))
+                        rose.append(settled.bucket.minute_ms)
+                for minute in rose:
+                    origins = missing_origins(ledger.buckets[minute], ledger.held_from)
+                    to_resolve.append((tp, name, minute, origins))
         own = {
             tp: self._entry(tp, share, progress.get(tp, 0), now_ms)
             for tp, share in self._shares.items()
@@ -89,6 +97,21 @@ class Settling:
             view.update(own)
             self._serve(name, view, now_ms)
         return to_resolve
+
+    def _hold(
+        self, tp: TopicPartition, name: str, ledger: Ledger, progress_ms: int, now_ms: int
+    ) -> list[int]:
+        """Tell the share's ledger where its partition holds events now; the final minutes
+        whose missing events rose (to name). A minute it moved is posted as changed."""
+        if self.holdings is None:
+            return []
+        epoch = self.incarnations.epoch(tp.topic, tp.partition)
+        held = self.holdings.held_from(name, tp, progress_ms)
+        moved, rose = ledger.hold({(key(tp.topic, epoch), tp.partition): held})
+        changed = self._intake.changed[tp, name]
+        for minute in moved:
+            changed[minute] = now_ms
+        return rose
 
     def _entry(
         self, tp: TopicPartition, share: Share, progress_ms: int, now_ms: int

@@ -77,6 +77,7 @@ def merged_row(
         counts.delivered += c["delivered"]
         counts.filtered += c["filtered"]
         counts.in_retry += c["in_retry"]
+        counts.waiting += c.get("waiting", 0)  # a share posted by an auditor before it: none
         counts.missing += c["missing"]
         by_reason.update(c["dead_lettered_by_reason"])
         duplicates += row["duplicates"]
@@ -101,6 +102,7 @@ def merged_row(
         "dead_lettered_by_reason": counts.dead_lettered_by_reason,
         "filtered": counts.filtered,
         "in_retry": counts.in_retry,
+        "waiting": counts.waiting,
         "missing": counts.missing,
         "duplicates": duplicates,
         "lag_p50_ms": merged.p50_ms,
@@ -129,7 +131,6 @@ def _lags(
 
 def loss_ratio(row: Mapping[str, Any]) -> float:
     """A merged row's `missing` over the events it accounts for."""
-    accounted = (
-        row["delivered"] + row["dead_lettered"] + row["filtered"] + row["in_retry"] + row["missing"]
-    )
+    undelivered = row["in_retry"] + row.get("waiting", 0) + row["missing"]
+    accounted = row["delivered"] + row["dead_lettered"] + row["filtered"] + undelivered
     return row["missing"] / accounted if accounted else 0.0

@@ -44,7 +44,8 @@ class Kind(StrEnum):
 # version and before, a column an older file lacks as its `LATER_COLUMNS` value.
 #   1: the first (`topic_epoch` came within it: files without that column read it as 0)
 #   2: `minutes` gain `accepted`, the events the ingest service acknowledged to a sender
-SCHEMA_VERSION = 2
+#   3: `minutes` gain `waiting`, events still held in a source partition (late, not lost)
+SCHEMA_VERSION = 3
 SCHEMA_KEY = b"hifi-archive-schema"
 
 
@@ -93,6 +94,7 @@ MINUTE_SCHEMA = _schema(
     ("dead_lettered_by_reason", pa.map_(_STR, _I64), False),
     ("filtered", _I64, False),
     ("in_retry", _I64, False),
+    ("waiting", _I64, False),  # schema 3
     ("missing", _I64, False),
     ("duplicates", _I64, False),
     ("lag_p50_ms", _I64, True),
@@ -115,7 +117,7 @@ MINUTE_NAMES = frozenset(MINUTE_SCHEMA.names)
 ID_COLUMNS = ["minute_ms", "topic", "partition", "offset", "event_id", "topic_epoch"]
 # Columns files written before them do not have: read as this value (the topic's incarnation,
 # `auditor.incarnations`: 0, the first; no accepted events before schema 2).
-LATER_COLUMNS = {"topic_epoch": 0, "accepted": 0}
+LATER_COLUMNS = {"topic_epoch": 0, "accepted": 0, "waiting": 0}
 # Outcome columns that repeat a fact's or a slice's value for each of its events: the writer
 # buffers them once per slice as runs (few list appends, and runs decode faster than lists).
 OUTCOME_RUNS = (

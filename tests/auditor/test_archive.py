@@ -63,6 +63,7 @@ def _minute_row(minute_ms: int, written_ms: int, **extra: Any) -> dict[str, Any]
         dead_lettered_by_reason={"http_4xx": 1, "malformed": 1},
         filtered=0,
         in_retry=1,
+        waiting=0,
         missing=0,
         duplicates=0,
         lag_p95_ms=250,
@@ -497,24 +498,26 @@ def test_files_without_topic_epoch_read_as_the_first_incarnation(tmp_path: Path)
 
 def test_minutes_files_of_schema_1_read_with_no_accepted_events(tmp_path: Path) -> None:
     """A `minutes` file written before schema 2 (no `accepted` column, no version in its
-    metadata) reads with `accepted` 0 beside a new file's row; new files say schema 2."""
-    old_schema = pa.schema([f for f in MINUTE_SCHEMA if f.name != "accepted"])
+    metadata) reads with `accepted` 0 beside a new file's row, and without schema 3's
+    `waiting` as 0 too; new files say schema 3."""
+    later = ("accepted", "waiting")
+    old_schema = pa.schema([f for f in MINUTE_SCHEMA if f.name not in later])
     directory = archive_layout.partition_dir(
         tmp_path, archive_layout.Kind.MINUTES, "shop", MINUTE_MS // HOUR_MS
     )
     directory.mkdir(parents=True)
-    old_row = {k: v for k, v in _minute_row(MINUTE_MS, 5).items() if k != "accepted"}
+    old_row = {k: v for k, v in _minute_row(MINUTE_MS, 5).items() if k not in later}
     old = pa.Table.from_pylist([old_row], schema=old_schema)
     pq.write_table(old, directory / f"part-{MINUTE_MS}-old.parquet")
     arc = Archive(tmp_path)
-    arc.minute("shop", _minute_row(MINUTE_MS + 60_000, 6, accepted=12))
+    arc.minute("shop", _minute_row(MINUTE_MS + 60_000, 6, accepted=12, waiting=3))
     arc.take().write()
     rows = read_minutes(tmp_path, "shop", from_ms=None, to_ms=None)
-    assert [(r["minute_ms"], r["accepted"]) for r in rows] == [
-        (MINUTE_MS, 0),
-        (MINUTE_MS + 60_000, 12),
+    assert [(r["minute_ms"], r["accepted"], r["waiting"]) for r in rows] == [
+        (MINUTE_MS, 0, 0),
+        (MINUTE_MS + 60_000, 12, 3),
     ]
     (new_file,) = (p for p in directory.iterdir() if not p.name.endswith("-old.parquet"))
     metadata = pq.read_schema(new_file).metadata
     assert metadata[archive_layout.SCHEMA_KEY] == str(archive_layout.SCHEMA_VERSION).encode()
-    assert archive_layout.SCHEMA_VERSION == 2
+    assert archive_layout.SCHEMA_VERSION == 3

@@ -127,7 +127,9 @@ def _records() -> tuple[list[Any], list[Fact]]:
         facts.extend(split)
         values.extend(fact_records(AUDIT, split))
     records = [
-        SimpleNamespace(topic=AUDIT, partition=0, offset=i, key=key, value=value, headers=headers)
+        SimpleNamespace(
+            topic=AUDIT, partition=0, offset=i, key=key, value=value, headers=headers, timestamp=i
+        )
         for i, (_, key, value, headers) in enumerate(values)
     ]
     return records, facts
