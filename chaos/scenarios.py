@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from chaos import audit
+from chaos import audit, outage
 from chaos.accounting import Account, settle
 from chaos.harness import Daemon, Stage, now_ms
 from devstack.destination import Reply
@@ -32,9 +32,22 @@ class Size:
     outage_s: float
     cut_s: float
     deadline_s: float
+    # an outage longer than `settle_s` (`chaos/outage.py`): at least this long, with this
+    # `settle_s`, and in any case until a minute of its events became final while it lasted
+    long_outage_s: float = 0.0
+    long_settle_s: float = 5.0
 
 
-FULL = Size(events=20_000, rate_per_s=2_000, kills=5, outage_s=60.0, cut_s=15.0, deadline_s=420.0)
+FULL = Size(
+    events=20_000,
+    rate_per_s=2_000,
+    kills=5,
+    outage_s=60.0,
+    cut_s=15.0,
+    deadline_s=420.0,
+    long_outage_s=600.0,
+    long_settle_s=300.0,  # the default
+)
 QUICK = Size(events=2_000, rate_per_s=1_000, kills=2, outage_s=4.0, cut_s=3.0, deadline_s=150.0)
 # After its last minute should be final, how long an auditor killed late may take to catch up.
 _AUDIT_CATCH_UP_S = 90.0
@@ -54,6 +67,8 @@ class Run:
     production_s: float = 0.0
     auditor: Daemon | None = None  # with an audited scenario
     auditor_url: str = ""
+    settle_s: float = audit.SETTLE_S  # the auditor's, when audited
+    notes: list[str] = field(default_factory=list)  # what the fault saw, for the result line
 
 
 @dataclass(frozen=True)
@@ -123,6 +138,9 @@ class Scenario:
     # Credentials refused for a while: events dead-lettered then (`http_4xx`) are expected, up
     # to this many, or the run fails.
     max_refused: int | None = None
+    long_settle: bool = False  # audited with the size's `long_settle_s`
+    # what else to check once the run is over (`chaos/outage.py`): problems, for the result
+    after: Callable[[Run], Coroutine[Any, Any, tuple[str, ...]]] | None = None
 
 
 async def _at(run: Run, fraction: float) -> None:
@@ -229,6 +247,14 @@ SCENARIOS = (
     # A refused token: the batches that met the 401 before the breaker opened (8 slots of 200)
     # are dead-lettered whole, then one probe event per half-open; the rest waits in Kafka.
     Scenario("token_refused", token_refused, max_refused=8 * 200 + 16),
+    # Down (503) past `settle_s`: late, not lost; no loss alarm, the account by id agrees.
+    Scenario(
+        "outage_past_settle",
+        outage.destination_down_past_settle,
+        audited=True,
+        long_settle=True,
+        after=outage.after_outage,
+    ),
     Scenario("poison_and_malformed", poison_and_malformed, poison_every=1000, malformed=10),
     Scenario("broker_link_cut", cut_broker_link),
 )
@@ -293,6 +319,8 @@ def _prepare(stage: Stage, scenario: Scenario, size: Size, seed: int) -> Run:
     """The destination file and the daemons of a scenario; with an auditor when it is audited."""
     name, topic = scenario.name, f"{scenario.name}.events"
     accounting = audit.ACCOUNTING if scenario.audited else None
+    if accounting is not None and scenario.long_settle:
+        accounting = {**accounting, "settle_s": size.long_settle_s}
     stage.write_destination(name, topic, accounting=accounting, **scenario.destination_keys)
     env = {AUDIT_TOPIC_ENV_VAR: f"{name}.audit"} if scenario.audited else None
     rate = size.rate_per_s * scenario.rate_factor
@@ -313,6 +341,7 @@ def _prepare(stage: Stage, scenario: Scenario, size: Size, seed: int) -> Run:
         args = ["--archive", str(archive), "--archive-roll-s", "1"]
         run.auditor = stage.daemon("auditor", name, args=args, env=env, metrics_port=port)
         run.auditor_url = f"http://127.0.0.1:{port}"
+        run.settle_s = size.long_settle_s if scenario.long_settle else audit.SETTLE_S
     return run
 
 
@@ -355,8 +384,11 @@ async def run_scenario(stage: Stage, scenario: Scenario, size: Size, seed: int =
             expected_dlq |= {i for i, reason in dead.items() if reason == "http_4xx"} - poison
         account = settle(set(ids) | set(malformed), delivered, dead, expected_dlq)
         audited = None
+        problems: tuple[str, ...] = ()
         if run.auditor is not None:
             audited = await _audit(run, {**ids, **malformed}, delivered, dead)
+            if scenario.after is not None:
+                problems = await scenario.after(run)
     finally:
         if run.auditor is not None:
             await run.auditor.stop()
@@ -372,6 +404,8 @@ async def run_scenario(stage: Stage, scenario: Scenario, size: Size, seed: int =
         audited,
         scenario.max_handed_off,
         scenario.max_refused,
+        notes=" ".join(run.notes),
+        problems=problems,
     )
 
 
@@ -380,6 +414,6 @@ async def _audit(
 ) -> audit.AuditAccount:
     """Once the last minute with events should be final, the auditor's tables against the run."""
     expected = audit.expected_minutes(produced_ms, delivered, dead)
-    final_ms = max(expected) + audit.MINUTE_MS + round(audit.SETTLE_S * 1000)
+    final_ms = max(expected) + audit.MINUTE_MS + round(run.settle_s * 1000)
     timeout_s = max(0.0, (final_ms - now_ms()) / 1000) + _AUDIT_CATCH_UP_S
     return await audit.account(run.auditor_url, run.name, expected, timeout_s=timeout_s)
