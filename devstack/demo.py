@@ -97,8 +97,8 @@ def sample_event(seq: int, prefix: str = "evt") -> dict[str, object]:
     }
 
 
-async def produce(settings: KafkaSettings, tally: Tally) -> None:
-    """Produce EVENTS events at RATE_PER_S, plus a few malformed records."""
+async def produce(settings: KafkaSettings, tally: Tally, events: int = EVENTS) -> None:
+    """Produce `events` events at RATE_PER_S, plus a few malformed records."""
     async with kafka.producer(settings) as producer:
         written = await producer.send_all(
             [(TOPIC, None, b"this is not json", []) for _ in range(MALFORMED)]
@@ -106,8 +106,8 @@ async def produce(settings: KafkaSettings, tally: Tally) -> None:
         tally.malformed = MALFORMED
         tally.malformed_minutes = [m.timestamp - m.timestamp % MINUTE_MS for m in written]
         per_tick = RATE_PER_S // 10
-        for start in range(0, EVENTS, per_tick):
-            batch = [sample_event(seq) for seq in range(start, min(start + per_tick, EVENTS))]
+        for start in range(0, events, per_tick):
+            batch = [sample_event(seq) for seq in range(start, min(start + per_tick, events))]
             await producer.send_all(
                 [(TOPIC, str(e["id"]).encode(), orjson.dumps(e), []) for e in batch]
             )
@@ -336,7 +336,7 @@ async def until_stopped() -> None:
     print("\nstopping: the daemons drain and commit, then the destination and broker")
 
 
-async def run(bootstrap: str, *, keep: bool = False) -> int:
+async def run(bootstrap: str, *, keep: bool = False, events: int = EVENTS) -> int:
     settings = KafkaSettings(bootstrap=bootstrap)
     tally = Tally()
     WORK_DIR.mkdir(exist_ok=True)
@@ -364,7 +364,7 @@ async def run(bootstrap: str, *, keep: bool = False) -> int:
         ):
             await wait_ready(ports)
             since_ms = await a_minute_of_our_own(client, ports[2])
-            producing = asyncio.create_task(produce(settings, tally))
+            producing = asyncio.create_task(produce(settings, tally, events))
             await follow(tally, destination, client, ports[0], producing)
             if keep:
                 code = await summarize(settings, tally, destination)
@@ -531,6 +531,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="leave everything running after the summary and print what to try; Ctrl-C stops it",
     )
     parser.add_argument(
+        "--events",
+        type=int,
+        default=EVENTS,
+        metavar="N",
+        help=f"how many sample events the demo produces (default {EVENTS:,})",
+    )
+    parser.add_argument(
         "--produce",
         type=int,
         metavar="N",
@@ -539,6 +546,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     options = parser.parse_args(argv)
     if options.produce is not None and (options.produce < 1 or options.keep):
         parser.error("--produce takes a positive count and no --keep")
+    if options.events < 1:
+        parser.error("--events takes a positive count")
     return options
 
 
@@ -553,7 +562,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     with shielded_from_ctrl_c(options.keep):
         broker = LocalBroker(log_path=WORK_DIR / "tansu.log").start()
     try:
-        code = asyncio.run(run(broker.bootstrap, keep=options.keep))
+        code = asyncio.run(run(broker.bootstrap, keep=options.keep, events=options.events))
     finally:
         broker.stop()
     if options.keep:
