@@ -363,6 +363,7 @@ class _Membership:
             return
         for tp, offset in positions.items():
             self.consumer.seek(tp, offset)
+            self.restarts.took(tp, offset)  # an end below it is a topic that started over
         self.assigned_once = True
         self.last_busy_s = asyncio.get_running_loop().time()  # the join was not idle time
         if self.ops is not None:

@@ -121,3 +121,29 @@ async def test_a_lagging_high_watermark_the_leader_contradicts_is_no_new_topic()
     assert handler.started_over_calls == []
     assert worker.started_over() == []
     assert not [e for e in logs if e["event"] == "partition_started_over"]
+
+
+class _Positioned(Units):
+    """A handler that reads its partition from a position of its own (the auditor's audit
+    topic: where its snapshots say it applied up to)."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__(auto_release=True)
+        self._position = position
+
+    def assigned(self, partitions: set[TopicPartition]) -> dict[TopicPartition, int]:
+        return dict.fromkeys(partitions, self._position)
+
+
+async def test_a_position_the_handler_gave_beyond_the_end_is_a_topic_that_started_over() -> None:
+    """The handler asks for offset 10 of a partition whose topic now holds 3 records (a fresh
+    broker beside a kept snapshot): on a broker that answers a fetch beyond the end with
+    nothing, the worker notices the end below the position, tells the handler, and reads the
+    new topic from 0, instead of waiting at 10 for good."""
+    group = FakeGroup(TOPIC, partitions=1)
+    group.append(0, 3)
+    handler = _Positioned(10)
+    async with running(_worker(group), handler, [TOPIC]):
+        await handler.changes.until(lambda: len(handler.units) == 3, "the new topic read")
+    assert handler.started_over_calls == [P0]
+    assert handler.taken() == [(0, 0), (0, 1), (0, 2)]
