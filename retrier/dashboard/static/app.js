@@ -156,9 +156,17 @@ async function refreshOverview() {
   showDlq(dest.dlq);
 }
 
+// Where an event waits on its way around the retrier, in its order (`waiting_per_stage`).
+const STAGES = { retry_in: "retry_in: handed off, not yet routed", retry_out: "retry_out: re-offered, not yet taken back" };
+const stageName = (stage) => STAGES[stage] || `tier ${stage}: waiting out its delay`;
+// JSON keys that read as integers (the tiers) come first in a JS object: put retry_in back first
+const stageRank = (stage) => (stage === "retry_in" ? -1 : stage === "retry_out" ? Infinity : Number(stage));
+
 function showTiers(t, measured) {
-  const tiers = Object.entries(t.waiting_per_tier || {});
-  fill("tiers", tiers.map(([tier, n]) => row([`tier ${tier}`, { node: link(num(n), null, `/status`), attrs: { class: "n" } }])), "no tier measured yet");
+  const stages = Object.entries(t.waiting_per_stage || {}).sort((a, b) => stageRank(a[0]) - stageRank(b[0]));
+  const rows = stages.map(([stage, n]) => row([stageName(stage), { node: link(num(n), null, `/status`), attrs: { class: "n" } }], { "data-stage": stage }));
+  if (stages.length) rows.push(row(["in retry, all stages", { text: num(t.waiting_total), attrs: { class: "n", id: "waiting-total" } }], { class: "total" }));
+  fill("tiers", rows, "nothing measured yet");
   $("oldest").textContent = age(t.oldest_waiting_age_s);
   $("next-due").textContent = t.next_due ? `${t.next_due.slice(11, 19)} UTC (in ${age(t.next_due_in_s)})` : "-";
   $("held").textContent = num(t.held_partitions);
