@@ -154,6 +154,9 @@ class Accounts(PartitionHandler):
         log.info("shares_assigned", shares=sorted(f"{t.topic}/{t.partition}" for t in owned))
         return positions
 
+    def rereads(self) -> set[TopicPartition]:
+        return self._audit.rereads()
+
     def _moved(self, tp: TopicPartition) -> bool:
         """Whether the share held is not the one its snapshot holds (read or written last here)."""
         if tp not in self.shares:

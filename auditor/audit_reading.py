@@ -14,9 +14,11 @@ partition from the record before the least remembered offset, and its first reco
   forgets its offset there and the partition is read from 0, its facts applied anew;
 - an offset above it: retention removed that record; the topic is taken as the same.
 
-A broker that answers a fetch beyond the end with nothing (Tansu) leaves no record to look
-at: the worker notices the end below the position it was given (`hifi.worker_restarts`) and
-says so (`started_over`), as it does for a topic re-created while the auditor runs.
+A new topic whose end is not past that record leaves nothing to look at (a broker that
+answers a fetch beyond the end with nothing, as Tansu does, or one that ends just there): the
+worker, told the record is one read before (`rereads`), notices the end is not past it
+(`hifi.worker_restarts`) and says so (`started_over`), as it does for a topic re-created while
+the auditor runs.
 """
 
 from __future__ import annotations
@@ -68,6 +70,10 @@ class AuditReading:
                 positions[tp] = least
             self._clock.seek(tp, positions[tp])  # read again from there: its progress too
         return positions
+
+    def rereads(self) -> set[TopicPartition]:
+        """The audit partitions read from a record applied before, until it is read."""
+        return set(self._checks)
 
     def checked(self, tp: TopicPartition, records: list[Any]) -> tuple[list[Any], int | None]:
         """A poll of audit partition `tp`: the records to apply, and where to read again from

@@ -58,6 +58,7 @@ def bucket_state(bucket: Bucket) -> dict[str, Any]:
         "lags": None if bucket.lags is None else msgspec.to_builtins(bucket.lags),
         "waiting": _bitmaps(bucket.waiting),
         "retrying": _bitmaps(bucket.retrying),
+        "unseen": _bitmaps(bucket.unseen),
         "up": bucket.up,
         "down_reason": bucket.down_reason,
         "missing_ids": bucket.missing_ids,
@@ -87,6 +88,7 @@ def bucket_from(raw: Mapping[str, Any]) -> Bucket:
         lags=None if lags is None else msgspec.convert(lags, Lags),
         waiting=_bitmaps_from(raw["waiting"]),
         retrying=_bitmaps_from(raw["retrying"]),
+        unseen=_bitmaps_from(raw.get("unseen", ())),  # snapshots before it: none
         up=raw["up"],
         down_reason=raw["down_reason"],
         missing_ids=raw["missing_ids"],

@@ -41,6 +41,9 @@ def minute_of(epoch_ms: int) -> int:
     return epoch_ms - epoch_ms % MINUTE_MS
 
 
+_NONE = BitMap()
+
+
 def held_in(offsets: BitMap, from_offset: int) -> int:
     """How many of `offsets` are at or after `from_offset`."""
     return len(offsets) if from_offset <= 0 else len(offsets) - offsets.rank(from_offset - 1)
@@ -165,6 +168,8 @@ class Bucket:
     lags: Lags | None = None
     waiting: dict[Partition, BitMap] = field(default_factory=dict)  # no final outcome yet
     retrying: dict[Partition, BitMap] = field(default_factory=dict)  # waiting, handed off
+    # waiting, accepted but never seen entering: no copy in the partition, never held there
+    unseen: dict[Partition, BitMap] = field(default_factory=dict)
     up: bool | None = None
     down_reason: str | None = None  # "loss" or "lag" (late events are lag)
     missing_ids: list[str] | None = None  # resolved from the archive, when any are missing
@@ -239,8 +244,9 @@ def tally(
         n = len(entered)
         known = outcomes.get(tp)
         held = None if held_from is None else held_from.get(tp)
+        seen = bucket.entered.get(tp, _NONE)  # an accepted event never seen is held nowhere
         if known is None:
-            waiting = 0 if held is None else held_in(entered, held)
+            waiting = 0 if held is None else held_in(entered & seen, held)
             counts.waiting += waiting
             counts.missing += n - waiting
             continue
@@ -259,7 +265,7 @@ def tally(
         counts.in_retry += len(retrying)
         unresolved = n - len(delivered) - len(dead) - len(filtered) - len(retrying)
         if held is not None and unresolved:
-            waiting = held_in(entered - (known.resolved() | known.handed), held)
+            waiting = held_in((entered & seen) - (known.resolved() | known.handed), held)
             counts.waiting += waiting
             unresolved -= waiting
         counts.missing += unresolved
@@ -305,10 +311,16 @@ def finalize(
         known = outcomes.get(tp)
         if known is None:
             bucket.waiting[tp] = BitMap(entered)
+            unseen = entered - bucket.entered.get(tp, _NONE)
+            if unseen:
+                bucket.unseen[tp] = unseen
             continue
         waiting = entered - known.resolved()
         if waiting:
             bucket.waiting[tp] = waiting
+            unseen = waiting - bucket.entered.get(tp, _NONE)
+            if unseen:
+                bucket.unseen[tp] = unseen
             retrying = waiting & known.handed
             if retrying:
                 bucket.retrying[tp] = retrying

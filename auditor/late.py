@@ -69,7 +69,8 @@ def split_waiting(bucket: Bucket, held_from: Mapping[Partition, int] | None) -> 
         retrying = bucket.retrying.get(tp)
         rest = unresolved - retrying if retrying else unresolved
         held = None if held_from is None else held_from.get(tp)
-        kept = 0 if held is None else held_in(rest, held)
+        unseen = bucket.unseen.get(tp)  # never seen entering: held nowhere
+        kept = 0 if held is None else held_in(rest - unseen if unseen else rest, held)
         waiting += kept
         missing += len(rest) - kept
     rise = missing - counts.missing

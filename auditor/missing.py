@@ -29,8 +29,10 @@ def missing_origins(
     for tp, waiting in bucket.waiting.items():
         lost = waiting - bucket.retrying.get(tp, BitMap())
         held = None if held_from is None else held_from.get(tp)
-        if held is not None and lost:
-            lost.remove_range(held, max(held, lost.max()) + 1)  # still held: waiting, not lost
+        if held is not None and lost:  # still held (and seen entering): waiting, not lost
+            kept = lost - bucket.unseen.get(tp, BitMap())
+            kept.remove_range(0, held)
+            lost -= kept
         if lost and left > 0:
             offsets = list(lost)[:left]
             origins[tp] = offsets

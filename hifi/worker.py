@@ -361,9 +361,9 @@ class _Membership:
         except Exception as exc:  # raised into aiokafka, it would only be logged
             self.fail("assignment_failed", exc)
             return
-        for tp, offset in positions.items():
+        for tp, offset in positions.items():  # an end below one: a topic that started over
             self.consumer.seek(tp, offset)
-            self.restarts.took(tp, offset)  # an end below it is a topic that started over
+            self.restarts.took(tp, offset, reread=tp in self.handler.rereads())
         self.assigned_once = True
         self.last_busy_s = asyncio.get_running_loop().time()  # the join was not idle time
         if self.ops is not None:

@@ -96,6 +96,7 @@ class RestartWatch:
         self._confirm_s = confirm_s
         self._log = log
         self._read_to: dict[TopicPartition, int] = {}  # the next offset, as this member read it
+        self._rereads: set[TopicPartition] = set()  # the handler read the record there before
         self._suspected: dict[TopicPartition, float] = {}  # loop time the end was seen below it
         self._unanswered: set[TopicPartition] = set()  # the leader did not say its end
         self._next_check_s = 0.0  # loop time of the next look at the high watermarks
@@ -108,6 +109,7 @@ class RestartWatch:
             self._read_to.pop(tp, None)
             self._suspected.pop(tp, None)
             self.waiting.pop(tp, None)
+        self._rereads -= partitions
 
     def skip(self, tp: TopicPartition, first_offset: int) -> bool:
         """Whether a poll's records of `tp`, from `first_offset`, are not to be taken now: the
@@ -120,9 +122,14 @@ class RestartWatch:
         self._notice(tp, StartedOver.OFFSETS_WENT_BACK, read_to, starts_at=first_offset)
         return True
 
-    def took(self, tp: TopicPartition, next_offset: int) -> None:
-        """The member read `tp` up to `next_offset` (or seeks back to it)."""
+    def took(self, tp: TopicPartition, next_offset: int, *, reread: bool = False) -> None:
+        """The member read `tp` up to `next_offset` (or seeks back to it); `reread`: the handler
+        read the record at `next_offset` before, so the partition's end is past it."""
         self._read_to[tp] = next_offset
+        if reread:
+            self._rereads.add(tp)
+        else:
+            self._rereads.discard(tp)
 
     async def check(self, now_s: float) -> None:
         """Notice partitions whose end stayed below what was read (every `CHECK_EVERY_S`); start
@@ -138,6 +145,7 @@ class RestartWatch:
             if self._read_to.get(tp) != read_to or tp not in owned:
                 continue  # revoked while the leader was asked about another partition
             highwater = self._consumer.highwater(tp)
+            read_to += tp in self._rereads  # the end is past the record read again
             if tp in self.waiting or highwater is None or highwater >= read_to:
                 self._suspected.pop(tp, None)
                 continue
@@ -145,7 +153,7 @@ class RestartWatch:
             if now_s - since_s < self._confirm_s:
                 continue
             end = await self._end_offset(tp)
-            if self._read_to.get(tp) != read_to or tp in self.waiting:
+            if self._read_to.get(tp, -1) + (tp in self._rereads) != read_to or tp in self.waiting:
                 continue  # a rebalance or a poll ran meanwhile: look again next time
             if end is not None and end < read_to:
                 self._notice(tp, StartedOver.END_BELOW_POSITION, read_to, starts_at=0)

@@ -113,6 +113,11 @@ class PartitionHandler(abc.ABC):
         An exception stops the worker with it."""
         return {}
 
+    def rereads(self) -> set[TopicPartition]:
+        """Of the positions `assigned` gave, those on a record the handler read before (to
+        check it is the same topic): a partition whose end is not past it started over."""
+        return set()
+
     def held(self, owned: set[TopicPartition]) -> set[TopicPartition]:
         """Owned partitions that must not be fetched now (the rest are resumed)."""
         return set()

@@ -38,6 +38,7 @@ COUNTS = (
     "dead_lettered_by_reason",
     "filtered",
     "in_retry",
+    "waiting",
     "missing",
     "duplicates",
     "final",

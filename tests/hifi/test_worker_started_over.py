@@ -127,12 +127,18 @@ class _Positioned(Units):
     """A handler that reads its partition from a position of its own (the auditor's audit
     topic: where its snapshots say it applied up to)."""
 
-    def __init__(self, position: int) -> None:
+    def __init__(self, position: int, *, reread: bool = False) -> None:
         super().__init__(auto_release=True)
         self._position = position
+        self._reread = reread
+        self._owned: set[TopicPartition] = set()
 
     def assigned(self, partitions: set[TopicPartition]) -> dict[TopicPartition, int]:
+        self._owned = set(partitions)
         return dict.fromkeys(partitions, self._position)
+
+    def rereads(self) -> set[TopicPartition]:
+        return set(self._owned) if self._reread else set()
 
 
 async def test_a_position_the_handler_gave_beyond_the_end_is_a_topic_that_started_over() -> None:
@@ -147,3 +153,28 @@ async def test_a_position_the_handler_gave_beyond_the_end_is_a_topic_that_starte
         await handler.changes.until(lambda: len(handler.units) == 3, "the new topic read")
     assert handler.started_over_calls == [P0]
     assert handler.taken() == [(0, 0), (0, 1), (0, 2)]
+
+
+async def test_a_record_to_read_again_that_the_end_is_not_past_is_a_topic_that_started_over() -> None:
+    """The handler reads offset 3 again, a record it read before (to check it is the same
+    topic); the partition's new topic ends at 3: no position is beyond the end, but the record
+    is not there, so the topic started over and is read from 0."""
+    group = FakeGroup(TOPIC, partitions=1)
+    group.append(0, 3)
+    handler = _Positioned(3, reread=True)
+    async with running(_worker(group), handler, [TOPIC]):
+        await handler.changes.until(lambda: len(handler.units) == 3, "the new topic read")
+    assert handler.started_over_calls == [P0]
+    assert handler.taken() == [(0, 0), (0, 1), (0, 2)]
+
+
+async def test_a_record_read_again_that_is_there_is_read_on_from() -> None:
+    """The same, with the record there: nothing started over."""
+    group = FakeGroup(TOPIC, partitions=1)
+    group.append(0, 5)
+    handler = _Positioned(3, reread=True)
+    async with running(_worker(group), handler, [TOPIC]):
+        await handler.changes.until(lambda: len(handler.units) == 2, "offsets 3 and 4")
+        await handler.changes.until(lambda: group.end_questions == 0, "no question")
+    assert handler.started_over_calls == []
+    assert handler.taken() == [(0, 3), (0, 4)]
