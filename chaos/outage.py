@@ -28,7 +28,7 @@ _ALARMS = re.compile(r'^hifi_auditor_loss_alarms_total\{dest="([^"]+)"\} ([0-9.e
 
 async def destination_down_past_settle(run: object) -> None:
     """503 for everything from 30 % of the load, until the outage is long enough."""
-    from chaos.scenarios import Run, _at  # the scenarios import this module
+    from chaos.scenarios import Run, _at, _healthy  # the scenarios import this module
 
     assert isinstance(run, Run)
     await _at(run, 0.3)
@@ -52,6 +52,7 @@ async def destination_down_past_settle(run: object) -> None:
             if (seen_waiting and long_enough) or time.monotonic() > deadline:
                 break
             await asyncio.sleep(_LOOK_EVERY_S)
+    _healthy(run)
     run.notes.append(f"outage_s={time.monotonic() - started:.0f}")
     if not seen_waiting:
         run.notes.append("no_minute_final_while_down")
