@@ -110,7 +110,9 @@ class Consumer:
     ) -> dict[TopicPartition, int]:
         """Where the group reads each partition from: its committed offset, or the first offset
         still in the log where it has none (hifi's consumers reset to the earliest)."""
-        found = {tp: await self.committed(tp) for tp in partitions}
+        asked = list(partitions)
+        answers = await asyncio.gather(*(self.committed(tp) for tp in asked))  # one request each
+        found = dict(zip(asked, answers, strict=True))
         none = [tp for tp, offset in found.items() if offset is None]
         begins = await self.beginning_offsets(none) if none else {}
         return {tp: begins[tp] if offset is None else offset for tp, offset in found.items()}
