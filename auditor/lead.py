@@ -148,16 +148,7 @@ def _lost_since(
         metrics.DOWN_MINUTES.labels(name, "loss").inc()
     down[row["minute_ms"]] = "loss"
     if alarm:
-        log.error(
-            "loss_alarm",
-            dest=name,
-            minute=iso_minute(row["minute_ms"]),
-            missing=row["missing"],
-            entered=row["entered"],
-            accepted=row["accepted"],
-            loss_ratio=round(ratio, 6),
-            since_final=True,
-        )
+        _alarm_line(name, row, ratio, since_final=True)
 
 
 def _count_final(name: str, row: Row, view: DestinationView, down: dict[int, str]) -> None:
@@ -170,15 +161,20 @@ def _count_final(name: str, row: Row, view: DestinationView, down: dict[int, str
     if row["down_reason"] is not None:
         down[row["minute_ms"]] = row["down_reason"]
     if alarm:
-        log.error(
-            "loss_alarm",
-            dest=name,
-            minute=iso_minute(row["minute_ms"]),
-            missing=row["missing"],
-            entered=row["entered"],
-            accepted=row["accepted"],
-            loss_ratio=round(ratio, 6),
-        )
+        _alarm_line(name, row, ratio)
+
+
+def _alarm_line(name: str, row: Row, ratio: float, **extra: Any) -> None:
+    log.error(
+        "loss_alarm",
+        dest=name,
+        minute=iso_minute(row["minute_ms"]),
+        missing=row["missing"],
+        entered=row["entered"],
+        accepted=row["accepted"],
+        loss_ratio=round(ratio, 6),
+        **extra,
+    )
 
 
 def _availability(name: str, state: dict[str, Any], horizon: int) -> None:
