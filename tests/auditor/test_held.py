@@ -4,6 +4,8 @@ goes missing only when the group commits past it without an outcome, or retentio
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiokafka import TopicPartition
 
 from auditor.buckets import MINUTE_MS
@@ -120,18 +122,19 @@ def test_a_final_row_whose_events_went_missing_is_down_for_loss() -> None:
         "down_reason": "lag",
         "missing_ids": [],
     }
-    share = {
+    counts: dict[str, Any] = {
+        "entered": 10,
+        "accepted": 0,
+        "delivered": 5,
+        "dead_lettered_by_reason": {},
+        "filtered": 0,
+        "in_retry": 0,
+        "waiting": 3,
+        "missing": 2,
+    }
+    share: dict[str, Any] = {
         "minute_ms": T0,
-        "counts": {
-            "entered": 10,
-            "accepted": 0,
-            "delivered": 5,
-            "dead_lettered_by_reason": {},
-            "filtered": 0,
-            "in_retry": 0,
-            "waiting": 3,
-            "missing": 2,
-        },
+        "counts": counts,
         "duplicates": 0,
         "on_time": 3,
         "final": True,
@@ -145,5 +148,5 @@ def test_a_final_row_whose_events_went_missing_is_down_for_loss() -> None:
     row = recounted(final, [share], written_ms=5)
     assert (row["delivered"], row["waiting"], row["missing"]) == (5, 3, 2)
     assert (row["up"], row["down_reason"]) == (False, "loss")
-    share["counts"] = {**share["counts"], "delivered": 10, "waiting": 0, "missing": 0}
+    share["counts"] = {**counts, "delivered": 10, "waiting": 0, "missing": 0}
     assert recounted(final, [share], written_ms=6)["down_reason"] == "lag"

@@ -155,7 +155,9 @@ async def test_a_position_the_handler_gave_beyond_the_end_is_a_topic_that_starte
     assert handler.taken() == [(0, 0), (0, 1), (0, 2)]
 
 
-async def test_a_record_to_read_again_that_the_end_is_not_past_is_a_topic_that_started_over() -> None:
+async def test_a_record_to_read_again_that_the_end_is_not_past_is_a_topic_that_started_over() -> (
+    None
+):
     """The handler reads offset 3 again, a record it read before (to check it is the same
     topic); the partition's new topic ends at 3: no position is beyond the end, but the record
     is not there, so the topic started over and is read from 0."""
