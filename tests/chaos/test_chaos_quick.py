@@ -22,7 +22,12 @@ async def scene(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stage
         yield scene
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+# the outage past settle_s waits for a minute's end: on a worker (and a stage) of its own
+OWN_MODULE = {"outage_past_settle"}
+SHARED = [s for s in SCENARIOS if s.name not in OWN_MODULE]
+
+
+@pytest.mark.parametrize("scenario", SHARED, ids=[s.name for s in SHARED])
 async def test_scenario_loses_nothing(scene: Stage, scenario: Scenario) -> None:
     """Under this fault every produced id is delivered or, if poison or malformed, dead-lettered (and audited so)."""
     result = await run_scenario(scene, scenario, QUICK)

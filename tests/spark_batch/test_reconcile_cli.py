@@ -27,6 +27,7 @@ REPORT_KEYS = {
     "dead_lettered_by_reason",
     "filtered",
     "in_retry",
+    "waiting",
     "missing",
     "duplicates",
     "lag_p50_ms",
