@@ -35,23 +35,35 @@ def is_public(address: str) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
-async def public_addresses(host: str, port: int) -> list[tuple[int, str]]:
-    """The (family, address) pairs `host` resolves to, every one of them public; else
-    `ForbiddenAddress` naming the first that is not (a name with one private address among
-    public ones is refused whole). `httpx.ConnectError` when the name does not resolve."""
+async def addresses_of(host: str, port: int) -> list[tuple[int, str]]:
+    """The (family, address) pairs `host` resolves to, once each, the families taking turns
+    (RFC 8305: the resolver's first, then the other); `OSError` when it does not resolve."""
     loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    by_family: dict[int, list[tuple[int, str]]] = {}
+    for family, _, _, _, sockaddr in infos:
+        pair = (int(family), str(sockaddr[0]))
+        if pair not in by_family.setdefault(pair[0], []):
+            by_family[pair[0]].append(pair)
+    turns = list(by_family.values())
+    return [
+        turn[i] for i in range(max(map(len, turns), default=0)) for turn in turns if i < len(turn)
+    ]
+
+
+async def public_addresses(host: str, port: int) -> list[tuple[int, str]]:
+    """The (family, address) pairs `host` resolves to (`addresses_of`), every one of them
+    public; else `ForbiddenAddress` naming the first that is not (a name with one private
+    address among public ones is refused whole). `httpx.ConnectError` when the name does not
+    resolve."""
     try:
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        addresses = await addresses_of(host, port)
     except OSError as exc:
         raise httpx.ConnectError(f"{host}:{port}: {type(exc).__name__}: {exc}") from exc
-    addresses: list[tuple[int, str]] = []
-    for family, _, _, _, sockaddr in infos:
-        address = str(sockaddr[0])
+    for _, address in addresses:
         if not is_public(address):
             raise ForbiddenAddress(
                 f"{host} resolves to {address}, a loopback, link-local or private address; a"
                 " tenant's URL may not reach it (allow_private_destinations = true allows it)"
             )
-        if (family, address) not in addresses:
-            addresses.append((family, address))
     return addresses

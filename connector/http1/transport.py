@@ -28,9 +28,10 @@ from typing import Any
 
 import httpx
 
-from connector.http1.addresses import public_addresses
+from connector.http1.addresses import addresses_of, public_addresses
 from connector.http1.connection import Http1Connection, PoolKey
 from connector.http1.decoding import response_of
+from connector.http1.eyeballs import first_connected
 from connector.http1.pool import ConnectionPool
 from connector.http1.proxy import Proxy, ProxyRoutes, open_tunnel
 from connector.http1.redirects import FOLLOWED_STATUSES, MAX_HOPS, Outgoing, next_hop, origin_of
@@ -259,45 +260,35 @@ async def _connect(
         connection.connection_made(tls)
         return connection
     if addresses is None:
-        _, connection = await loop.create_connection(
-            factory,
-            host,
-            port,
-            ssl=context,
-            server_hostname=hostname,
-            # RFC 8305: an address family whose route drops packets costs 0.25 s, not the
-            # whole connect timeout
-            happy_eyeballs_delay=_HAPPY_EYEBALLS_DELAY_S,
-            interleave=1,
-        )
-        return connection
-    return await _connect_checked(factory, addresses, port, context, hostname)
+        addresses = await addresses_of(host, port)
+    return await _connect_first(factory, addresses, port, context, hostname)
 
 
-async def _connect_checked(
+async def _connect_first(
     factory: partial[Http1Connection],
     addresses: list[tuple[int, str]],
     port: int,
     context: ssl.SSLContext | None,
     hostname: str | None,
 ) -> Http1Connection:
-    """A connection to the first of the checked addresses that answers (never to the name,
-    which could resolve elsewhere by now)."""
+    """A connection to the first of the addresses that answers (the checked ones: never to
+    the name, which could resolve elsewhere by now). RFC 8305: an address whose route drops
+    packets costs 0.25 s, not the whole connect timeout (`eyeballs.first_connected`); a TLS
+    refusal is the answer of an address that answered."""
     loop = asyncio.get_running_loop()
-    failure: OSError | None = None
-    for _, address in addresses:
-        try:
-            _, connection = await loop.create_connection(
-                factory, address, port, ssl=context, server_hostname=hostname
-            )
-        except ssl.SSLError:
-            raise  # the address answered: its TLS refusal is the answer
-        except OSError as exc:
-            failure = exc
-            continue
+
+    async def attempt(address: str) -> Http1Connection:
+        _, connection = await loop.create_connection(
+            factory, address, port, ssl=context, server_hostname=hostname
+        )
         return connection
-    assert failure is not None
-    raise failure
+
+    return await first_connected(
+        [partial(attempt, address) for _, address in addresses],
+        delay_s=_HAPPY_EYEBALLS_DELAY_S,
+        close=Http1Connection.close,
+        final=(ssl.SSLError,),
+    )
 
 
 @dataclass(frozen=True, slots=True)
