@@ -16,7 +16,7 @@ from devstack.broker import LocalBroker
 from devstack.destination import TestDestination
 from devstack.redis import local_redis
 from hifi.kafka.settings import ENV_KEYS, KafkaSettings
-from tests.tiers import QuickTierGuard, group_for_xdist, mark_by_fixtures
+from tests.tiers import QuickTierGuard, group_for_xdist, mark_by_fixtures, slow_modules_first
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -170,6 +170,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     mark_by_fixtures(items)
     if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
+        slow_modules_first(items)
         group_for_xdist(items)
 
 
