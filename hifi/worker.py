@@ -266,8 +266,9 @@ class _Membership:
 
     # --- bounded work -----------------------------------------------------------------
     def dispatch(self) -> None:
-        """Start work while fewer than `max_in_flight` units run, or than `limit()` when given
-        (and at most `max_settling` more settle); the one way work starts."""
+        """The one way work starts: within `max_in_flight` (or `limit()`) and `max_settling`."""
+        if self.failure is not None or self.stop.is_set():
+            return  # failed or stopping (a poll taken in meanwhile): its records are not sent
         handler, tasks, running, options = self.handler, self.tasks, self.running, self.options
         limit = options.max_in_flight if options.limit is None else options.limit()
         limit = max(1, min(limit, options.max_in_flight))

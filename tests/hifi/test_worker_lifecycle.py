@@ -155,3 +155,22 @@ async def test_an_assignment_the_handler_cannot_take_stops_the_worker_with_its_e
     assert group.listener_failures == 0  # the worker's callback did not raise into the client
     assert handler.units == []
     assert group.committed == {}
+
+
+async def test_records_polled_after_a_stop_request_start_no_work() -> None:
+    """A stop requested just before a poll: the records that poll brings are taken in, but no
+    work starts for them (the connector once sent a request for partitions that had moved)."""
+    group = FakeGroup("src", partitions=1)
+    worker = PartitionWorker(KafkaSettings(), options("g"), consumer=group.open)
+
+    class StopBeforeThePoll(Units):
+        def room(self) -> int:  # asked right before each poll
+            if self.room_calls == 3:
+                group.append(0, 3)  # the poll about to start returns them
+                worker.request_stop()
+            return super().room()
+
+    handler = StopBeforeThePoll()
+    await asyncio.wait_for(worker.run(handler, topics=["src"]), 30)
+    assert [unit.offset for unit in handler.units] == [0, 1, 2]  # taken in
+    assert handler.started() == []  # never sent
