@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.metric_names import ROOT, RULES, recorded_names, rules, unknown_names
+from tests.deploy.metric_names import (
+    ROOT,
+    RULES,
+    recorded_names,
+    registry_series,
+    rules,
+    unknown_names,
+)
 
 PROMETHEUS_DIR = RULES.parent
 RULE_TESTS = sorted(PROMETHEUS_DIR.glob("tests*.yml"))
@@ -84,6 +91,26 @@ def test_every_alert_has_a_severity_annotations_and_a_runbook_section() -> None:
         assert annotations.keys() == {"summary", "description", "runbook_url"}, name
         assert annotations["runbook_url"] == RUNBOOK + name.lower(), name
     assert sections == set(alerts()), "docs/alerts.md: one section per alert, no other"
+
+
+def test_the_runbook_counts_the_rules_and_names_only_series_that_exist() -> None:
+    """docs/alerts.md says how many alerts and recording rules the file holds, and every
+    `hifi_` series it names in backquotes is one the daemons expose or a rule records (the
+    page once named a breaker series that never existed)."""
+    text = ALERTS_DOC.read_text()
+    counted = re.search(r"The rule file holds (\d+) alerts and (\d+) recording rules", text)
+    assert counted is not None, "docs/alerts.md: the sentence counting the rules"
+    recorded = [rule for rule in rules() if "record" in rule]
+    assert (int(counted[1]), int(counted[2])) == (len(alerts()), len(recorded))
+    names = set(re.findall(r"`((?:dest:|stream:)?hifi_[a-z_:]+)(?:\{[^`]*\})?`", text))
+    known, stems = registry_series(), recorded_names()
+
+    def exists(name: str) -> bool:  # a histogram by its family, rules by their stem (`{5m,1h}`)
+        family = {name, *(name + suffix for suffix in ("_bucket", "_count", "_sum", "_total"))}
+        windows = any(re.fullmatch(re.escape(name) + r"\d+[smhd]", r) for r in stems)
+        return bool(family & (known | stems)) or windows
+
+    assert sorted(name for name in names if not exists(name)) == []
 
 
 def test_rules_read_only_series_the_daemons_expose() -> None:
