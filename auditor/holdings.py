@@ -88,16 +88,15 @@ async def sample(
 ) -> Sample:
     """One sample: the groups' committed offsets, then the log starts."""
     await reader.topics()  # fresh metadata: partitions added since are asked too
-    committed: dict[str, dict[TopicPartition, int | None]] = {}
+    committed: dict[str, dict[TopicPartition, int]] = {}
     every: set[TopicPartition] = set()
     for dest in dests:
         tps = [tp for topic in dest.source_topics for tp in reader.partitions(topic)]
         every.update(tps)
-        group = groups[dest.name]
-        committed[dest.name] = {tp: await group.committed(tp) for tp in tps}
+        committed[dest.name] = await groups[dest.name].committed_offsets(tps) if tps else {}
     starts = await reader.beginning_offsets(sorted(every)) if every else {}
     held = {
-        name: {tp: max(offset or 0, starts.get(tp, 0)) for tp, offset in found.items()}
+        name: {tp: max(offset, starts.get(tp, 0)) for tp, offset in found.items()}
         for name, found in committed.items()
     }
     return Sample(int(time.time() * 1000), held)

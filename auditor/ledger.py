@@ -299,7 +299,10 @@ class Ledger:
 
     def hold(self, held_from: dict[Partition, int] | None) -> tuple[list[int], list[int]]:
         """Where the partitions hold events now: the final minutes whose waiting and missing
-        events it moved, and of those the ones whose `missing` rose."""
+        events it moved, and of those the ones whose `missing` rose. Nothing moves while it is
+        where it was (a late outcome splits its minute again as it comes: `late.py`)."""
+        if held_from == self.held_from:
+            return [], []
         self.held_from = held_from
         moved, rose = [], []
         for bucket in self.buckets.values():
