@@ -1,9 +1,11 @@
 """The checks tests/deploy/test_kubernetes.py runs over deploy/kubernetes/: a loader for the
-base (no kustomize here) and the semantic checks, each returning the problems it finds.
+base and the semantic checks, each returning the problems it finds.
 
 `kustomization.yaml` may only list `resources`, which are loaded as they are, so what is
-checked is what `kubectl apply -k` applies. What only the ingest service has (its API port,
-its drain, its streams, its CPU scaling) is checked in ingest_checks.py.
+checked is what `kubectl apply -k` applies (test_kubernetes_install.py renders it with the
+virtualenv's kubectl and compares). The base holds no Secret: the checks read the one the
+install creates from `secret.example.yaml` (`load_installed`). What only the ingest service has
+(its API port, its drain, its streams, its CPU scaling) is checked in ingest_checks.py.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from retrier.cli import cli as retrier_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "kubernetes"
+#: The Secret the install creates before applying the base: its keys, placeholder values.
+EXAMPLE_SECRET = BASE / "secret.example.yaml"
 DAEMONS: dict[str, click.Command] = {
     "connector": connector_cli,
     "retrier": retrier_cli,
@@ -39,6 +43,7 @@ SHIPPED_PACKAGES = ("hifi", "config", "tenants", "connector", "retrier", "audito
 GRACE_MARGIN_S = 15  # the final commit and flushes after the drain deadline
 MIN_SCALE_DOWN_WINDOW_S = 300  # each step down is a rebalance
 PARTITIONS_ANNOTATION = "hifi/source-partitions"
+BREAKER_METRIC = "hifi_connector_breaker_state"  # 0 closed, 1 half-open, 2 open
 WORKLOADS = ("Deployment", "StatefulSet")
 #: The container port of ingest's API: the one port beside ops a hifi pod serves.
 API_PORT = "http"
@@ -54,8 +59,20 @@ def load_base(directory: Path = BASE) -> list[Doc]:
     assert not unsupported, f"kustomization.yaml: {sorted(unsupported)} is not rendered here"
     docs: list[Doc] = []
     for name in kustomization["resources"]:
-        docs.extend(d for d in yaml.safe_load_all((directory / name).read_text()) if d)
+        docs.extend(read_yaml(directory / name))
     return docs
+
+
+def read_yaml(path: Path) -> list[Doc]:
+    """The documents of a YAML file, parsed with libyaml where PyYAML has it (10 times faster)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return [d for d in yaml.load_all(path.read_text(), Loader=loader) if d]
+
+
+def load_installed(directory: Path = BASE) -> list[Doc]:
+    """What runs in the namespace after the install: the base and the Secret created beside it
+    (its keys as `secret.example.yaml` lists them)."""
+    return [*load_base(directory), *read_yaml(directory / EXAMPLE_SECRET.name)]
 
 
 def of_kind(docs: list[Doc], *kinds: str) -> Iterator[Doc]:
@@ -202,10 +219,10 @@ def scaling_problems(docs: list[Doc]) -> list[str]:
         if not 1 <= low <= high <= partitions:
             problems.append(f"{name}: replicas {low}..{high} not within 1..{partitions} partitions")
         fallback = spec.get("fallback", {})
-        if not (
-            fallback.get("failureThreshold", 0) >= 1 and low <= fallback.get("replicas", 0) <= high
-        ):
+        if not (fallback.get("failureThreshold", 0) >= 1 and low <= fallback.get("replicas", 0)):
             problems.append(f"{name}: no fallback that holds between {low} and {high} replicas")
+        moved = [(n, fallback_replicas(fallback, n)) for n in range(low, high + 1)]
+        problems.extend(f"{name}: fallback takes {n} replicas to {m}" for n, m in moved if n != m)
         behavior = (
             spec.get("advanced", {}).get("horizontalPodAutoscalerConfig", {}).get("behavior", {})
         )
@@ -217,6 +234,18 @@ def scaling_problems(docs: list[Doc]) -> list[str]:
         for trigger in spec["triggers"]:
             problems.extend(trigger_problems(name, dest, trigger))
     return problems
+
+
+def fallback_replicas(fallback: Doc, current: int) -> int:
+    """The count KEDA 2.19's fallback sizes a target of `current` replicas to, by its behavior
+    (keda-docs content/docs/2.19/reference/scaledobject-spec.md, "fallback.behavior")."""
+    replicas: int = fallback.get("replicas", 0)
+    return {
+        "static": replicas,
+        "currentReplicas": current,
+        "currentReplicasIfHigher": max(current, replicas),
+        "currentReplicasIfLower": min(current, replicas),
+    }[fallback.get("behavior", "static")]
 
 
 def trigger_problems(name: str, dest: str | None, trigger: Doc) -> list[str]:
@@ -240,8 +269,11 @@ def trigger_problems(name: str, dest: str | None, trigger: Doc) -> list[str]:
             problems.append(
                 f"{name}: the query reads {metric}, which the connector does not export"
             )
-    if f'dest="{dest}"' not in meta["query"]:
-        problems.append(f'{name}: the query does not select dest="{dest}"')
+    selectors = re.findall(r"\bhifi_\w+(?:\{[^}]*\})?", meta["query"])
+    if not selectors or any(f'dest="{dest}"' not in s for s in selectors):
+        problems.append(f'{name}: the query does not select dest="{dest}" in {selectors}')
+    if BREAKER_METRIC not in meta["query"]:
+        problems.append(f"{name}: the query does not leave out an open breaker ({BREAKER_METRIC})")
     return problems
 
 

@@ -26,12 +26,14 @@ from tests.deploy.ingest_checks import (
 )
 from tests.deploy.kubernetes_checks import (
     BASE,
+    EXAMPLE_SECRET,
     Doc,
     containers,
     env_problems,
     grace_problems,
     hardening_problems,
     load_base,
+    load_installed,
     network_problems,
     of_kind,
     ops_port_problems,
@@ -42,21 +44,35 @@ KUBERNETES_VERSION = "1.31.0"
 KEDA_SCHEMA = Path(__file__).parent / "schemas" / "keda-scaledobject-2.19.0.json"
 
 
-def test_the_kustomization_lists_every_file() -> None:
-    """Every YAML file of the directory is a listed resource, so none escapes validation."""
-    listed = set(yaml.safe_load((BASE / "kustomization.yaml").read_text())["resources"])
-    present = {p.name for p in BASE.iterdir()} - {"kustomization.yaml"}
+#: Files of a kustomization's directory that are deliberately not resources.
+NOT_RESOURCES = {"kustomization.yaml", EXAMPLE_SECRET.name}
+
+
+@pytest.mark.parametrize("directory", [BASE, BASE / "monitoring"], ids=["base", "monitoring"])
+def test_the_kustomization_lists_every_file(directory: Path) -> None:
+    """Every file of the directory is a listed resource, so none escapes validation, but for
+    the example Secret, which the base must not apply over the real one."""
+    listed = set(yaml.safe_load((directory / "kustomization.yaml").read_text())["resources"])
+    present = {p.name for p in directory.iterdir() if p.is_file()} - NOT_RESOURCES
     assert listed == present
+    assert EXAMPLE_SECRET.name not in listed
+
+
+def test_the_base_holds_no_secret() -> None:
+    """Applying the base never overwrites the Secret the install created before it."""
+    assert [d["metadata"]["name"] for d in load_base() if d["kind"] == "Secret"] == []
+    base = load_base()
+    assert [d["kind"] for d in load_installed() if d not in base] == ["Secret"]
 
 
 def test_the_base_is_namespace_agnostic() -> None:
     """No resource names a namespace: `kubectl apply -k ... -n NS` puts all of them in NS."""
-    assert [d["metadata"]["name"] for d in load_base() if "namespace" in d["metadata"]] == []
+    assert [d["metadata"]["name"] for d in load_installed() if "namespace" in d["metadata"]] == []
 
 
 def test_core_kinds_validate_against_kubernetes_schemas() -> None:
     """Every resource but the ScaledObjects is valid Kubernetes 1.31, unknown fields refused."""
-    core = [d for d in load_base() if d["kind"] != "ScaledObject"]
+    core = [d for d in load_installed() if d["kind"] != "ScaledObject"]
     assert {d["kind"] for d in core} >= {"Deployment", "StatefulSet", "Service", "NetworkPolicy"}
     for doc in core:
         kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
@@ -79,7 +95,7 @@ def keda_validator() -> jsonschema.Draft7Validator:
 
 def test_scaled_objects_validate_against_the_keda_schema() -> None:
     """Every ScaledObject is valid against KEDA 2.19's CRD schema, misspelt fields refused."""
-    scaled = list(of_kind(load_base(), "ScaledObject"))
+    scaled = list(of_kind(load_installed(), "ScaledObject"))
     assert scaled
     validator = keda_validator()
     for doc in scaled:
@@ -91,56 +107,56 @@ def test_scaled_objects_validate_against_the_keda_schema() -> None:
 
 def test_the_ops_ports_agree() -> None:
     """Probes, ports and Services follow the port each daemon's CLI listens on."""
-    assert ops_port_problems(load_base()) == []
+    assert ops_port_problems(load_installed()) == []
 
 
 def test_grace_periods_cover_the_drain(tmp_path: Path) -> None:
     """terminationGracePeriodSeconds exceeds shutdown_timeout_s (connector, retrier) and the
     auditor's fixed drain, read from the catalog the pods mount and from the code."""
-    assert grace_problems(load_base(), tmp_path) == []
+    assert grace_problems(load_installed(), tmp_path) == []
 
 
 def test_connectors_scale_and_hold() -> None:
     """KEDA scales each connector on its lag within its partitions and holds on metric loss."""
-    assert scaling_problems(load_base()) == []
+    assert scaling_problems(load_installed()) == []
 
 
 def test_pods_are_hardened() -> None:
     """Non-root, no capabilities, seccomp, read-only root with /tmp on an emptyDir, resources."""
-    assert hardening_problems(load_base()) == []
+    assert hardening_problems(load_installed()) == []
 
 
 def test_network_policies_cover_every_pod() -> None:
     """Only named peers reach the ops port of every hifi pod."""
-    assert network_problems(load_base()) == []
+    assert network_problems(load_installed()) == []
 
 
 def test_environments_are_what_hifi_reads(tmp_path: Path) -> None:
     """Each pod's environment names only what hifi reads and loads as the daemon would."""
-    assert env_problems(load_base(), tmp_path) == []
+    assert env_problems(load_installed(), tmp_path) == []
 
 
 def test_the_ingest_api_is_reachable() -> None:
     """ingest's API port, its Service and a NetworkPolicy admitting it follow the port its CLI
     listens on, on every address."""
-    assert api_problems(load_base()) == []
+    assert api_problems(load_installed()) == []
 
 
 def test_ingest_grace_covers_its_whole_stop() -> None:
     """terminationGracePeriodSeconds exceeds ingest's preStop sleep, its drain of the requests
     in flight and its producer's flush, read from the manifest and ingest's flags."""
-    assert ingest_grace_problems(load_base()) == []
+    assert ingest_grace_problems(load_installed()) == []
 
 
 def test_ingest_scales_on_cpu_and_never_below_two() -> None:
     """KEDA scales ingest with one cpu trigger on Utilization of its CPU request, 2 replicas
     at least, no fallback."""
-    assert ingest_scaling_problems(load_base()) == []
+    assert ingest_scaling_problems(load_installed()) == []
 
 
 def test_ingest_loads_the_streams_it_mounts(tmp_path: Path) -> None:
     """The ConfigMap mounted at HIFI_STREAMS_DIR holds streams ingest loads."""
-    assert ingest_env_problems(load_base(), tmp_path) == []
+    assert ingest_env_problems(load_installed(), tmp_path) == []
 
 
 def _spec(docs: list[Doc], kind: str) -> Doc:
@@ -163,6 +179,30 @@ def _ingest_scaling(docs: list[Doc]) -> Doc:
 
 MUTATIONS: dict[str, tuple[Callable[[list[Doc]], object], str]] = {
     "no fallback": (lambda d: _spec(d, "ScaledObject").pop("fallback"), "fallback"),
+    "fallback to six": (
+        lambda d: _spec(d, "ScaledObject")["fallback"].update(
+            replicas=6, behavior="currentReplicasIfHigher"
+        ),
+        "fallback takes 1 replicas to 6",
+    ),
+    "fallback to the minimum": (
+        lambda d: _spec(d, "ScaledObject")["fallback"].update(behavior="static"),
+        "fallback takes 12 replicas to 1",
+    ),
+    "breaker ignored": (
+        lambda d: _spec(d, "ScaledObject")["triggers"][0]["metadata"].update(
+            query='sum(hifi_connector_consumer_lag_records{dest="tvinsight"})'
+        ),
+        "open breaker",
+    ),
+    "another destination's breaker": (
+        lambda d: _spec(d, "ScaledObject")["triggers"][0]["metadata"].update(
+            query=_spec(d, "ScaledObject")["triggers"][0]["metadata"]["query"].replace(
+                'breaker_state{dest="tvinsight"}', 'breaker_state{dest="billing"}'
+            )
+        ),
+        'does not select dest="tvinsight"',
+    ),
     "Value metric": (
         lambda d: _spec(d, "ScaledObject")["triggers"][0].update(metricType="Value"),
         "AverageValue",
@@ -274,7 +314,7 @@ MUTATIONS: dict[str, tuple[Callable[[list[Doc]], object], str]] = {
 def test_each_check_fails_without_its_feature(mutation: str, tmp_path: Path) -> None:
     """Deleting or breaking a feature the manifests need makes its check report it."""
     mutate, expected = MUTATIONS[mutation]
-    docs = copy.deepcopy(load_base())
+    docs = copy.deepcopy(load_installed())
     mutate(docs)
     problems = [
         *ops_port_problems(docs),
