@@ -110,4 +110,5 @@ def test_the_breaker_case_fails_without_the_feature(tmp_path: Path) -> None:
     dest, _ = connector_triggers()[0]
     done = promtool_test(tmp_path, rule_test(dest, f'sum({LAG}{{dest="{dest}"}})'))
     assert done.returncode != 0
-    assert "time: 2m" in done.stdout, done.stdout + done.stderr  # the minute the breaker opens
+    output = done.stdout + done.stderr
+    assert "time: 2m" in output, output  # the minute the breaker opens
