@@ -2,6 +2,10 @@
 
 One row format serves the running auditor's `/tables`, the archive's `minutes` files and
 `auditor report`: `minute` (ISO 8601 UTC), the counts, the lag percentiles, `final` and `up`.
+
+A row read out (`report_row`, `day_availability`) says its verdict as its counts read now
+(`verdict`): late is not lost, so a final minute judged down for `loss` whose `missing` is back
+to 0 reads down for `late`, and counts with the minutes down for lag.
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from auditor.buckets import MINUTE_MS, Bucket
 from auditor.ledger import Ledger
 
 DAY_MINUTES = 1440
+#: the verdict of a final minute once judged down for loss whose missing events all turned up
+#: after (a late fact, a rewind of the group's offset): late, not lost
+LATE = "late"
 
 
 def iso_minute(minute_ms: int) -> str:
@@ -52,7 +59,9 @@ def archive_row(ledger: Ledger, bucket: Bucket, *, written_ms: int) -> dict[str,
 
 
 def report_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """An archive row as `auditor report --format json` and `/tables` give it."""
+    """An archive row as `auditor report --format json` and `/tables` give it, its verdict as
+    its counts read now (`verdict`)."""
+    up, down_reason = verdict(row)
     return {
         "minute": iso_minute(int(row["minute_ms"])),
         "entered": row["entered"],
@@ -71,10 +80,25 @@ def report_row(row: Mapping[str, Any]) -> dict[str, Any]:
         "lag_in_p95_ms": row.get("lag_in_p95_ms"),
         "process_p95_ms": row.get("process_p95_ms"),
         "final": bool(row["final"]),
-        "up": row["up"],
-        "down_reason": row.get("down_reason"),
+        "up": up,
+        "down_reason": down_reason,
         "missing_ids": list(row.get("missing_ids") or ()),
     }
+
+
+def verdict(row: Mapping[str, Any]) -> tuple[bool | None, str | None]:
+    """A row's `up` and `down_reason` as its counts read now.
+
+    The auditor judges a minute when it becomes final and again down for `loss` when events go
+    missing after; it keeps that verdict when a later outcome moves them out of `missing` (a
+    late fact, the group's offset moved back). Late is not lost: a final minute down for loss
+    whose `missing` is 0 now is down for `late` (its events were delivered after the minute
+    settled, as the lag rule counts late events), never for loss.
+    """
+    up, reason = row["up"], row.get("down_reason")
+    if row["final"] and up is False and (reason or "loss") == "loss" and not row["missing"]:
+        return False, LATE
+    return up, reason
 
 
 def day_availability(
@@ -83,14 +107,18 @@ def day_availability(
     *,
     final_before_ms: int | None,
     counted_from_ms: int | None = None,
+    now_ms: int | None = None,
 ) -> dict[str, Any]:
     """A UTC day's availability from its rows (report format); minutes without events are up.
 
     `final_before_ms`: minutes starting before this are final (the auditor's settled horizon);
-    later minutes of the day are pending. None: every minute of the day is final.
+    later minutes of the day that have begun by `now_ms` are pending, those still to come are
+    neither (`to_come_minutes`). None: every minute of the day is final. `now_ms` None: no
+    clock, every minute after the horizon is pending (a day that is over).
     `counted_from_ms`: minutes before this are not counted at all (a range that starts
     within the day, or the first minute a running auditor ever accounted for); they are
     neither up nor pending (`not_counted_minutes`).
+    A minute down for `late` (`verdict`) counts as down for lag.
     """
     day_start_ms = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000)
     end_ms = day_start_ms + DAY_MINUTES * MINUTE_MS
@@ -99,20 +127,24 @@ def day_availability(
         start_ms = min(end_ms, max(day_start_ms, counted_from_ms - counted_from_ms % MINUTE_MS))
     final_end = end_ms if final_before_ms is None else max(start_ms, min(end_ms, final_before_ms))
     final_minutes = (final_end - start_ms) // MINUTE_MS
+    begun_end = end_ms if now_ms is None else now_ms - now_ms % MINUTE_MS + MINUTE_MS
+    pending_end = max(final_end, min(end_ms, begun_end))
     down = {"loss": 0, "lag": 0}
     for row in rows:
         minute_ms = parse_minute(row["minute"])
         if not start_ms <= minute_ms < final_end or not row["final"]:
             continue
-        if row["up"] is False:
-            down[row.get("down_reason") or "loss"] += 1
+        up, reason = verdict(row)
+        if up is False:
+            down["lag" if reason in ("lag", LATE) else "loss"] += 1
     down_minutes = sum(down.values())
     up_minutes = final_minutes - down_minutes
     ratio = up_minutes / final_minutes if final_minutes else None
     return {
         "day": day.isoformat(),
         "minutes": final_minutes,
-        "pending_minutes": (end_ms - start_ms) // MINUTE_MS - final_minutes,
+        "pending_minutes": (pending_end - final_end) // MINUTE_MS,
+        "to_come_minutes": (end_ms - pending_end) // MINUTE_MS,
         "not_counted_minutes": (start_ms - day_start_ms) // MINUTE_MS,
         "up_minutes": up_minutes,
         "down_minutes": down_minutes,
@@ -204,6 +236,7 @@ def render_availability(day: Mapping[str, Any], *, dest: str) -> Table:
     for name, value in [
         ("final minutes", day["minutes"]),
         ("pending minutes", day["pending_minutes"]),
+        ("still to come", day.get("to_come_minutes", 0)),
         ("not counted (no data)", day.get("not_counted_minutes", 0)),
         ("up minutes", day["up_minutes"]),
         ("down minutes", day["down_minutes"]),

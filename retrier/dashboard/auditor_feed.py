@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
 from auditor.buckets import MINUTE_MS
 from auditor.client import AuditorTables, BreakerView, DestinationHealth, base_url, fetch_tables
-from auditor.tables import day_availability, parse_minute
+from auditor.tables import day_availability, parse_minute, verdict
 from hifi.errors import HifiError
 
 HOURS_SHOWN = 3
@@ -55,29 +55,40 @@ class AuditorFeed:
                 found = await fetch_tables(client, self.base, dest, from_ms=from_ms)
         except HifiError as exc:
             return {"available": False, "why": f"auditor {exc}"}
-        shown_from = now_ms - HOURS_SHOWN * 3600 * 1000
-        shown_from -= shown_from % MINUTE_MS
-        today = datetime.fromtimestamp(now_ms / 1000, tz=UTC).date()
         try:
-            return self._shown(found, shown_from, today)
+            return self._shown(found, now_ms=now_ms)
         except (KeyError, ValueError, TypeError, AttributeError):
             return {"available": False, "why": f"auditor {self.base}: rows it answered do not read"}
 
     @staticmethod
-    def _shown(found: AuditorTables, shown_from: int, today: date) -> dict[str, Any]:
+    def _shown(found: AuditorTables, *, now_ms: int) -> dict[str, Any]:
+        """The rows of the last `HOURS_SHOWN` hours before `now_ms`, each with its verdict as
+        its counts read now (an older auditor may still say `loss` of a minute whose missing
+        events turned up late), and today's availability up to the minute of `now_ms`."""
+        shown_from = now_ms - HOURS_SHOWN * 3600 * 1000
+        shown_from -= shown_from % MINUTE_MS
+        today = datetime.fromtimestamp(now_ms / 1000, tz=UTC).date()
         return {
             "available": True,
             "final_before_ms": found.final_before_ms,
             "lag_sla_s": found.settings.get("lag_sla_s"),
-            "rows": [row for row in found.rows if parse_minute(row["minute"]) >= shown_from],
+            "rows": [
+                _judged_now(row) for row in found.rows if parse_minute(row["minute"]) >= shown_from
+            ],
             "availability": day_availability(
                 found.rows,
                 today,
                 final_before_ms=found.final_before_ms,
                 counted_from_ms=found.counted_from_ms,
+                now_ms=now_ms,
             ),
             "health": None if found.health is None else panel_health(found.health),
         }
+
+
+def _judged_now(row: dict[str, Any]) -> dict[str, Any]:
+    up, down_reason = verdict(row)
+    return row | {"up": up, "down_reason": down_reason}
 
 
 def panel_health(health: DestinationHealth) -> dict[str, Any]:

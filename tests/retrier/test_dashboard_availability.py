@@ -18,9 +18,10 @@ from starlette.routing import Route
 from auditor.accounts import Accounts
 from auditor.archive import Archive
 from auditor.buckets import MINUTE_MS
-from auditor.client import fetch_tables
+from auditor.client import AuditorTables, fetch_tables
 from auditor.pages import Pages
 from auditor.progress import ProgressClock
+from auditor.tables import LATE, day_availability, report_row
 from retrier.dashboard.auditor_feed import AuditorFeed
 from tests.auditor.support import audited_destination
 
@@ -69,7 +70,7 @@ async def test_today_counts_only_the_minutes_since_the_auditor_counts(
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app)) as client:
         found = await fetch_tables(client, BASE, dest.name, from_ms=int(DAY.timestamp() * 1000))
     assert found.counted_from_ms == STARTED_MS
-    shown = AuditorFeed._shown(found, STARTED_MS - 3 * 60 * MINUTE_MS, DAY.date())
+    shown = AuditorFeed._shown(found, now_ms=now_ms)
     today = shown["availability"]
     assert {k: today[k] for k in ("minutes", "up_minutes", "down_minutes")} == {
         "minutes": 5,
@@ -78,7 +79,8 @@ async def test_today_counts_only_the_minutes_since_the_auditor_counts(
     }
     assert today["availability_pct"] == 80.0
     assert today["not_counted_minutes"] == 600
-    assert today["pending_minutes"] == 1440 - 600 - 5
+    assert today["pending_minutes"] == 2  # 10:05 and 10:06 (now): begun, not final
+    assert today["to_come_minutes"] == 1440 - 600 - 5 - 2
 
 
 async def test_an_auditor_without_a_minute_counts_from_now(
@@ -100,3 +102,75 @@ async def test_an_auditor_without_a_minute_counts_from_now(
     )
     status = await Pages(accounts, lambda: now_ms).status(None)  # type: ignore[arg-type]
     assert status["dests"]["shop"]["counted_from_ms"] == STARTED_MS
+
+
+def _row(minute_ms: int, **values: Any) -> dict[str, Any]:
+    """A final minute of 100 events as the archive keeps it, up unless `values` say otherwise."""
+    row = {
+        "minute_ms": minute_ms,
+        "entered": 100,
+        "delivered": 100,
+        "dead_lettered": 0,
+        "dead_lettered_by_reason": {},
+        "filtered": 0,
+        "in_retry": 0,
+        "missing": 0,
+        "duplicates": 0,
+        "lag_p50_ms": 100,
+        "lag_p95_ms": 200,
+        "lag_p99_ms": 300,
+        "final": True,
+        "up": True,
+        "down_reason": None,
+    }
+    return report_row(row | values)
+
+
+def test_pending_counts_only_the_minutes_begun_and_not_final() -> None:
+    """At 12:34:56 with minutes final before 12:30, today's pending minutes are 12:30 to 12:34
+    (5), not the 690 minutes to midnight; the 685 still to come are apart; a day that is over
+    (no clock) has every minute after the horizon pending."""
+    day_ms = int(DAY.timestamp() * 1000)
+    now_ms = day_ms + (12 * 60 + 34) * MINUTE_MS + 56_000
+    final_before_ms = day_ms + (12 * 60 + 30) * MINUTE_MS
+    today = day_availability([], DAY.date(), final_before_ms=final_before_ms, now_ms=now_ms)
+    assert (today["minutes"], today["pending_minutes"], today["to_come_minutes"]) == (750, 5, 685)
+    assert today["up_minutes"] == 750
+    exactly = day_availability(
+        [], DAY.date(), final_before_ms=final_before_ms, now_ms=final_before_ms
+    )
+    assert exactly["pending_minutes"] == 1  # 12:30 began this millisecond
+    counted = day_availability(
+        [], DAY.date(), final_before_ms=final_before_ms, counted_from_ms=STARTED_MS, now_ms=now_ms
+    )
+    assert (counted["not_counted_minutes"], counted["minutes"]) == (600, 150)
+    assert (counted["pending_minutes"], counted["to_come_minutes"]) == (5, 685)
+    over = day_availability([], DAY.date(), final_before_ms=final_before_ms)
+    assert (over["pending_minutes"], over["to_come_minutes"]) == (690, 0)
+
+
+def test_a_minute_whose_missing_events_turned_up_reads_late_not_loss() -> None:
+    """A final minute the auditor judged down for loss whose missing count went back to 0 (its
+    events were delivered after it settled) reads `late`, counted down for lag, never for loss;
+    one still missing events stays down for loss; the dashboard's feed says the same of the rows
+    of an auditor that still answers `loss` with 0 missing."""
+    late = _row(STARTED_MS, missing=0, up=False, down_reason="loss")
+    lost = _row(STARTED_MS + MINUTE_MS, delivered=98, missing=2, up=False, down_reason="loss")
+    slow = _row(STARTED_MS + 2 * MINUTE_MS, up=False, down_reason="lag")
+    assert (late["up"], late["down_reason"]) == (False, LATE)
+    assert (lost["up"], lost["down_reason"]) == (False, "loss")
+    assert (slow["up"], slow["down_reason"]) == (False, "lag")
+    rows = [late, lost, slow, _row(STARTED_MS + 3 * MINUTE_MS)]
+    today = day_availability(rows, DAY.date(), final_before_ms=STARTED_MS + 4 * MINUTE_MS)
+    assert (today["down_for_loss"], today["down_for_lag"], today["down_minutes"]) == (1, 2, 3)
+    older = dict(late, down_reason="loss")  # an auditor without `verdict` in its report rows
+    found = AuditorTables(
+        rows=[older],
+        final_before_ms=STARTED_MS + MINUTE_MS,
+        counted_from_ms=STARTED_MS,
+        settings={"lag_sla_s": 60},
+        health=None,
+    )
+    shown = AuditorFeed._shown(found, now_ms=STARTED_MS + 2 * MINUTE_MS)
+    assert [(r["missing"], r["up"], r["down_reason"]) for r in shown["rows"]] == [(0, False, LATE)]
+    assert (shown["availability"]["down_for_loss"], shown["availability"]["down_for_lag"]) == (0, 1)
