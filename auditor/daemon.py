@@ -37,6 +37,7 @@ from hifi import audit
 from hifi.audit import AUDIT_RETENTION_MS, audit_topic
 from hifi.errors import ConfigError
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.reach import KafkaReach
 from hifi.kafka.settings import KafkaSettings
 from hifi.ops_http import DEFAULT_HOST, OpsServer
 from hifi.worker import PartitionWorker, WorkerOptions
@@ -95,7 +96,10 @@ class Auditor:
             },
             log_context={"component": "auditor"},
         )
-        self._worker = PartitionWorker(settings, options, ops=self.ops)
+        self.reach = KafkaReach("auditor")  # whether Kafka answers; not ready while it waits
+        if self.ops is not None:
+            self.ops.require(self.reach.readiness)
+        self._worker = PartitionWorker(settings, options, ops=self.ops, reach=self.reach)
         self.accounts: Accounts | None = None
         self._no_roll_after: asyncio.TimerHandle | None = None
 
@@ -122,11 +126,17 @@ class Auditor:
             self._worker.request_stop()
 
     async def run(self) -> None:
-        """Run until stopped; raises `HifiError` if Kafka fails for longer than its clients retry."""
-        archive = Archive(self.archive_dir)
+        """Run until stopped, waiting for Kafka while it does not answer (`KafkaReach`);
+        raises `HifiError` on what waiting cannot mend (a configuration error, a refusal)."""
         async with contextlib.AsyncExitStack() as stack:
             if self.ops is not None:
                 await stack.enter_async_context(self.ops.running())
+            await self.reach.serving(self._session, stop=self._worker.stopping)
+
+    async def _session(self) -> None:
+        """Read the audit trail and the sources until stopped; Kafka not answering ends it."""
+        archive = Archive(self.archive_dir)
+        async with contextlib.AsyncExitStack() as stack:
             log.info("kafka_connecting", **self._settings.describe())
             existing = await kafka_admin.ensure_topics(
                 self._settings,

@@ -23,6 +23,7 @@ from connector.intake import consumer_options
 from connector.rate_limits import RateLimits
 from hifi import audit, kafka
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.reach import KafkaReach
 from hifi.kafka.settings import KafkaSettings
 from hifi.lookup_cache import redis_hash
 from hifi.lookup_cache.redis_hash import RedisSettings
@@ -46,7 +47,9 @@ _PRODUCER_BATCH_BYTES = 1024 * 1024  # per partition
 SETTLING_PER_SLOT = 4  # units awaiting their facts' acknowledgement, per in-flight slot
 
 
-def _producer(settings: KafkaSettings) -> contextlib.AbstractAsyncContextManager[kafka.Producer]:
+def _producer(
+    settings: KafkaSettings, reach: KafkaReach
+) -> contextlib.AbstractAsyncContextManager[kafka.Producer]:
     """The connector's producer, for hand-offs, dead letters and audit facts.
 
     Hand-offs, dead letters and a partial batch's audit facts are awaited inside a unit of work
@@ -57,7 +60,7 @@ def _producer(settings: KafkaSettings) -> contextlib.AbstractAsyncContextManager
     1 MiB: at aiokafka's 16 KiB a fact of 500 events did not fit beside another, so the facts
     of concurrent units waited for each other's sends (`docs/performance.md` has the figures).
     """
-    return kafka.producer(settings, linger_ms=0, max_batch_size=_PRODUCER_BATCH_BYTES)
+    return kafka.producer(settings, reach=reach, linger_ms=0, max_batch_size=_PRODUCER_BATCH_BYTES)
 
 
 def worker_options(
@@ -121,7 +124,10 @@ class Connector:
         self.limiter = Limiter.for_destination(dest)  # the in-flight bound, adapted per RTT
         self._rate_limits: RateLimits | None = None  # the deliverer's, once it runs
         options = worker_options(dest, until_idle_s=until_idle_s, limit=self._in_flight_bound)
-        self._worker = PartitionWorker(settings, options, ops=self.ops)
+        self.reach = KafkaReach("connector")  # whether Kafka answers; not ready while it waits
+        if self.ops is not None:
+            self.ops.require(self.reach.readiness)
+        self._worker = PartitionWorker(settings, options, ops=self.ops, reach=self.reach)
         self._stopping = asyncio.Event()
 
     def request_stop(self) -> None:
@@ -136,12 +142,18 @@ class Connector:
         return self.limiter.limit() + waiting
 
     async def run(self) -> None:
-        """Run until stopped; raises `HifiError` if Kafka fails for longer than its clients retry."""
-        dest = self.dest
+        """Run until stopped, waiting for Kafka while it does not answer (`KafkaReach`);
+        raises `HifiError` on what waiting cannot mend (a configuration error, a refusal)."""
         async with contextlib.AsyncExitStack() as stack:
-            stack.enter_context(structlog.contextvars.bound_contextvars(dest=dest.name))
+            stack.enter_context(structlog.contextvars.bound_contextvars(dest=self.dest.name))
             if self.ops is not None:
                 await stack.enter_async_context(self.ops.running())
+            await self.reach.serving(self._session, stop=self._stopping)
+
+    async def _session(self) -> None:
+        """Start the clients, deliver until stopped; Kafka not answering ends it (run again)."""
+        dest = self.dest
+        async with contextlib.AsyncExitStack() as stack:
             routes = await self._tenant_routes(stack)
             log.info("kafka_connecting", **self._settings.describe())
             existing = await ensure_destination_topics(self._settings, dest)
@@ -151,7 +163,7 @@ class Connector:
                     topic=topic,
                     hint="nothing is delivered from it until it exists; check source_topics",
                 )
-            producer = await stack.enter_async_context(_producer(self._settings))
+            producer = await stack.enter_async_context(_producer(self._settings, self.reach))
             trail = await self._audit_trail(producer)
             client = await stack.enter_async_context(http_client(dest, self._transport))
             auth = await stack.enter_async_context(bearer.started(dest))

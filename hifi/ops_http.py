@@ -106,12 +106,15 @@ class OpsServer:
         return self.ready and all(check().ready for check in self._checks)
 
     def mount(self, routes: list[BaseRoute]) -> None:
-        """Serve `routes` too (a dashboard's page and API); may be called while serving."""
-        self._app.router.routes.extend(routes)
+        """Serve `routes` too (a dashboard's page and API); may be called while serving. A
+        path served already is served by the new route (a daemon's session started again)."""
+        paths = {getattr(route, "path", None) for route in routes} - {None}
+        kept = [r for r in self._app.router.routes if getattr(r, "path", None) not in paths]
+        self._app.router.routes[:] = [*kept, *routes]
 
     def serve_json(self, path: str, provider: JsonProvider) -> None:
         """Answer GET `path` with the JSON `provider` returns; may be called while serving."""
-        self._app.router.routes.append(Route(path, _json_endpoint(provider)))
+        self.mount([Route(path, _json_endpoint(provider))])
 
     async def _not_found(self, request: Request, exc: Exception) -> Response:
         """404, or while the daemon starts a 503 to try again: the path may be one it mounts

@@ -25,7 +25,8 @@ commit. The `PartitionWorker` does the rest, the same way for every daemon:
   it by their `shutdown_timeout_s`; an assignment starts where the handler says, if it does;
 - a handler's `assigned` that raises stops the worker with that error (aiokafka logs it only);
 - a partition whose topic was created again starts over (`worker_restarts`), old records first;
-- the lag `after_commit` is told stays true while a partition is paused (`worker_ends`).
+- the lag `after_commit` is told stays true while a partition is paused (`worker_ends`);
+- cut from Kafka: no new work, not ready; a session later its partitions go (`worker_session`).
 
 How a daemon uses it: `worker_seams.PartitionHandler`. The consumer is a seam (a fake in tests).
 """
@@ -34,8 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -44,12 +44,20 @@ from aiokafka import TopicPartition
 
 from hifi import kafka
 from hifi.errors import HifiError
+from hifi.kafka.reach import KafkaReach
 from hifi.kafka.settings import KafkaSettings
 from hifi.offsets import OffsetTracker
 from hifi.ops_http import OpsServer
-from hifi.worker_ends import DEFAULT_EVERY_S, Ends
-from hifi.worker_restarts import DEFAULT_CONFIRM_S, RestartWatch, StartOvers
-from hifi.worker_seams import ConsumerOpener, GroupConsumer, PartitionHandler, Work
+from hifi.worker_ends import Ends
+from hifi.worker_restarts import RestartWatch, StartOvers
+from hifi.worker_seams import (
+    ConsumerOpener,
+    GroupConsumer,
+    PartitionHandler,
+    Work,
+    WorkerOptions,
+)
+from hifi.worker_session import GroupSession
 
 __all__ = [
     "ConsumerOpener",
@@ -67,25 +75,6 @@ _PAUSED_WAIT_S = 0.5  # with every partition paused: wait this long at most for 
 _offset_of = attrgetter("offset")
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerOptions:
-    """How a daemon's worker consumes, bounds its work, commits and stops."""
-
-    group_id: str
-    max_in_flight: int  # units of work running at once (the ceiling of a moving `limit`)
-    commit_interval_s: float
-    shutdown_timeout_s: float  # drain deadline on revocation and on stop
-    commit_every_records: int | None = None  # commit sooner once this many outcomes are new
-    until_idle_s: float | None = None
-    # a high watermark below what was read this long, then the leader is asked (worker_restarts)
-    started_over_confirm_s: float = DEFAULT_CONFIRM_S
-    ends_every_s: float = DEFAULT_EVERY_S  # paused partitions' ends are asked this often
-    consumer_options: Mapping[str, Any] = field(default_factory=dict)
-    log_context: Mapping[str, str] = field(default_factory=dict)
-    limit: Callable[[], int] | None = None  # the bound now, when it moves (adaptive concurrency)
-    max_settling: int | None = None  # units out of their slot, awaiting an ack; None: max_in_flight
-
-
 class PartitionWorker:
     """Runs one consumer-group member; `run()` returns after `request_stop()` or the idle timeout."""
 
@@ -96,10 +85,13 @@ class PartitionWorker:
         *,
         ops: OpsServer | None = None,
         consumer: ConsumerOpener | None = None,
+        reach: KafkaReach | None = None,
     ) -> None:
         """`consumer`: opens the group member to poll; by default a `kafka.consumer` of
-        `settings` with `options.consumer_options` (tests pass a fake, see `worker_seams`)."""
+        `settings` with `options.consumer_options` (tests pass a fake, see `worker_seams`).
+        `reach`: the daemon's, whose producer waits for Kafka too."""
         self.options = options
+        self.reach = reach or KafkaReach()
         self._settings = settings
         self._open_consumer = consumer or self._kafka_consumer
         self._ops = ops
@@ -112,6 +104,10 @@ class PartitionWorker:
         """Stop polling and begin draining; safe to call from a signal handler."""
         self._stop.set()
         self._progress.set()
+
+    @property
+    def stopping(self) -> asyncio.Event:  # set once `request_stop()` was called
+        return self._stop
 
     def highwater(self, tp: TopicPartition) -> int | None:
         """The end of an owned partition, as of its last fetch or, while it is paused, as its
@@ -139,6 +135,7 @@ class PartitionWorker:
                 progress=self._progress,
                 ops=self._ops,
                 seen=self._started_over,
+                reach=self.reach,
             )
             consumer.subscribe(topics, on_assigned=member.assigned, on_revoked=member.revoke)
             self._member = member
@@ -169,6 +166,7 @@ class _Membership:
         progress: asyncio.Event,
         ops: OpsServer | None,
         seen: StartOvers,
+        reach: KafkaReach,
     ) -> None:
         self.options = options
         self.stop = stop  # set: stop polling and drain
@@ -189,6 +187,7 @@ class _Membership:
         confirm_s = options.started_over_confirm_s
         self.restarts = RestartWatch(consumer, handler, self.tracker, seen, confirm_s, self.log)
         self.ends = Ends(consumer, self.tracker, self.log, every_s=options.ends_every_s)
+        self.session = GroupSession(consumer, reach, self.log)
 
     # --- the loop ---------------------------------------------------------------------
     async def poll_until_stopped(self) -> None:
@@ -209,6 +208,8 @@ class _Membership:
                 await self.take_in(fetched)
             self.dispatch()
             await self.restarts.check(loop.time())
+            if lost := self.session.check(self.consumer.assignment()):
+                self.handler.drop(lost)  # another member may send them now: start none here
             now = loop.time()
             if fetched or self.tasks or self.handler.busy or not self.assigned_once:
                 self.last_busy_s = now
@@ -226,6 +227,7 @@ class _Membership:
         room = self.handler.room()
         starting_over = self.restarts.waiting.keys() & owned
         want = owned if room <= 0 else self.handler.held(owned) | starting_over
+        want |= self.session.lost & owned
         have = self.consumer.paused()
         if want - have:
             self.consumer.pause(want - have)
@@ -238,12 +240,9 @@ class _Membership:
         return bool(owned) and owned <= self.consumer.paused()
 
     async def take_in(self, fetched: dict[TopicPartition, list[Any]]) -> None:
-        """Take in a poll partition by partition, yielding to the event loop before each one.
-
-        The yield lets aiokafka send the next fetch and lets running work read its replies
-        while this poll is taken in. A rebalance can run in a yield; the rest of the poll is
-        then dropped, as the new assignment fetches again from the committed offsets.
-        """
+        """Take in a poll partition by partition, yielding to the event loop before each one
+        (aiokafka fetches, running work reads its replies). A rebalance can run in a yield: the
+        rest of the poll is then dropped, as the new assignment fetches from the commits."""
         epoch = self.epoch
         self.poll_open = True
         try:
@@ -251,7 +250,7 @@ class _Membership:
                 await asyncio.sleep(0)
                 if self.epoch != epoch:
                     return
-                if self.restarts.skip(tp, records[0].offset):
+                if tp in self.session.lost or self.restarts.skip(tp, records[0].offset):
                     continue
                 resume = self.handler.take(tp, records)
                 if resume is None:
@@ -267,8 +266,8 @@ class _Membership:
     # --- bounded work -----------------------------------------------------------------
     def dispatch(self) -> None:
         """The one way work starts: within `max_in_flight` (or `limit()`) and `max_settling`."""
-        if self.failure is not None or self.stop.is_set():
-            return  # failed or stopping (a poll taken in meanwhile): its records are not sent
+        if self.failure is not None or self.stop.is_set() or self.session.waiting:
+            return  # failed, stopping or cut from Kafka: no new work
         handler, tasks, running, options = self.handler, self.tasks, self.running, self.options
         limit = options.max_in_flight if options.limit is None else options.limit()
         limit = max(1, min(limit, options.max_in_flight))
@@ -317,7 +316,7 @@ class _Membership:
         if self.failure is None:
             self.failure = exc
             self.log.error(event, error=str(exc))
-            self.stop.set()
+            self.progress.set()  # the loop ends on it; the worker may run again (not stopped)
 
     async def wait_idle(self, partitions: set[TopicPartition] | None, timeout_s: float) -> bool:
         """Wait until no running unit touches `partitions` (all when None); False on timeout."""
@@ -355,6 +354,7 @@ class _Membership:
         """Rebalance: `partitions` (possibly none) are ours; the daemon is ready from here on."""
         self.epoch += 1
         self.owned = set(partitions)
+        self.session.assigned()
         self.restarts.forget(partitions)
         self.ends.forget(partitions)
         try:

@@ -32,7 +32,6 @@ from hifi.errors import HifiError
 from hifi.offsets import OffsetTracker
 from hifi.worker_seams import GroupConsumer
 
-DEFAULT_EVERY_S = 5.0  # the ends of paused partitions are asked this often
 QUERY_TIMEOUT_S = 5.0  # a question unanswered this long is asked again next time
 
 

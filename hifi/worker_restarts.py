@@ -40,7 +40,6 @@ from hifi.worker_seams import GroupConsumer, PartitionHandler
 
 END_QUERY_TIMEOUT_S = 5.0  # asking a leader for a partition's end: longer, and ask again later
 CHECK_EVERY_S = 0.1  # the high watermarks are looked at this often at most (not every poll)
-DEFAULT_CONFIRM_S = 3.0  # a high watermark below the position this long before the leader is asked
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,12 +10,15 @@ from __future__ import annotations
 import abc
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiokafka import TopicPartition
 
-__all__ = ["ConsumerOpener", "GroupConsumer", "PartitionHandler", "Work"]
+__all__ = ["ConsumerOpener", "GroupConsumer", "PartitionHandler", "Work", "WorkerOptions"]
+
+DEFAULT_CONFIRM_S = 3.0  # a high watermark below the position this long before the leader is asked
+DEFAULT_EVERY_S = 5.0  # the ends of paused partitions are asked this often (worker_ends)
 
 
 class GroupConsumer(Protocol):
@@ -58,6 +61,16 @@ class GroupConsumer(Protocol):
     ) -> dict[TopicPartition, int]:
         """Where the group reads each partition from: its committed offset, asked of the group's
         coordinator now, or the first offset in the log where it has none."""
+
+    @property
+    def session_timeout_s(self) -> float:
+        """How long the group keeps this member without a heartbeat."""
+
+    def last_heard_s(self) -> float:
+        """`time.monotonic()` of the group coordinator's last answer to this member."""
+
+    def rejoin(self) -> None:
+        """Join the group again (revocation, then an assignment from committed offsets)."""
 
 
 #: Opens the worker's consumer for one `run()` and closes it when the block exits.
@@ -141,3 +154,22 @@ class PartitionHandler(abc.ABC):
         it so far still get their work; the next records `take` gets from it are the new
         topic's, from its beginning, and name other events than the old offsets did."""
         return
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    """How a daemon's worker consumes, bounds its work, commits and stops."""
+
+    group_id: str
+    max_in_flight: int  # units of work running at once (the ceiling of a moving `limit`)
+    commit_interval_s: float
+    shutdown_timeout_s: float  # drain deadline on revocation and on stop
+    commit_every_records: int | None = None  # commit sooner once this many outcomes are new
+    until_idle_s: float | None = None
+    # a high watermark below what was read this long, then the leader is asked (worker_restarts)
+    started_over_confirm_s: float = DEFAULT_CONFIRM_S
+    ends_every_s: float = DEFAULT_EVERY_S  # paused partitions' ends are asked this often
+    consumer_options: Mapping[str, Any] = field(default_factory=dict)
+    log_context: Mapping[str, str] = field(default_factory=dict)
+    limit: Callable[[], int] | None = None  # the bound now, when it moves (adaptive concurrency)
+    max_settling: int | None = None  # units out of their slot, awaiting an ack; None: max_in_flight

@@ -22,6 +22,7 @@ from hifi import audit, kafka
 from hifi.audit import Seen
 from hifi.errors import ConfigError
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.reach import KafkaReach
 from hifi.kafka.settings import KafkaSettings
 from hifi.ops_http import DEFAULT_HOST, JsonProvider, OpsServer
 from hifi.vocabulary import Outcome, Reason
@@ -107,21 +108,32 @@ class Retrier:
             consumer_options=_CONSUMER_OPTIONS,
             log_context={"component": "retrier"},
         )
-        self._worker = PartitionWorker(settings, options, ops=self.ops)
+        self.reach = KafkaReach("retrier")  # whether Kafka answers; not ready while it waits
+        if self.ops is not None:
+            self.ops.require(self.reach.readiness)
+        self._worker = PartitionWorker(settings, options, ops=self.ops, reach=self.reach)
 
     def request_stop(self) -> None:
         """Stop intake and begin draining; safe to call from a signal handler."""
         self._worker.request_stop()
 
     async def run(self) -> None:
-        """Run until stopped; raises `HifiError` if Kafka fails for longer than its clients retry."""
+        """Run until stopped, waiting for Kafka while it does not answer (`KafkaReach`);
+        raises `HifiError` on what waiting cannot mend (a configuration error, a refusal)."""
         async with contextlib.AsyncExitStack() as stack:
             if self.ops is not None:
                 await stack.enter_async_context(self.ops.running())
+            await self.reach.serving(self._session, stop=self._worker.stopping)
+
+    async def _session(self) -> None:
+        """Start the clients, move records until stopped; Kafka not answering ends it."""
+        async with contextlib.AsyncExitStack() as stack:
             log.info("kafka_connecting", **self._settings.describe())
             existing = await self._create_topics()
             sources = sources_for(self.dests.values(), existing)
-            producer = await stack.enter_async_context(kafka.producer(self._settings))
+            producer = await stack.enter_async_context(
+                kafka.producer(self._settings, reach=self.reach)
+            )
             routing = _Routing(
                 sources,
                 producer,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -29,6 +30,40 @@ class Consumer:
     def __init__(self, client: AIOKafkaConsumer, settings: KafkaSettings) -> None:
         self._client = client
         self._settings = settings
+        self._heard_s = time.monotonic()  # the group coordinator's last answer (the start before)
+        self._watch_coordinator()
+
+    def _watch_coordinator(self) -> None:
+        """Note each answer of the group coordinator (to a heartbeat, a join, a commit).
+        aiokafka keeps no such time: the one call its coordinator sends every request through
+        is wrapped, on this instance."""
+        coordinator = getattr(self._client, "_coordinator", None)
+        send = getattr(coordinator, "_send_req", None)
+        if send is None:
+            return  # outside a group: no coordinator
+
+        async def noted(request: Any) -> Any:
+            answer = await send(request)
+            self._heard_s = time.monotonic()
+            return answer
+
+        coordinator._send_req = noted  # type: ignore[union-attr]
+
+    @property
+    def session_timeout_s(self) -> float:
+        """How long the group keeps this member without a heartbeat."""
+        return float(getattr(self._client, "_session_timeout_ms", 10_000)) / 1000
+
+    def last_heard_s(self) -> float:
+        """`time.monotonic()` of the group coordinator's last answer to this member (a
+        heartbeat, a join, a commit; the consumer's start before one)."""
+        return self._heard_s
+
+    def rejoin(self) -> None:
+        """Join the group again: revocation, then an assignment read from committed offsets."""
+        coordinator = getattr(self._client, "_coordinator", None)
+        if coordinator is not None and hasattr(coordinator, "request_rejoin"):
+            coordinator.request_rejoin()
 
     def subscribe(
         self,

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 from aiokafka.structs import RecordMetadata
 
+from hifi.errors import BrokerUnavailable, UnknownTopic
 from hifi.kafka.clients import (
     MAX_REQUEST_BYTES,
     Record,
@@ -19,7 +20,10 @@ from hifi.kafka.clients import (
     kafka_errors,
     running_client,
 )
+from hifi.kafka.reach import KafkaReach
 from hifi.kafka.settings import KafkaSettings
+
+_METADATA_CHECK_S = 10.0  # an unknown topic: does the cluster answer at all? (asked this long)
 
 
 class RecordWriter(Protocol):
@@ -40,11 +44,18 @@ class Producer:
     alone does not promise that (an append that finds its partition's batch full waits for it
     to be sent, and another call's records can take the next batch meanwhile); the retry tiers
     rely on it, since a tier partition is read in due order.
+
+    With a `reach` (a daemon's), a write Kafka does not answer is retried until it is
+    (`KafkaReach.patiently`), the whole call again: records may then be written twice, and
+    after records of later calls. Without one, the failure is raised (a command, ingest).
     """
 
-    def __init__(self, client: AIOKafkaProducer, settings: KafkaSettings) -> None:
+    def __init__(
+        self, client: AIOKafkaProducer, settings: KafkaSettings, reach: KafkaReach | None = None
+    ) -> None:
         self._client = client
         self._settings = settings
+        self._reach = reach
         self._appending = asyncio.Lock()  # one call's records go into the batches at a time
 
     async def send_all(
@@ -72,24 +83,70 @@ class Producer:
         """`send_all` in two steps: return once the records are queued in order (after those
         of earlier calls), with what to await for their acknowledgement. Await it: a failure
         to write surfaces there."""
+        reach = self._reach
+        if reach is None:
+            return await self._append(records, partition, timestamps_ms)
+
+        async def written_once() -> list[RecordMetadata]:
+            return await (await self._append(records, partition, timestamps_ms))
+
+        queued = await reach.patiently(
+            "produce", lambda: self._append(records, partition, timestamps_ms)
+        )
+        return self._patient(queued, reach, written_once)
+
+    @staticmethod
+    async def _patient(
+        queued: Awaitable[list[RecordMetadata]],
+        reach: KafkaReach,
+        written_once: Callable[[], Awaitable[list[RecordMetadata]]],
+    ) -> list[RecordMetadata]:
+        try:
+            written = await queued
+        except BrokerUnavailable as exc:
+            reach.failed("produce", str(exc))
+            return await reach.patiently("produce", written_once)
+        reach.answered("produce")
+        return written
+
+    async def _append(
+        self, records: Sequence[Record], partition: int | None, timestamps_ms: Sequence[int] | None
+    ) -> Awaitable[list[RecordMetadata]]:
         stamps: Sequence[int | None] = (
             [None] * len(records) if timestamps_ms is None else timestamps_ms
         )
         what = f"produce to {records[0][0]}" if records else "produce"
-        with kafka_errors(self._settings, what):
-            async with self._appending:
-                futures = [
-                    await self._client.send(
-                        topic,
-                        value=value,
-                        key=key,
-                        headers=headers,
-                        partition=partition,
-                        timestamp_ms=stamp,
-                    )
-                    for (topic, key, value, headers), stamp in zip(records, stamps, strict=True)
-                ]
+        try:
+            with kafka_errors(self._settings, what):
+                async with self._appending:
+                    futures = [
+                        await self._client.send(
+                            topic,
+                            value=value,
+                            key=key,
+                            headers=headers,
+                            partition=partition,
+                            timestamp_ms=stamp,
+                        )
+                        for (topic, key, value, headers), stamp in zip(records, stamps, strict=True)
+                    ]
+        except UnknownTopic as exc:  # aiokafka says so too when no metadata came at all
+            if not await self._cluster_answers():
+                raise BrokerUnavailable(
+                    f"kafka {self._settings.bootstrap}: {what}: no answer from the cluster"
+                    " (the topic's metadata did not come)"
+                ) from exc
+            raise
         return self._acknowledged(futures, what)
+
+    async def _cluster_answers(self) -> bool:
+        """Whether any broker answers a metadata request now."""
+        try:
+            async with asyncio.timeout(_METADATA_CHECK_S):
+                await self._client.client.fetch_all_metadata()
+        except Exception:  # any failure: the cluster did not answer
+            return False
+        return True
 
     async def _acknowledged(
         self, futures: list[asyncio.Future[RecordMetadata]], what: str
@@ -117,8 +174,11 @@ def _key_hash(key: bytes) -> int:
 
 
 @contextlib.asynccontextmanager
-async def producer(settings: KafkaSettings, **overrides: Any) -> AsyncIterator[Producer]:
-    """A started `Producer` (acks=all) that is flushed and stopped on exit."""
+async def producer(
+    settings: KafkaSettings, *, reach: KafkaReach | None = None, **overrides: Any
+) -> AsyncIterator[Producer]:
+    """A started `Producer` (acks=all) that is flushed and stopped on exit; with `reach`, its
+    writes wait for Kafka (`Producer`)."""
     options: dict[str, Any] = {
         "acks": "all",
         "enable_idempotence": settings.enable_idempotence,
@@ -129,4 +189,4 @@ async def producer(settings: KafkaSettings, **overrides: Any) -> AsyncIterator[P
     options.update(overrides)
     client = AIOKafkaProducer(**client_options(settings), **options)
     async with running_client(client, settings, "start producer"):
-        yield Producer(client, settings)
+        yield Producer(client, settings, reach)

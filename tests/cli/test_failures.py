@@ -1,8 +1,13 @@
-"""Every command, given a bad configuration or an unreachable service, ends in one line and its exit code."""
+"""Every command, given a bad configuration or an unreachable service, ends in one line and its exit code.
+
+A daemon does not end when Kafka does not answer: it waits for it (`hifi.kafka.reach`), and
+says so in one log line naming the broker; a stop request ends it, exit 0.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -68,9 +73,6 @@ BAD_CONFIGURATION = {
     "hifi-tenants get": ["get", "--dest", "bad"],
 }
 UNREACHABLE = {
-    "connector": ["--dest", "ok", *DAEMON_FLAGS],
-    "retrier": ["--dest", "ok", *DAEMON_FLAGS],
-    "auditor": ["--dest", "ok", *DAEMON_FLAGS],
     "connector rewind": ["rewind", "--dest", "ok", "--to", "1h"],
     "retrier dlq list": ["dlq", "list", "--dest", "ok"],
     "hifi-tenants get": ["get", "--dest", "tv"],
@@ -125,3 +127,30 @@ def test_unreachable_service_is_one_line_and_exit_1(
     assert run.returncode == 1, run.stderr
     assert line.startswith(f"{where}: ")
     assert NOWHERE in line
+
+
+@pytest.mark.parametrize("prog", ["connector", "retrier", "auditor"])
+def test_a_daemon_waits_for_kafka_and_says_so_until_stopped(
+    prog: str, catalog: Path, tmp_path: Path
+) -> None:
+    """Kafka refusing connections: a `kafka_waiting` line naming it, no exit; SIGTERM: exit 0."""
+    args = ["--dest", "ok", *DAEMON_FLAGS, "--catalog", str(catalog)]
+    if prog == "auditor":
+        args += ["--archive", str(tmp_path / "archive")]
+    with subprocess.Popen(
+        [sys.executable, "-m", MODULES[prog], *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HIFI_KAFKA_BOOTSTRAP": NOWHERE},
+    ) as daemon:
+        assert daemon.stderr is not None
+        waiting = ""
+        while '"kafka_waiting"' not in waiting:
+            waiting = daemon.stderr.readline()
+            assert waiting, "the daemon ended instead of waiting"
+        assert NOWHERE in waiting
+        assert daemon.poll() is None
+        daemon.send_signal(signal.SIGTERM)
+        rest = daemon.stderr.read()
+        assert daemon.wait(timeout=60) == 0, rest
+    assert "Traceback" not in rest

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,10 @@ class FakeGroup:
         self.stale_highwater: dict[TopicPartition, int] = {}  # a lagging leader's, until removed
         self.end_questions = 0  # end_offsets calls
         self.listener_failures = 0  # assignments whose callback raised
+        self.session_timeout_s = 10.0
+        self.silent_since: float | None = None  # the coordinator's last answer, while cut off
+        self.rejoins = 0  # rejoin() calls
+        self._rejoining: asyncio.Future[None] | None = None
 
     # --- what the test does ---
 
@@ -130,6 +135,16 @@ class FakeGroup:
     def resume(self, partitions: Iterable[TopicPartition]) -> None:
         self._paused -= set(partitions)
         self._wake.set()
+
+    def last_heard_s(self) -> float:
+        return time.monotonic() if self.silent_since is None else self.silent_since
+
+    def rejoin(self) -> None:
+        """As Tansu after a cut (it expires no session): the same partitions, assigned anew, by
+        the coordinator's task (as aiokafka's, whether or not the member polls)."""
+        self.rejoins += 1
+        self.rebalance([tp.partition for tp in self._owned])
+        self._rejoining = asyncio.ensure_future(self._run_rebalance())
 
     def paused(self) -> set[TopicPartition]:
         return set(self._paused)

@@ -1,0 +1,90 @@
+"""A group member cut from Kafka: it waits, and after a session without heartbeats it lets go.
+
+The worker asks `check()` on every turn of its loop. From the group coordinator's answers to
+the member (heartbeats, joins, commits) and the daemon's `KafkaReach` it says:
+
+- *waiting*: the coordinator silent for half a session, or a Kafka call of the daemon waits
+  (`KafkaReach`): the worker starts no new work and the daemon is not ready; work already
+  running goes on (its writes wait for Kafka too);
+- *lost*: the coordinator silent for a whole session (`session_timeout_s`), so no heartbeat
+  was answered. The group has, or
+  will have, given the partitions to another member: the handler drops them, the worker
+  pauses them and starts no work for them again, whatever it fetched. Once the coordinator
+  answers again the member joins the group anew (`rejoin`), and the partitions are its own
+  again only if the assignment says so, read from the committed offsets.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from hifi.kafka.reach import KafkaReach
+from hifi.worker_seams import GroupConsumer
+
+__all__ = ["GroupSession"]
+
+_CALL = "group"
+
+
+class GroupSession:
+    """What this member may still do with its partitions, as its heartbeats say."""
+
+    def __init__(
+        self,
+        consumer: GroupConsumer,
+        reach: KafkaReach,
+        log: Any,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._consumer = consumer
+        self._reach = reach
+        self._log = log
+        self._clock = clock
+        self.lost: set[TopicPartition] = set()  # let go of, until the next assignment
+        self._lost_at_s: float | None = None
+        self._rejoined = False
+
+    @property
+    def waiting(self) -> bool:
+        """Kafka does not answer this daemon now: start no new work."""
+        return not self._reach.reachable or bool(self.lost)
+
+    def check(self, owned: set[TopicPartition]) -> set[TopicPartition]:
+        """Look at the heartbeats now; return the partitions lost at this call (else none)."""
+        last_s = self._consumer.last_heard_s()
+        now_s = self._clock()
+        session_s = self._consumer.session_timeout_s
+        silent_s = now_s - last_s
+        if silent_s >= session_s / 2:
+            self._reach.failed(_CALL, f"the group coordinator silent for {silent_s:.0f} s")
+        else:
+            self._reach.answered(_CALL)
+        if self._lost_at_s is not None:
+            if last_s > self._lost_at_s and not self._rejoined:
+                self._rejoined = True
+                self._log.info("group_rejoining", partitions=len(self.lost))
+                self._consumer.rejoin()
+            return set()
+        if silent_s < session_s or not owned:
+            return set()
+        self.lost = set(owned)
+        self._lost_at_s = now_s
+        self._rejoined = False
+        self._log.warning(
+            "partitions_lost",
+            partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in owned),
+            silent_s=round(silent_s, 1),
+            session_timeout_s=session_s,
+        )
+        return set(self.lost)
+
+    def assigned(self) -> None:
+        """A rebalance ended: what is owned now is owned, heard from the group just now."""
+        self.lost.clear()
+        self._lost_at_s = None
+        self._rejoined = False

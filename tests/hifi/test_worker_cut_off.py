@@ -1,0 +1,82 @@
+"""A member cut from Kafka (`worker_session`), against a fake group whose coordinator goes silent.
+
+Half a session without an answer: no new work, not reachable. A whole session: the partitions
+are let go (dropped, paused, nothing started for them whatever is fetched). Kafka answering
+again: the member joins anew and reads on from the committed offsets, losing nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from aiokafka import TopicPartition
+
+from hifi.kafka.reach import KafkaReach
+from hifi.kafka.settings import KafkaSettings
+from hifi.worker import PartitionWorker
+from tests.hifi.fake_group import FakeGroup
+from tests.hifi.worker_support import WAIT_S, Units, options, running
+
+TOPIC = "src"
+P0 = TopicPartition(TOPIC, 0)
+NEVER_DIALED = KafkaSettings()
+
+
+async def _eventually(condition: Callable[[], bool], what: str) -> None:
+    async with asyncio.timeout(WAIT_S):
+        while not condition():
+            await asyncio.sleep(0.02)
+    assert condition(), what
+
+
+async def _quiet(handler: Units, seconds: float) -> list[tuple[int, int]]:
+    before = handler.started()
+    await asyncio.sleep(seconds)
+    return handler.started()[len(before) :]
+
+
+async def test_half_a_session_of_silence_starts_no_new_work_and_kafka_answering_resumes() -> None:
+    group = FakeGroup(TOPIC, partitions=1)
+    group.append(0, 3)
+    handler = Units(auto_release=True)
+    reach = KafkaReach()
+    worker = PartitionWorker(
+        NEVER_DIALED, options("g", commit_interval_s=0.05), consumer=group.open, reach=reach
+    )
+    async with running(worker, handler, [TOPIC]):
+        await handler.changes.until(lambda: len(handler.started()) == 3, "three units run")
+        group.silent_since = time.monotonic() - 6  # half of the fake's 10 s session, and more
+        await _eventually(lambda: not reach.reachable, "the worker sees the silence")
+        assert "group" in reach.readiness().detail
+        group.append(0, 2)
+        assert await _quiet(handler, 0.5) == []  # fetched, taken in, not started
+        assert handler.drops == []  # not lost: still its own
+        group.silent_since = None
+        await handler.changes.until(lambda: len(handler.started()) == 5, "the two after it")
+        assert reach.reachable
+    assert group.rejoins == 0
+    assert handler.taken() == [(0, n) for n in range(5)]
+
+
+async def test_a_whole_session_of_silence_lets_the_partitions_go_until_kafka_answers() -> None:
+    group = FakeGroup(TOPIC, partitions=1)
+    group.append(0, 2)
+    handler = Units(auto_release=True)
+    worker = PartitionWorker(
+        NEVER_DIALED, options("g", commit_interval_s=0.05), consumer=group.open
+    )
+    async with running(worker, handler, [TOPIC]):
+        await handler.changes.until(lambda: group.committed.get(P0) == 2, "two committed")
+        group.silent_since = time.monotonic() - 11  # past the 10 s session
+        await handler.changes.until(lambda: bool(handler.drops), "the partition dropped")
+        assert handler.drops == [{P0}]
+        assert P0 in group.paused()
+        group.append(0, 3)
+        assert await _quiet(handler, 0.5) == []  # another member may send them now
+        group.silent_since = None  # answers again: the member joins anew
+        await handler.changes.until(lambda: len(handler.started()) == 5, "the three after it")
+        assert group.rejoins == 1
+        await handler.changes.until(lambda: group.committed.get(P0) == 5, "all five committed")
+    assert sorted(set(handler.taken())) == [(0, n) for n in range(5)]  # none lost
