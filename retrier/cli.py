@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from hifi.cli import STOP_SIGNALS, Group, parse_time, run_command, run_daemon
 from hifi.cli_options import (
@@ -27,7 +29,30 @@ if TYPE_CHECKING:
 
 PROG = "retrier"
 AUDITOR_URL_ENV = "HIFI_AUDITOR_URL"  # as auditor.client.AUDITOR_URL_ENV
+RUNBOOK_URL_ENV = "HIFI_RUNBOOK_URL"  # as retrier.dashboard.runbook.RUNBOOK_URL_ENV
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _RunbookUrl(click.ParamType[str]):
+    """Where docs/alerts.md is served: an http(s) URL without a #anchor; a bad one from the
+    environment names the variable."""
+
+    name = "url"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from hifi.errors import ConfigError
+        from retrier.dashboard.runbook import runbook_base
+
+        from_env = (
+            ctx is not None
+            and param is not None
+            and param.name is not None
+            and ctx.get_parameter_source(param.name) is ParameterSource.ENVIRONMENT
+        )
+        try:
+            return runbook_base(str(value), option=f"${RUNBOOK_URL_ENV}" if from_env else "")
+        except ConfigError as exc:
+            self.fail(str(exc).strip(), param, ctx)
 
 
 @click.group(
@@ -59,6 +84,15 @@ F = TypeVar("F", bound=Callable[..., Any])
     " and the destinations' health.",
 )
 @click.option(
+    "--runbook-url",
+    envvar=RUNBOOK_URL_ENV,
+    type=_RunbookUrl(),
+    default=None,
+    metavar="URL",
+    help="Where docs/alerts.md is served ($HIFI_RUNBOOK_URL; the base of the alerts'"
+    " runbook_url): the dashboard's panels link their alerts' entries.",
+)
+@click.option(
     "--dashboard-token-file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
@@ -80,6 +114,7 @@ def cli(
     flags: DaemonFlags,
     instance_id: str | None,
     auditor_url: str | None,
+    runbook_url: str | None,
     dashboard_token_file: Path | None,
     dlq_index_dir: Path | None,
 ) -> None:
@@ -101,6 +136,8 @@ def cli(
     ctx.obj = flags.catalog
     if ctx.invoked_subcommand is not None:
         return
+    if runbook_url is not None:  # the dashboard reads it from there (`Dashboard.runbook_url`)
+        os.environ[RUNBOOK_URL_ENV] = runbook_url
     _serve(dests, flags, instance_id, auditor_url, dashboard_token_file, dlq_index_dir)
 
 

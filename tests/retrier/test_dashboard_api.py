@@ -16,6 +16,7 @@ from config.destination import Destination
 from hifi import kafka, redaction
 from hifi.kafka.settings import KafkaSettings
 from retrier.daemon import DashboardOptions, Retrier
+from retrier.dashboard.runbook import RUNBOOK_URL_ENV
 from retrier.dlq import read_dead_letters, replay_with
 from retrier.replays import ReplayFilter
 from tests.helpers import make_destination, until
@@ -52,8 +53,12 @@ async def _letters(settings: KafkaSettings, dest: Destination, count: int) -> No
 
 
 async def test_dashboard_api_end_to_end(
-    kafka_settings: KafkaSettings, catalog_dir: Path, unique: str
+    kafka_settings: KafkaSettings,
+    catalog_dir: Path,
+    unique: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv(RUNBOOK_URL_ENV, "https://docs.example.com/hifi/alerts.html")
     dest = make_destination(catalog_dir, unique, "https://x.test/", f"{unique}.src")
     await create_topics(kafka_settings, dest)
     await _letters(kafka_settings, dest, 30)
@@ -73,6 +78,9 @@ async def test_dashboard_api_end_to_end(
         assert sum(dlq["growth"]) == 30
         assert overview["can_act"] is True
         assert overview["has_token"] is False
+        runbook = overview["runbook"]  # the panels' links: the base and each alert's anchor
+        assert runbook["breaker"] == "https://docs.example.com/hifi/alerts.html#hifibreakeropen"
+        assert runbook["dlq"].endswith("#hifideadletterqueuegrowing")
 
         page = (await http.get("/api/letters", params={"dest": unique, "limit": 12})).json()
         assert page["total"] == 30

@@ -150,10 +150,21 @@ async function refreshOverview() {
   else if (overview.has_token) { mode.textContent = "token accepted: actions enabled"; mode.className = "badge can-act"; }
   else { mode.textContent = "enter the token to act"; mode.className = "badge"; }
   for (const id of ["replay-matching", "l-replay"]) $(id).disabled = !(overview.can_act && overview.has_token);
+  showRunbook(overview.runbook);
   const dest = overview.destinations[state.dest];
   if (!dest) return;
   showTiers(dest.tiers, overview.backlog_measured);
   showDlq(dest.dlq);
+}
+
+// Each panel's link to its alert's entry in the runbook (docs/alerts.md where the retrier's
+// --runbook-url says it is served); no link without one.
+function showRunbook(links) {
+  for (const a of document.querySelectorAll("a.runbook")) {
+    const href = links ? links[a.id.slice("runbook-".length)] : null;
+    a.hidden = !href;
+    if (href) a.href = href; else a.removeAttribute("href");
+  }
 }
 
 // Where an event waits on its way around the retrier, in its order (`waiting_per_stage`).
@@ -224,7 +235,7 @@ async function refreshAccounting() {
     ["up minutes", num(a.up_minutes)],
     ["down for loss", num(a.down_for_loss)],
     ["down for lag", num(a.down_for_lag)],
-    ["pending", num(a.pending_minutes)],
+    ["pending", num(a.pending_minutes)], // begun and not final yet: minutes still to come are not counted
   ];
   if (a.not_counted_minutes) facts.push(["not counted (before the auditor)", num(a.not_counted_minutes)]);
   $("availability").replaceChildren(...facts.map(([k, v]) => { const s = el("span", `${k} `, { class: "muted" }); s.appendChild(el("b", v)); return s; }));
@@ -248,8 +259,18 @@ async function refreshAccounting() {
     const p95 = r.lag_p95_ms === null || r.lag_p95_ms === undefined ? "-" : `${num(r.lag_p95_ms)} ms`;
     return row([r.minute.slice(0, 16).replace("T", " "), n(r.entered), n(r.delivered), n(r.in_retry), n(r.dead_lettered), n(r.missing, true),
       { text: p95, attrs: { class: r.lag_p95_ms > lagLimit ? "n bad" : "n" } },
-      r.final ? (r.up === false ? `down (${r.down_reason || "loss"})` : "up") : "provisional"], { class: cls });
+      minuteState(r)], { class: cls });
   }), "no minutes yet");
+}
+
+// A minute's state as the auditor's verdict reads with its counts now: a minute judged down for
+// loss whose missing events turned up after it was final says "late", never "loss" beside 0 missing.
+const LATE_TITLE = "judged down for loss, then its missing events turned up after the minute was final: late, not lost";
+function minuteState(r) {
+  if (!r.final) return "provisional";
+  if (r.up !== false) return "up";
+  if (r.down_reason === "late") return { text: "down (late)", attrs: { class: "warn", title: LATE_TITLE } };
+  return `down (${r.down_reason || "loss"})`;
 }
 
 // --- the destination's health, from the auditor ------------------------------------------------
