@@ -99,3 +99,14 @@ def test_the_scaling_figures_are_the_manifests() -> None:
     ]
     assert len(quoted) > 10
     assert [pair for pair in quoted if pair not in fields] == []
+
+
+def test_the_startup_budgets_are_the_manifests() -> None:
+    """ "up to 60 s to start, 5 min for the auditor" is each startup probe's period times its
+    failure threshold."""
+    text = " ".join(DOC.read_text().split())
+    assert "(up to 60 s to start, 5 min for the auditor," in text
+    for daemon, (_, container) in by_daemon(load_installed()).items():
+        probe = container["startupProbe"]
+        budget_s = probe["periodSeconds"] * probe["failureThreshold"]
+        assert budget_s == (300 if daemon == "auditor" else 60), daemon
