@@ -45,6 +45,8 @@ COPY --chmod=0755 deploy/container/healthcheck.py /opt/hifi/bin/hifi-healthcheck
 # HIFI_STATE_DIR: where a destination with [lookups] keeps the snapshot of its tenant entries
 # (docs/tenants.md); HIFI_ARCHIVE_DIR: the auditor's archive. Mount a volume on /var/lib/hifi.
 # HIFI_METRICS_PORT is left unset: each daemon then listens on its own default port.
+# HIFI_METRICS_HOST=0.0.0.0 is every interface of the container's own network; with --network host
+# it would be the host's, so run there with -e HIFI_METRICS_HOST=127.0.0.1 (docs/deploy-container.md).
 ENV PATH=/opt/hifi/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     HIFI_CATALOG_DIR=/etc/hifi/destinations \
