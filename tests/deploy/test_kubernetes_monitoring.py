@@ -14,6 +14,9 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shutil
+import subprocess
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,7 @@ import jsonschema  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from tests.deploy.kubernetes_checks import BASE, Doc, load_base, of_kind, read_yaml
+from tests.deploy.kubernetes_checks import BASE, ROOT, Doc, load_base, of_kind, read_yaml
 from tests.deploy.metric_names import RULES
 from tests.deploy.test_kubernetes import strict
 
@@ -152,3 +155,64 @@ def test_the_job_check_fails_without_its_feature(mutate: Any, expected: str) -> 
     mutate(monitors)
     problems = job_problems(monitors, load_base())
     assert any(expected in p for p in problems), problems
+
+
+def documented_scrape_job() -> Doc:
+    """The scrape job docs/deploy-kubernetes.md gives a Prometheus without the operator."""
+    text = (ROOT / "docs" / "deploy-kubernetes.md").read_text()
+    scraping = text.split("\n## Scraping\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```yaml\n(.*?)```", scraping, re.DOTALL)
+    (job,) = yaml.safe_load(textwrap.dedent(block))
+    return dict(job)
+
+
+def relabel(job: Doc, meta: dict[str, str]) -> dict[str, str] | None:
+    """Prometheus's relabelling of one target by `job`'s keep and replace rules (the actions
+    the documented job uses; any other fails the test)."""
+    labels = {"job": job["job_name"], **meta}
+    for rule in job["relabel_configs"]:
+        value = ";".join(labels.get(name, "") for name in rule["source_labels"])
+        matched = re.fullmatch(rule.get("regex", "(.*)"), value)
+        action = rule.get("action", "replace")
+        assert action in ("keep", "replace"), f"a relabeling this test does not model: {rule}"
+        if action == "keep" and not matched:
+            return None
+        if action == "replace" and matched:
+            labels[rule["target_label"]] = matched.expand(rule.get("replacement", r"\1"))
+    return labels
+
+
+def test_the_documented_scrape_job_names_the_rules_jobs() -> None:
+    """Without the operator, the page's kubernetes_sd job gives each daemon's ops port the job
+    prometheus.example.yml gives it, and scrapes no other port."""
+    job, want = documented_scrape_job(), expected_jobs()
+    for workload in of_kind(load_base(), "Deployment", "StatefulSet"):
+        pod = workload["spec"]["template"]
+        meta = {
+            f"__meta_kubernetes_pod_label_{re.sub(r'[^A-Za-z0-9_]', '_', k)}": v
+            for k, v in pod["metadata"]["labels"].items()
+        }
+        for port in (p for c in pod["spec"]["containers"] for p in c["ports"]):
+            target = relabel(
+                job, {**meta, "__meta_kubernetes_pod_container_port_name": port["name"]}
+            )
+            expected = want[port["containerPort"]] if port["name"] == "ops" else None
+            assert (target or {}).get("job") == expected, (workload["metadata"]["name"], port)
+
+
+@pytest.mark.integration
+def test_promtool_accepts_the_documented_scrape_job(tmp_path: Path) -> None:
+    """`promtool check config` accepts the page's scrape job and its relabelling. Debian's
+    Prometheus is built without Kubernetes discovery, so a static target stands in for it."""
+    found = shutil.which("promtool")
+    if found is None:
+        pytest.skip("no promtool: `make test` installs Debian's prometheus package (make promtool)")
+    config = tmp_path / "prometheus.yml"
+    job = documented_scrape_job()
+    assert job.pop("kubernetes_sd_configs") == [{"role": "pod", "namespaces": {"names": ["hifi"]}}]
+    job["static_configs"] = [{"targets": ["127.0.0.1:9400"]}]
+    config.write_text(yaml.safe_dump({"scrape_configs": [job]}))
+    done = subprocess.run(
+        [found, "check", "config", str(config)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
