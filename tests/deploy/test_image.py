@@ -94,6 +94,18 @@ def run_as_written(
     )
 
 
+#: The headings whose blocks the tests here run, in the page's order (the placeholders' first).
+RUN_HERE = ["Container", "Build", "Run", "Stop", "Healthcheck"]
+
+
+def test_every_block_the_page_marks_to_run_is_run_here() -> None:
+    """The page's `sh` and `console` blocks are the placeholders and one block under each of
+    Build, Run, Stop and Healthcheck, which the tests here run: a block marked to run anywhere
+    else fails here until a test runs it."""
+    marked = [block.heading for block in blocks(PAGE) if block.lang in ("sh", "console")]
+    assert marked == RUN_HERE
+
+
 @pytest.fixture(scope="module")
 def image() -> str:
     """The image built by the page's own build command on the Debian base `make image` makes;
