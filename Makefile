@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv java browser systemd promtool stunnel tinyproxy podman demo test test-quick check lint typecheck image wrk bench bench-auditor bench-ingest bench-dlq bench-rebalance bench-reconcile spark-zip chaos clean
+.PHONY: help venv java browser systemd promtool amtool stunnel tinyproxy podman demo test test-quick check lint typecheck image wrk bench bench-auditor bench-ingest bench-dlq bench-rebalance bench-reconcile spark-zip chaos clean
 
 help:
 	@echo "make demo   - run the connector and retrier against a local broker and a flaky destination"
@@ -56,6 +56,11 @@ systemd:
 promtool:
 	$(call debian,promtool,prometheus,the alert rules' tests)
 
+# The Alertmanager configuration's tests run amtool (and alertmanager), from Debian's
+# prometheus-alertmanager package.
+amtool:
+	$(call debian,amtool,prometheus-alertmanager,the Alertmanager configuration's tests)
+
 # Tansu serves no TLS: the Kafka TLS tests put Debian's stunnel4 in front of it (devstack/tls.py).
 stunnel:
 	$(call debian,stunnel4,stunnel4,the Kafka TLS tests)
@@ -89,7 +94,7 @@ demo: $(STAMP)
 # Four, measured on a busy 2-core machine: most tests wait on I/O (4 workers 6:46, 3 workers 9:00).
 PYTEST_WORKERS ?= 4
 
-test: $(STAMP) java browser systemd promtool stunnel tinyproxy podman wrk
+test: $(STAMP) java browser systemd promtool amtool stunnel tinyproxy podman wrk
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The inner loop: the tests that need no service; a guard fails any that reaches one.

@@ -11,6 +11,7 @@ import yaml
 
 import auditor.metrics  # noqa: F401 - registers the auditor's metrics
 import connector.metrics  # noqa: F401 - registers the connector's metrics
+import hifi.kafka.reach  # registers hifi_kafka_reachable (every daemon)
 import hifi.lookup_cache.metrics  # registers the lookup caches' metrics
 import hifi.ops_http  # noqa: F401 - registers hifi_build_info and hifi_ready
 import ingest.metrics  # noqa: F401 - registers the ingest service's metrics
@@ -60,6 +61,14 @@ def rules() -> list[dict[str, object]]:
     """Every rule of the rule file, recording and alerting, in order."""
     groups = yaml.safe_load(RULES.read_text())["groups"]
     return [rule for group in groups for rule in group["rules"]]
+
+
+def duration_s(text: str) -> int:
+    """A Prometheus duration (`90s`, `5m`, `1h30m`) in seconds."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    parts = re.findall(r"(\d+)([smhd])", text)
+    assert "".join(n + u for n, u in parts) == text, f"duration {text!r}"
+    return sum(int(n) * units[u] for n, u in parts)
 
 
 def recorded_names() -> set[str]:

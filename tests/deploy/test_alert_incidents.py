@@ -1,0 +1,317 @@
+"""One page per incident: the alerts a destination outage, a broker outage and a kill -9 fire
+(deploy/prometheus/tests_incidents.yml, the lists promtool asserts), passed minute by minute
+through the routes and inhibitions of deploy/prometheus/alertmanager.yml, page once."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.metric_names import RULES, duration_s, rules
+
+PROMETHEUS_DIR = RULES.parent
+ALERTMANAGER = PROMETHEUS_DIR / "alertmanager.yml"
+INCIDENTS = PROMETHEUS_DIR / "tests_incidents.yml"
+PAGE_RECEIVER = "hifi-page"
+
+Labels = Mapping[str, str]
+
+# What each incident makes of every alert that fires or goes pending: `page` (the one
+# notification), `ticket`, or held: by an inhibition (its source alert) or by a `for:`.
+EXPECTED = {
+    "a destination outage": {
+        "HifiBreakerOpen{dest=tvinsight}": "page",
+        "HifiAvailabilityBudgetBurn{dest=tvinsight}": "held by HifiBreakerOpen",
+        "HifiAvailabilityBudgetBurnSlow{dest=tvinsight}": "ticket held by HifiBreakerOpen",
+        "HifiConsumerLagRising{dest=tvinsight}": "ticket held by HifiBreakerOpen",
+        "HifiRetryAgeNearMax{dest=tvinsight}": "ticket held by HifiBreakerOpen",
+    },
+    "a broker outage": {
+        **{f"HifiKafkaUnreachable{{instance={i}}}": "page" for i in ("a1", "c1", "c2", "i1", "r1")},
+        **{
+            f"HifiDaemonNotReady{{instance={i}}}": "held by HifiKafkaUnreachable"
+            for i in ("a1", "c1", "c2", "i1", "r1")
+        },
+        "HifiIngestDown{}": "held by HifiKafkaUnreachable",
+        "HifiIngestRefusing{stream=clicks}": "held by HifiKafkaUnreachable",
+    },
+    "kill -9 of connectors": {
+        "HifiTargetDown{dest=tvinsight, instance=c1}": "page",
+        "HifiTargetDown{dest=orders, instance=c3}": "held by for: 5m",
+        "HifiConnectorAbsent{dest=orders}": "held by for: 5m",
+        "HifiDaemonNotReady{instance=c2}": "held by for: 10m",
+        "HifiDaemonNotReady{instance=c3}": "held by for: 10m",
+        "HifiLagOverSla{dest=tvinsight}": "held by for: 10m",
+        "HifiAvailabilityBudgetBurn{dest=tvinsight}": "held by for: 10m",
+        "HifiAvailabilityBudgetBurn{dest=orders}": "held by for: 10m",
+        # only 6h40m of history (see tests_incidents.yml)
+        "HifiAvailabilityBudgetBurnSlow{dest=tvinsight}": "ticket held by HifiTargetDown",
+        "HifiAvailabilityBudgetBurnSlow{dest=orders}": "ticket",
+    },
+    "kill -9 of orders' only connector": {
+        "HifiTargetDown{dest=orders, instance=c3}": "page",
+        "HifiConnectorAbsent{dest=orders}": "held by HifiTargetDown",
+        "HifiAvailabilityBudgetBurn{dest=orders}": "held by HifiTargetDown",
+        "HifiAvailabilityBudgetBurnSlow{dest=orders}": "ticket held by HifiTargetDown",
+    },
+}
+
+
+@dataclass(frozen=True)
+class Matcher:
+    """One Alertmanager matcher: `name="value"`, `!=`, `=~` or `!~` (a regex matches whole)."""
+
+    name: str
+    op: str
+    value: str
+
+    @classmethod
+    def parse(cls, text: str) -> Matcher:
+        found = re.fullmatch(r'\s*(\w+)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*"|[^"]*?)\s*', text)
+        assert found is not None, f"{ALERTMANAGER.name}: matcher {text!r}"
+        value = json.loads(found[3]) if found[3].startswith('"') else found[3]
+        return cls(found[1], found[2], value)
+
+    def matches(self, labels: Labels) -> bool:
+        value = labels.get(self.name, "")
+        if self.op in ("=", "!="):
+            return (value == self.value) == (self.op == "=")
+        return (re.fullmatch(self.value, value) is not None) == (self.op == "=~")
+
+
+@dataclass(frozen=True)
+class InhibitRule:
+    source: tuple[Matcher, ...]
+    target: tuple[Matcher, ...]
+    equal: tuple[str, ...]
+
+    def holder(self, target: Labels, firing: Sequence[Labels]) -> Labels | None:
+        """The firing alert that holds `target` by this rule, if any: it matches the source
+        side and has the `equal` labels of the target (a label neither has is equal). An alert
+        that matches both sides is held only by one that does not (Alertmanager's rule)."""
+        if not all(m.matches(target) for m in self.target):
+            return None
+        two_sided = all(m.matches(target) for m in self.source)
+        for source in firing:
+            if not all(m.matches(source) for m in self.source):
+                continue
+            if any(source.get(name, "") != target.get(name, "") for name in self.equal):
+                continue
+            if two_sided and all(m.matches(source) for m in self.target):
+                continue
+            return source
+        return None
+
+
+@functools.cache
+def config() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(ALERTMANAGER.read_text())
+    return loaded
+
+
+@functools.cache
+def inhibit_rules() -> tuple[InhibitRule, ...]:
+    return tuple(
+        InhibitRule(
+            tuple(Matcher.parse(text) for text in rule["source_matchers"]),
+            tuple(Matcher.parse(text) for text in rule["target_matchers"]),
+            tuple(rule.get("equal", [])),
+        )
+        for rule in config()["inhibit_rules"]
+    )
+
+
+def holder(target: Labels, firing: Sequence[Labels]) -> Labels | None:
+    """The alert whose inhibition holds `target` while `firing` fire, if any."""
+    for rule in inhibit_rules():
+        source = rule.holder(target, firing)
+        if source is not None:
+            return source
+    return None
+
+
+def route(labels: Labels) -> tuple[str, tuple[str, ...]]:
+    """The receiver and the notification's group of an alert: the first child route whose
+    matchers match (none continues), else the root; group_by inherited from the root."""
+    root = config()["route"]
+    for child in root.get("routes", []):
+        if all(Matcher.parse(text).matches(labels) for text in child["matchers"]):
+            assert not child.get("continue", False)
+            group_by = child.get("group_by", root["group_by"])
+            return child["receiver"], tuple(labels.get(name, "") for name in group_by)
+    return root["receiver"], tuple(labels.get(name, "") for name in root["group_by"])
+
+
+@dataclass(frozen=True)
+class Incident:
+    """One test of tests_incidents.yml: the alerts firing at its last minute, when each first
+    fired (seconds), and those pending at some minute that never fired."""
+
+    name: str
+    snapshot_s: int
+    firing: dict[str, dict[str, str]]  # key -> labels
+    first_fired_s: dict[str, int]
+    held_by_for: dict[str, dict[str, str]]
+
+
+def key(labels: Labels) -> str:
+    """An alert as the tables here name it: its name and the labels that tell it apart."""
+    own = ("dest", "instance", "stream")
+    shown = ", ".join(f"{name}={labels[name]}" for name in own if name in labels)
+    return f"{labels['alertname']}{{{shown}}}"
+
+
+def minutes_s(text: str) -> int:
+    found = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?", text)
+    assert text, "eval_time"
+    assert found is not None, text
+    return int(found[1] or 0) * 3600 + int(found[2] or 0) * 60
+
+
+def sample_labels(text: str) -> dict[str, str]:
+    return dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', text))
+
+
+@functools.cache
+def incidents() -> tuple[Incident, ...]:
+    """Every test of tests_incidents.yml, read from what promtool asserts there."""
+    spec = yaml.safe_load(INCIDENTS.read_text())
+    assert spec["rule_files"] == [RULES.name]
+    found = []
+    for test in spec["tests"]:
+        external = dict(test.get("external_labels", {}))
+        (snapshot,) = {case["eval_time"] for case in test["alert_rule_test"]}
+        firing = {}
+        for case in test["alert_rule_test"]:
+            for alert in case["exp_alerts"]:
+                labels = {**external, **alert["exp_labels"], "alertname": case["alertname"]}
+                firing[key(labels)] = {name: str(value) for name, value in labels.items()}
+        first_fired, pending = test["promql_expr_test"]
+        assert 'timestamp(ALERTS{alertstate="firing"})' in first_fired["expr"]
+        assert 'ALERTS{alertstate="pending"}' in pending["expr"]
+        first_fired_s = {
+            key(sample_labels(sample["labels"])): int(sample["value"])
+            for sample in first_fired["exp_samples"]
+        }
+        held = {}
+        for sample in pending["exp_samples"]:
+            labels = {**external, **sample_labels(sample["labels"])}
+            held[key(labels)] = labels
+        found.append(Incident(test["name"], minutes_s(snapshot), firing, first_fired_s, held))
+    return tuple(found)
+
+
+def verdicts(incident: Incident) -> tuple[dict[str, str], set[tuple[str, ...]]]:
+    """What becomes of each alert of the incident, and the page notifications (groups) sent:
+    minute by minute, the alerts fired by then pass through the inhibitions and the routes."""
+    held_by: dict[str, str] = {}
+    pages: set[tuple[str, ...]] = set()
+    paged: set[str] = set()
+    for now_s in range(0, incident.snapshot_s + 1, 60):
+        firing = [
+            labels
+            for name, labels in incident.firing.items()
+            if incident.first_fired_s[name] <= now_s
+        ]
+        for labels in firing:
+            source = holder(labels, firing)
+            if source is not None:
+                held_by.setdefault(key(labels), source["alertname"])
+                continue
+            receiver, group = route(labels)
+            if receiver == PAGE_RECEIVER:
+                pages.add(group)
+                paged.add(key(labels))
+    found = {}
+    for name, labels in incident.firing.items():
+        ticket = "ticket" if labels["severity"] == "ticket" else ""
+        if name in paged:
+            found[name] = "page"
+        elif name in held_by:
+            found[name] = " ".join(filter(None, [ticket, "held by", held_by[name]]))
+        else:
+            found[name] = ticket or "not routed to a page"
+    for name, labels in incident.held_by_for.items():
+        rule = next(rule for rule in rules() if rule.get("alert") == labels["alertname"])
+        found[name] = f"held by for: {rule['for']}"
+    return found, pages
+
+
+def test_every_incident_lists_every_alert_and_when_each_fired() -> None:
+    """Each incident's test names every alert of the rule file at its last minute (so promtool
+    asserts the whole set), and every alert firing then first fired at a listed second; none
+    fired and resolved before (what the minute-by-minute check below would miss)."""
+    spec = yaml.safe_load(INCIDENTS.read_text())
+    every_alert = {str(rule["alert"]) for rule in rules() if "alert" in rule}
+    for test in spec["tests"]:
+        named = [case["alertname"] for case in test["alert_rule_test"]]
+        assert sorted(named) == sorted(every_alert), test["name"]
+    for incident in incidents():
+        assert incident.firing.keys() == incident.first_fired_s.keys(), incident.name
+        assert incident.firing.keys().isdisjoint(incident.held_by_for), incident.name
+
+
+@pytest.mark.parametrize("title", EXPECTED)
+def test_an_incident_pages_once_and_holds_the_rest(title: str) -> None:
+    """Through alertmanager.yml's inhibitions and routes, the incident's alerts make exactly
+    one page notification; every other alert is held by an inhibition or its `for:`, or is a
+    ticket."""
+    (incident,) = [i for i in incidents() if i.name.startswith(f"incident: {title}")]
+    found, pages = verdicts(incident)
+    assert found == EXPECTED[title]
+    assert len(pages) == 1, pages
+
+
+def test_an_outage_of_one_destination_holds_nothing_of_another() -> None:
+    """The inhibitions compare `dest`: tvinsight's open breaker or dead connector holds
+    tvinsight's burn, not orders'."""
+    burn = {"alertname": "HifiAvailabilityBudgetBurn", "severity": "page"}
+    for cause in (
+        {"alertname": "HifiBreakerOpen", "severity": "page", "dest": "tvinsight"},
+        {"alertname": "HifiTargetDown", "severity": "page", "job": "hifi-connector"}
+        | {"instance": "c1", "dest": "tvinsight"},
+        {"alertname": "HifiConnectorAbsent", "severity": "page", "dest": "tvinsight"},
+    ):
+        firing = [cause, burn | {"dest": "tvinsight"}, burn | {"dest": "orders"}]
+        assert holder(burn | {"dest": "tvinsight"}, firing) == cause
+        assert holder(burn | {"dest": "orders"}, firing) is None
+        assert holder(cause, firing) is None
+
+
+def test_an_inhibition_source_fires_no_later_than_its_targets() -> None:
+    """A source alert's `for:` is not longer than that of any page its rules hold: the cause
+    is firing when its consequences are; and the inhibitions name alerts that exist."""
+    by_name = {str(rule["alert"]): rule for rule in rules() if "alert" in rule}
+
+    def named(matchers: tuple[Matcher, ...]) -> list[str]:
+        by_alertname = [m for m in matchers if m.name == "alertname"]
+        for matcher in by_alertname:
+            assert set(matcher.value.split("|")) <= set(by_name), matcher.value
+        return [n for n in by_name if all(m.matches({"alertname": n}) for m in by_alertname)]
+
+    def for_s(name: str) -> int:
+        return duration_s(str(by_name[name].get("for", "0s")))
+
+    for rule in inhibit_rules():
+        sources, targets = named(rule.source), named(rule.target)
+        assert sources, rule
+        assert targets, rule
+        pages = [n for n in targets if by_name[n]["labels"] == {"severity": "page"}]
+        assert max(map(for_s, sources)) <= min(map(for_s, pages), default=86400), rule
+
+
+def test_matchers_read_as_alertmanager_reads_them() -> None:
+    """The model's matchers: equality, negation and whole-value regexes, quoted or not."""
+    labels = {"alertname": "HifiTargetDown", "job": "hifi-connector"}
+    assert Matcher.parse('alertname="HifiTargetDown"').matches(labels)
+    assert Matcher.parse("job=~hifi-.+").matches(labels)
+    assert not Matcher.parse('alertname=~"Hifi"').matches(labels)
+    assert Matcher.parse('dest!~".+"').matches(labels)
+    assert not Matcher.parse('job!="hifi-connector"').matches(labels)
