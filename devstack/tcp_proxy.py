@@ -1,5 +1,7 @@
 """A TCP proxy on loopback that can cut every connection and refuse new ones, to test network
-faults, and can hold every chunk for a while each way, to slow a broker down (`delay_ms`)."""
+faults, can hold every chunk for a while each way, to slow a broker down (`delay_ms`), and can
+hold every byte until released, as a network that drops packets (`hold`: nothing refused,
+nothing answered)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
+        self._flowing = asyncio.Event()  # cleared: every byte read waits (`hold`)
+        self._flowing.set()
         self.connections = 0
 
     async def __aenter__(self) -> TcpProxy:
@@ -43,6 +47,15 @@ class TcpProxy:
             return
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
         self.port = self._server.sockets[0].getsockname()[1]
+
+    def hold(self) -> None:
+        """Forward nothing more, either way, on any connection (new ones too), until `release`:
+        a peer sees its requests unanswered, as behind a firewall that drops its packets."""
+        self._flowing.clear()
+
+    def release(self) -> None:
+        """Forward again what was held, and what comes next."""
+        self._flowing.set()
 
     async def cut(self) -> None:
         """Stop listening and reset every open connection in both directions."""
@@ -90,6 +103,7 @@ class TcpProxy:
             return
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
             while chunk := await reader.read(_CHUNK_BYTES):
+                await self._flowing.wait()
                 writer.write(chunk)
                 await writer.drain()
 
