@@ -136,9 +136,7 @@ def cli(
     ctx.obj = flags.catalog
     if ctx.invoked_subcommand is not None:
         return
-    if runbook_url is not None:  # the dashboard reads it from there (`Dashboard.runbook_url`)
-        os.environ[RUNBOOK_URL_ENV] = runbook_url
-    _serve(dests, flags, instance_id, auditor_url, dashboard_token_file, dlq_index_dir)
+    _serve(dests, flags, instance_id, auditor_url, dashboard_token_file, dlq_index_dir, runbook_url)
 
 
 def _serve(
@@ -148,6 +146,7 @@ def _serve(
     auditor_url: str | None,
     dashboard_token_file: Path | None,
     dlq_index_dir: Path | None,
+    runbook_url: str | None,
 ) -> None:
     """Load the destinations and run the retrier (or `--check` it) until a signal stops it."""
     import asyncio
@@ -172,6 +171,7 @@ def _serve(
             token=read_token(dashboard_token_file),
             auditor_url=auditor_url,
             index_dir=dlq_index_dir,
+            runbook_url=runbook_url,
         ),
     )
     run_daemon(retrier.run, retrier.request_stop)
@@ -329,7 +329,6 @@ def dlq_replay(
 def _os_user() -> str:
     """The operator's login name, or `uid N` where the system has none for the process."""
     import getpass
-    import os
 
     try:
         return getpass.getuser()

@@ -181,6 +181,7 @@ class Retrier:
             indexes=indexes,
             jobs=jobs,
             auditor=self._auditor,
+            runbook_url=self._dashboard.runbook_url,
         )
         return dashboard.routes()
 
@@ -342,6 +343,7 @@ class DashboardOptions:
     token: str | None = None
     auditor_url: str | None = None
     index_dir: Path | None = None
+    runbook_url: str | None = None  # where docs/alerts.md is served: panels link their alerts
 
 
 def _tiers_document(

@@ -33,7 +33,7 @@ from retrier.dashboard.auditor_feed import AuditorFeed
 from retrier.dashboard.letters import open_letter
 from retrier.dashboard.params import BadInput, cursor_param, int_param, letter_filter, text_param
 from retrier.dashboard.replay_jobs import Busy, ReplayJobs
-from retrier.dashboard.runbook import runbook_from_env, runbook_links
+from retrier.dashboard.runbook import runbook_links
 from retrier.dlq.index import DeadLetterIndex
 from retrier.dlq.letter import REASONS
 from retrier.dlq.query import LetterFilter, LetterRow
@@ -76,9 +76,9 @@ class Dashboard:
     indexes: Mapping[str, DeadLetterIndex]
     jobs: ReplayJobs
     auditor: AuditorFeed | None
-    #: where docs/alerts.md is served (`HIFI_RUNBOOK_URL`, which `--runbook-url` sets): the
-    #: panels link their alerts' entries; None: no link
-    runbook_url: str | None = dataclasses.field(default_factory=runbook_from_env)
+    #: where docs/alerts.md is served (`--runbook-url`, `HIFI_RUNBOOK_URL`): the panels link
+    #: their alerts' entries; None: no link
+    runbook_url: str | None = None
     #: index reads run in a worker thread, one at a time (a text scan of a million letters takes
     #: a few hundred ms: the event loop, and with it the tiers, never waits for one)
     _reading: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)

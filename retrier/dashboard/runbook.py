@@ -8,7 +8,6 @@ Without a base the page shows no link.
 
 from __future__ import annotations
 
-import os
 from urllib.parse import urlsplit
 
 from hifi.errors import ConfigError
@@ -35,13 +34,6 @@ def runbook_base(url: str, *, option: str = OPTION) -> str:
             " without a #anchor (e.g. https://git.example.com/hifi/blob/main/docs/alerts.md)"
         )
     return url.strip().rstrip("#")
-
-
-def runbook_from_env() -> str | None:
-    """The base of `HIFI_RUNBOOK_URL` (the retrier's `--runbook-url` sets it), checked; None
-    when unset or empty."""
-    url = os.environ.get(RUNBOOK_URL_ENV, "")
-    return runbook_base(url, option=f"${RUNBOOK_URL_ENV}") if url.strip() else None
 
 
 def runbook_links(base: str | None) -> dict[str, str] | None:

@@ -13,7 +13,7 @@ from hifi.cli import run_command
 from hifi.errors import ConfigError
 from retrier import cli
 from retrier.dashboard import runbook
-from retrier.dashboard.runbook import ANCHORS, runbook_base, runbook_from_env, runbook_links
+from retrier.dashboard.runbook import ANCHORS, runbook_base, runbook_links
 
 ALERTS = Path(__file__).resolve().parents[2] / "docs" / "alerts.md"
 BASE = "https://git.example.com/hifi/blob/main/docs/alerts.md"
@@ -49,22 +49,6 @@ def test_a_base_that_is_not_an_http_url_is_refused_naming_the_option(url: str) -
     """Not http(s), no host, or an anchor of its own: one line naming the option and the value."""
     with pytest.raises(ConfigError, match=r"^--runbook-url '.*': give the http\(s\) address"):
         runbook_base(url)
-
-
-def test_the_environment_gives_the_base_and_a_bad_one_names_the_variable(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """`HIFI_RUNBOOK_URL` is the base; unset or empty there is none; a bad one names it."""
-    assert cli.RUNBOOK_URL_ENV == runbook.RUNBOOK_URL_ENV
-    monkeypatch.delenv(runbook.RUNBOOK_URL_ENV, raising=False)
-    assert runbook_from_env() is None
-    monkeypatch.setenv(runbook.RUNBOOK_URL_ENV, "")
-    assert runbook_from_env() is None
-    monkeypatch.setenv(runbook.RUNBOOK_URL_ENV, BASE)
-    assert runbook_from_env() == BASE
-    monkeypatch.setenv(runbook.RUNBOOK_URL_ENV, "alerts.md")
-    with pytest.raises(ConfigError, match=r"^\$HIFI_RUNBOOK_URL 'alerts.md'"):
-        runbook_from_env()
 
 
 @pytest.mark.parametrize(
