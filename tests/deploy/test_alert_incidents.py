@@ -285,6 +285,23 @@ def test_an_outage_of_one_destination_holds_nothing_of_another() -> None:
         assert holder(cause, firing) is None
 
 
+def test_one_daemon_waiting_for_kafka_holds_its_own_not_ready_only() -> None:
+    """A connector that alone cannot reach Kafka holds its own HifiDaemonNotReady (equal: job,
+    instance), not the retrier's, nor the front door's, which only ingest's wait holds."""
+    kafka = {"alertname": "HifiKafkaUnreachable", "severity": "page", "job": "hifi-connector"}
+    kafka |= {"instance": "c1", "component": "connector"}
+    not_ready = {"alertname": "HifiDaemonNotReady", "severity": "page"}
+    connector = not_ready | {"job": "hifi-connector", "instance": "c1", "component": "connector"}
+    retrier = not_ready | {"job": "hifi-retrier", "instance": "r1", "component": "retrier"}
+    ingest_down = {"alertname": "HifiIngestDown", "severity": "page"}
+    firing = [kafka, connector, retrier, ingest_down]
+    assert holder(connector, firing) == kafka
+    assert holder(retrier, firing) is None
+    assert holder(ingest_down, firing) is None
+    ingest = kafka | {"job": "hifi-ingest", "instance": "i1", "component": "ingest"}
+    assert holder(ingest_down, [*firing, ingest]) == ingest
+
+
 def test_an_inhibition_source_fires_no_later_than_its_targets() -> None:
     """A source alert's `for:` is not longer than that of any page its rules hold: the cause
     is firing when its consequences are; and the inhibitions name alerts that exist."""

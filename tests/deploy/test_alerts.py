@@ -137,6 +137,15 @@ def test_the_runbook_counts_the_rules_and_names_only_series_that_exist() -> None
     assert sorted(name for name in names if not exists(name)) == []
 
 
+def test_the_runbook_names_only_alerts_that_exist() -> None:
+    """Every alert name docs/alerts.md writes (`HifiSomething`, in its text, its incidents'
+    table and its links) is an alert of the rule file."""
+    named = set(re.findall(r"\bHifi[A-Z][A-Za-z]+\b", ALERTS_DOC.read_text()))
+    anchors = set(re.findall(r"\(#(hifi[a-z]+)\)", ALERTS_DOC.read_text()))
+    assert sorted(named - set(alerts())) == []
+    assert sorted(anchors - {name.lower() for name in alerts()}) == []
+
+
 def test_rules_read_only_series_the_daemons_expose() -> None:
     """Every name an expression selects is in the daemons' registry, is `up`, or is recorded
     by a rule of the file; recorded names follow level:metric:operations, the level a
