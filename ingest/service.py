@@ -22,6 +22,7 @@ from hifi import audit, kafka
 from hifi.audit_accepted import AcceptedTrail
 from hifi.errors import ConfigError, HifiError
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.reach import KafkaReach
 from hifi.kafka.settings import KafkaSettings
 from hifi.lookup_cache.redis_hash import RedisSettings
 from hifi.ops_http import DEFAULT_HOST, OpsServer, QuietServer
@@ -82,19 +83,28 @@ class IngestService:
         self._redis = redis
         self._stop = asyncio.Event()
         self.started = asyncio.Event()
+        self.reach = KafkaReach("ingest")  # whether Kafka answers its start; unready meanwhile
         self.ops = OpsServer.on_port(
             settings.metrics_port, host=settings.metrics_host, component="ingest"
         )
+        if self.ops is not None:
+            self.ops.require(self.reach.readiness)
 
     def request_stop(self) -> None:
         self._stop.set()
 
     async def run(self) -> None:
-        """Serve until asked to stop, then drain and return."""
-        settings = self.settings
+        """Serve until asked to stop, then drain and return. A Kafka that does not answer at
+        start is waited for (`KafkaReach`), unready; once serving, a write it does not
+        acknowledge in time is answered 503 with `Retry-After`."""
         async with contextlib.AsyncExitStack() as stack:
             if self.ops is not None:
                 await stack.enter_async_context(self.ops.running())
+            await self.reach.serving(self._session, stop=self._stop)
+
+    async def _session(self) -> None:
+        settings = self.settings
+        async with contextlib.AsyncExitStack() as stack:
             producer = await stack.enter_async_context(
                 kafka.producer(self._kafka, request_timeout_ms=round(settings.ack_timeout_s * 1000))
             )
