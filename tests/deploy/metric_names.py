@@ -20,8 +20,9 @@ import retrier.metrics  # noqa: F401 - registers the retrier's metrics
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "hifi.rules.yml"
 
-# Series Prometheus itself writes for every target.
-PROMETHEUS_SERIES = frozenset({"up"})
+# Series Prometheus itself writes: `up` for every target, `ALERTS` for every pending or firing
+# alert (HifiOutageAftermath reads which causes fired).
+PROMETHEUS_SERIES = frozenset({"up", "ALERTS"})
 
 # The series names each family type is exposed as (the text format's suffixes).
 _SUFFIXES = {

@@ -66,7 +66,7 @@ def test_amtool_routes_each_alert_where_the_model_does() -> None:
             assert isinstance(labels, dict)
             label_sets[str(rule["alert"])] = {"alertname": str(rule["alert"]), **labels}
     for incident in incidents():
-        label_sets |= incident.firing | incident.held_by_for
+        label_sets |= incident.fired | incident.held_by_for
     amtool = tool("amtool")
     running = {
         name: subprocess.Popen(

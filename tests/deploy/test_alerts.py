@@ -29,7 +29,7 @@ EXAMPLE_CONFIG = PROMETHEUS_DIR / "prometheus.example.yml"
 ALERTS_DOC = ROOT / "docs" / "alerts.md"
 # The runbooks' base URL is the external label runbook_base; without it, the path here.
 RUNBOOK = "{{ with $externalLabels.runbook_base }}{{ . }}{{ else }}docs/alerts.md{{ end }}#"
-SEVERITIES = {"page", "ticket"}
+SEVERITIES = {"page", "ticket", "none"}  # none: an alert only inhibitions read
 # Pages that fire without a `for:`, and why.
 PAGES_WITHOUT_FOR = {
     "HifiLossInFinalMinute": "a lost event is never noise, and its counter does not go back",
@@ -90,7 +90,7 @@ def test_every_alert_has_a_case_that_fires_and_one_that_does_not() -> None:
 
 
 def test_every_alert_has_a_severity_annotations_and_a_runbook_section() -> None:
-    """Severity page or ticket; a summary, a description, and a runbook_url built from the
+    """Severity page, ticket or none; a summary, a description, and a runbook_url built from the
     runbooks' base URL whose anchor is a section of docs/alerts.md named after the alert."""
     sections = set(re.findall(r"^## (\w+)$", ALERTS_DOC.read_text(), re.MULTILINE))
     for name, rule in alerts().items():
