@@ -24,7 +24,9 @@ PAGE_RECEIVER = "hifi-page"
 Labels = Mapping[str, str]
 
 # What each incident makes of every alert that fires or goes pending: `page` (the one
-# notification), `ticket`, or held: by an inhibition (its source alert) or by a `for:`.
+# notification), `ticket` (sent at some minute), `not sent` (severity none), or held at every
+# minute it fires, by inhibitions (the sources that held it, the first rule of
+# alertmanager.yml that applies each minute), or by its `for:` (pending, never firing).
 EXPECTED = {
     "a destination outage": {
         "HifiBreakerOpen{dest=tvinsight}": "page",
