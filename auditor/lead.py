@@ -5,12 +5,14 @@ the member that owns it writes what one auditor wrote when a minute became final
 of every share (`auditor/merged.py`): the archive's `minutes` row, the final-minute metrics, the
 loss alarm and the down minutes behind the availability gauge. A final minute that changes
 later (a late outcome in a share, its missing ids named) gets a new row, its lags and its
-judgement as they were when it became final, as one auditor's: a share's row of it carries when
-its member changed it, and the lead keeps the newest change each final minute took in (a
-member's clock is not compared with another's last look). What it wrote (up to which minute,
-those changes, the down minutes of the last day) is kept in the lead share's snapshot (`Share.lead`),
-so the member that gets the share next carries on where it stopped, and in a file of the board
-(`_final--DEST.board`) from which every member answers `/tables` for the final minutes.
+judgement as they were when it became final, as one auditor's: down for loss once events of it
+went missing, down for late once a minute down for loss has none missing again
+(`late.rejudged`). A share's row of it carries when its member changed it, and the lead keeps
+the newest change each final minute took in (a member's clock is not compared with another's
+last look). What it wrote (up to which minute, those changes, the down minutes of the last day)
+is kept in the lead share's snapshot (`Share.lead`), so the member that gets the share next
+carries on where it stopped, and in a file of the board (`_final--DEST.board`) from which every
+member answers `/tables` for the final minutes.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import structlog
 
 from auditor import metrics
 from auditor.buckets import MINUTE_MS, Bucket, Counts, Settled
+from auditor.late import LOSS, rejudged
 from auditor.merged import DestinationView
 from auditor.share_rows import Row, loss_ratio, merged_row
 from auditor.tables import iso_minute
@@ -60,15 +63,19 @@ def recounted(final: Row, rows: list[Row], *, written_ms: int) -> Row:
     """A final minute's row after a share's counts changed: the counts summed again, its lags
     and judgement as they were when it became final, unless events went missing since (a
     partition's delivering group committed past events without an outcome, or retention
-    removed them while they waited): then it is down for loss."""
+    removed them while they waited): then it is down for loss; and a minute down for loss
+    whose missing events all turned up (late outcomes, the group's offset moved back) is down
+    for late (`late.rejudged`)."""
     again = merged_row(rows, _NO_JUDGING, minute_ms=final["minute_ms"], final=False, written_ms=0)
     row = dict(final)
     for key in (*_COUNT_KEYS, "dead_lettered", "dead_lettered_by_reason", "duplicates"):
         row[key] = again[key]
     row["missing_ids"] = again["missing_ids"]
     row["written_ms"] = written_ms
-    if row["missing"] > final.get("missing", 0):
-        row["up"], row["down_reason"] = False, "loss"
+    rise = row["missing"] - final.get("missing", 0)
+    row["up"], row["down_reason"] = rejudged(
+        final.get("up"), final.get("down_reason"), row["missing"], rise
+    )
     return row
 
 
@@ -109,7 +116,9 @@ def serve(
                 row = view.final_rows[minute] = recounted(final, rows, written_ms=now_ms)
                 write_row(row)
                 if row["missing"] > final.get("missing", 0):  # lost since: an alarm of its own
-                    _lost_since(name, row, final, view, down)
+                    _lost_since(name, row, final, view)
+                if row["down_reason"] is not None:  # loss, or late once none is missing again
+                    down[minute] = row["down_reason"]
                 changes[minute] = changed_ms
                 wrote = True
             continue
@@ -136,17 +145,16 @@ def serve(
     return wrote
 
 
-def _lost_since(
-    name: str, row: Row, final: Row, view: DestinationView, down: dict[int, str]
-) -> None:
+def _lost_since(name: str, row: Row, final: Row, view: DestinationView) -> None:
     """Events of a final minute went missing after it became final (they waited in a source
-    partition and the delivering group committed past them, or retention removed them)."""
+    partition and the delivering group committed past them, or retention removed them). The
+    down minutes' counter counts a minute once, for the reason it first went down for: an up
+    minute now, not one down already (for lag, or late before)."""
     ratio = loss_ratio(row)
     alarm = ratio > view.dest.accounting.loss_alarm_ratio
     metrics.lost_since(name, row["missing"] - final.get("missing", 0), alarm=alarm)
-    if final.get("down_reason") != "loss":
-        metrics.DOWN_MINUTES.labels(name, "loss").inc()
-    down[row["minute_ms"]] = "loss"
+    if final.get("up") is not False:
+        metrics.DOWN_MINUTES.labels(name, LOSS).inc()
     if alarm:
         _alarm_line(name, row, ratio, since_final=True)
 

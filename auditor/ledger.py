@@ -16,7 +16,7 @@ catches up after an outage settles minutes only once it has read what was writte
 When a bucket settles its counts, percentiles and availability are fixed and only the events
 without a final outcome (waiting in the retrier, or missing) stay in memory; a later outcome
 for one of them still moves it from `in_retry` (or `missing`) to `delivered` or
-`dead_lettered`.
+`dead_lettered`, and a minute down for `loss` left with nothing missing is down for `late`.
 
 End-to-end lag is the 2xx time minus the event time, over the first delivery of each event;
 percentiles are exact (nearest rank). Lag-in (taken in at the connector minus event time) and
@@ -53,7 +53,7 @@ from auditor.buckets import (
     tally,
 )
 from auditor.incarnations import key
-from auditor.late import resolve_waiting, split_waiting
+from auditor.late import hold_again, note_verdicts, resolve_waiting
 from config.destination import Accounting
 from hifi.audit import Fact
 from hifi.vocabulary import Outcome
@@ -178,6 +178,7 @@ class Ledger:
                 known.filtered |= offsets
             elif outcome in (Outcome.HANDED_OFF, Outcome.RE_OFFERED):
                 known.handed |= offsets
+        note_verdicts(self.buckets, changes, self.down_minutes)
         return list(changes.values())
 
     def _note_deliveries(
@@ -299,19 +300,14 @@ class Ledger:
 
     def hold(self, held_from: dict[Partition, int] | None) -> tuple[list[int], list[int]]:
         """Where the partitions hold events now: the final minutes whose waiting and missing
-        events it moved, and of those the ones whose `missing` rose. Nothing moves while it is
+        events it moved, and of those the ones whose `missing` rose (down for loss; a minute
+        down for loss with none missing now is down for late). Nothing moves while it is
         where it was (a late outcome splits its minute again as it comes: `late.py`)."""
         if held_from == self.held_from:
             return [], []
         self.held_from = held_from
-        moved, rose = [], []
-        for bucket in self.buckets.values():
-            if bucket.final and bucket.waiting:
-                rise = split_waiting(bucket, held_from)
-                if rise:
-                    moved.append(bucket.minute_ms)
-                if rise > 0:
-                    rose.append(bucket.minute_ms)
+        moved, rose = hold_again(self.buckets.values(), held_from)
+        note_verdicts(self.buckets, moved, self.down_minutes)
         return moved, rose
 
     def _age_out(self, progress_ms: int) -> None:

@@ -34,7 +34,9 @@ AVAILABILITY = Gauge(
     ["dest"],
 )
 # The counters of final minutes an availability burn rate divides (the SLI: up minutes / final
-# minutes); a down minute is down for `loss` or `lag` (`auditor.buckets.judge`).
+# minutes); a down minute is down for `loss` or `lag` (`auditor.buckets.judge`), counted once,
+# for the reason it first went down for: one down for loss that turns `late` after
+# (`auditor.late.rejudged`) stays counted under loss, so the sum over reasons stays exact.
 DOWN_REASONS = ("loss", "lag")
 FINAL_MINUTES = Counter(
     "hifi_auditor_final_minutes",
@@ -43,7 +45,7 @@ FINAL_MINUTES = Counter(
 )
 DOWN_MINUTES = Counter(
     "hifi_auditor_down_minutes",
-    "Final minutes that were down, by reason (loss, lag).",
+    "Final minutes that were down, by the reason each first went down for (loss, lag).",
     ["dest", "reason"],
 )
 LAG_SLA = Gauge(
