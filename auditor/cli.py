@@ -249,7 +249,8 @@ def report(
         assert archive_dir is not None
         rows, final_before_ms = _from_archive(archive_dir, dest, from_ms, to_ms, now_ms)
     if availability:
-        _show_availability(dest, fmt, day_availability(rows, day, final_before_ms=final_before_ms))
+        result = day_availability(rows, day, final_before_ms=final_before_ms, now_ms=now_ms)
+        _show_availability(dest, fmt, result)
     else:
         _show_table(dest, fmt, rows)
 

@@ -3,9 +3,10 @@
 One row format serves the running auditor's `/tables`, the archive's `minutes` files and
 `auditor report`: `minute` (ISO 8601 UTC), the counts, the lag percentiles, `final` and `up`.
 
-A row read out (`report_row`, `day_availability`) says its verdict as its counts read now
-(`verdict`): late is not lost, so a final minute judged down for `loss` whose `missing` is back
-to 0 reads down for `late`, and counts with the minutes down for lag.
+Late is not lost: a final minute down for `loss` whose `missing` is back to 0 is down for
+`late`, and counts with the minutes down for lag. The auditor writes that verdict into its rows
+(`auditor/late.py`); a row read out (`report_row`, `day_availability`) goes through `verdict`
+only for the rows an auditor before that wrote.
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ from typing import Any
 from rich.table import Table
 
 from auditor.buckets import MINUTE_MS, Bucket
+from auditor.late import LATE as LATE  # re-exported: readers of rows name it from here
+from auditor.late import LOSS
 from auditor.ledger import Ledger
 
 DAY_MINUTES = 1440
-#: the verdict of a final minute once judged down for loss whose missing events all turned up
-#: after (a late fact, a rewind of the group's offset): late, not lost
-LATE = "late"
 
 
 def iso_minute(minute_ms: int) -> str:
@@ -59,8 +59,8 @@ def archive_row(ledger: Ledger, bucket: Bucket, *, written_ms: int) -> dict[str,
 
 
 def report_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """An archive row as `auditor report --format json` and `/tables` give it, its verdict as
-    its counts read now (`verdict`)."""
+    """An archive row as `auditor report --format json` and `/tables` give it (an older
+    auditor's row with its verdict as its counts read now: `verdict`)."""
     up, down_reason = verdict(row)
     return {
         "minute": iso_minute(int(row["minute_ms"])),
@@ -87,16 +87,17 @@ def report_row(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def verdict(row: Mapping[str, Any]) -> tuple[bool | None, str | None]:
-    """A row's `up` and `down_reason` as its counts read now.
+    """A row's `up` and `down_reason` as its counts read now, for the rows of an older auditor.
 
     The auditor judges a minute when it becomes final and again down for `loss` when events go
-    missing after; it keeps that verdict when a later outcome moves them out of `missing` (a
-    late fact, the group's offset moved back). Late is not lost: a final minute down for loss
-    whose `missing` is 0 now is down for `late` (its events were delivered after the minute
-    settled, as the lag rule counts late events), never for loss.
+    missing after, and (since it writes `late` itself: `auditor/late.py`) down for `late` when
+    a later outcome moves them all out of `missing` (a late fact, the group's offset moved
+    back); its rows need nothing here. An auditor before that kept `loss` beside `missing 0`:
+    late is not lost, so such a final row reads down for `late` (its events were delivered
+    after the minute settled, as the lag rule counts late events), never for loss.
     """
     up, reason = row["up"], row.get("down_reason")
-    if row["final"] and up is False and (reason or "loss") == "loss" and not row["missing"]:
+    if row["final"] and up is False and (reason or LOSS) == LOSS and not row["missing"]:
         return False, LATE
     return up, reason
 
@@ -111,32 +112,36 @@ def day_availability(
 ) -> dict[str, Any]:
     """A UTC day's availability from its rows (report format); minutes without events are up.
 
-    `final_before_ms`: minutes starting before this are final (the auditor's settled horizon);
+    `final_before_ms`: minutes starting before this are final (the auditor's settled horizon,
+    or one reckoned from a clock: within a minute, that minute is final too);
     later minutes of the day that have begun by `now_ms` are pending, those still to come are
     neither (`to_come_minutes`). None: every minute of the day is final. `now_ms` None: no
     clock, every minute after the horizon is pending (a day that is over).
     `counted_from_ms`: minutes before this are not counted at all (a range that starts
     within the day, or the first minute a running auditor ever accounted for); they are
     neither up nor pending (`not_counted_minutes`).
-    A minute down for `late` (`verdict`) counts as down for lag.
+    A minute down for `late` counts as down for lag (an older auditor's row too: `verdict`).
     """
     day_start_ms = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000)
     end_ms = day_start_ms + DAY_MINUTES * MINUTE_MS
     start_ms = day_start_ms
     if counted_from_ms is not None:
         start_ms = min(end_ms, max(day_start_ms, counted_from_ms - counted_from_ms % MINUTE_MS))
-    final_end = end_ms if final_before_ms is None else max(start_ms, min(end_ms, final_before_ms))
+    final_end = end_ms
+    if final_before_ms is not None:
+        final_before_ms += -final_before_ms % MINUTE_MS  # the end of the last minute it begins
+        final_end = max(start_ms, min(end_ms, final_before_ms))
     final_minutes = (final_end - start_ms) // MINUTE_MS
     begun_end = end_ms if now_ms is None else now_ms - now_ms % MINUTE_MS + MINUTE_MS
     pending_end = max(final_end, min(end_ms, begun_end))
-    down = {"loss": 0, "lag": 0}
+    down = {LOSS: 0, "lag": 0}
     for row in rows:
         minute_ms = parse_minute(row["minute"])
         if not start_ms <= minute_ms < final_end or not row["final"]:
             continue
         up, reason = verdict(row)
         if up is False:
-            down["lag" if reason in ("lag", LATE) else "loss"] += 1
+            down["lag" if reason in ("lag", LATE) else LOSS] += 1
     down_minutes = sum(down.values())
     up_minutes = final_minutes - down_minutes
     ratio = up_minutes / final_minutes if final_minutes else None
@@ -148,7 +153,7 @@ def day_availability(
         "not_counted_minutes": (start_ms - day_start_ms) // MINUTE_MS,
         "up_minutes": up_minutes,
         "down_minutes": down_minutes,
-        "down_for_loss": down["loss"],
+        "down_for_loss": down[LOSS],
         "down_for_lag": down["lag"],
         "availability_pct": None if ratio is None else round(100 * ratio, 4),
         "nines": nines(ratio),

@@ -200,7 +200,7 @@ async def test_availability_of_the_day(story: Story) -> None:
         found = await _report("--dest", story.lag, *source, "--availability", "--day", day)
         minutes = found["minutes"]
         assert found["day"] == day
-        assert minutes + found["pending_minutes"] == 1440
+        assert minutes + found["pending_minutes"] + found["to_come_minutes"] == 1440
         assert (found["down_minutes"], found["down_for_lag"], found["down_for_loss"]) == (1, 1, 0)
         assert found["up_minutes"] == minutes - 1
         assert found["availability_pct"] == round(100 * (minutes - 1) / minutes, 4)
