@@ -171,7 +171,7 @@ class Bucket:
     # waiting, accepted but never seen entering: no copy in the partition, never held there
     unseen: dict[Partition, BitMap] = field(default_factory=dict)
     up: bool | None = None
-    down_reason: str | None = None  # "loss" or "lag" (late events are lag)
+    down_reason: str | None = None  # "loss", "lag", or "late" (loss whose events came later)
     missing_ids: list[str] | None = None  # resolved from the archive, when any are missing
     # once final: the lag distributions it was judged on, packed (`pack_spread`): what several
     # auditors' shares of one minute merge into exact percentiles (`auditor/share_rows.py`)
