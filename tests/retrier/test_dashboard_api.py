@@ -16,7 +16,6 @@ from config.destination import Destination
 from hifi import kafka, redaction
 from hifi.kafka.settings import KafkaSettings
 from retrier.daemon import DashboardOptions, Retrier
-from retrier.dashboard.runbook import RUNBOOK_URL_ENV
 from retrier.dlq import read_dead_letters, replay_with
 from retrier.replays import ReplayFilter
 from tests.helpers import make_destination, until
@@ -56,9 +55,7 @@ async def test_dashboard_api_end_to_end(
     kafka_settings: KafkaSettings,
     catalog_dir: Path,
     unique: str,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv(RUNBOOK_URL_ENV, "https://docs.example.com/hifi/alerts.html")
     dest = make_destination(catalog_dir, unique, "https://x.test/", f"{unique}.src")
     await create_topics(kafka_settings, dest)
     await _letters(kafka_settings, dest, 30)
@@ -68,7 +65,9 @@ async def test_dashboard_api_end_to_end(
         kafka_settings,
         metrics_port=0,
         group_id=f"{unique}.retrier",
-        dashboard=DashboardOptions(token=TOKEN),
+        dashboard=DashboardOptions(
+            token=TOKEN, runbook_url="https://docs.example.com/hifi/alerts.html"
+        ),
     )
     async with _running(retrier) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
         assert await _until_indexed(http, unique, 30)
