@@ -1,7 +1,7 @@
 """Accepted events in a destination's buckets: counted per minute, and part of what `missing` is counted from.
 
 The ingest service writes a fact of the events it had Kafka acknowledge before its 2xx
-(`hifi/audit_accepted.py`), naming each by the origin the auditor also sees entering
+(`hifi/audit/accepted.py`), naming each by the origin the auditor also sees entering
 (`topic/partition/offset`). For a destination reading that topic, a minute's `missing` is
 then counted from its entered events and its accepted ones together: an event a sender was
 promised that never entered (Kafka lost it) or never got an outcome is missing.

@@ -3,7 +3,7 @@
 A destination's source partitions are its **shares** (`auditor/shares.py`): each member of the
 group counts a disjoint set of them, round-robin over the members in member-id order. Every
 member is also given every partition of the audit topic: a fact about an event lives in the
-audit partition of its origin's key (`hifi/audit_keys.py`), and one audit partition holds the
+audit partition of its origin's key (`hifi/audit/keys.py`), and one audit partition holds the
 facts of origins several members own, so each reads it and skips, by key, the facts that are
 not about its own shares. The group's coordinator hands the leader's plan to the members as it
 is (plain Kafka protocol: JoinGroup/SyncGroup with a client-side assignor, as every client

@@ -17,7 +17,7 @@ partition from the record before the least remembered offset, and its first reco
 A new topic whose end is not past that record leaves nothing to look at (a broker that
 answers a fetch beyond the end with nothing, as Tansu does, or one that ends just there): the
 worker, told the record is one read before (`rereads`), notices the end is not past it
-(`hifi.worker_restarts`) and says so (`started_over`), as it does for a topic re-created while
+(`hifi.worker.restarts`) and says so (`started_over`), as it does for a topic re-created while
 the auditor runs.
 """
 

@@ -1,6 +1,6 @@
 """A destination's circuit breakers as its connectors' breaker facts tell them: the newest change per route and replica.
 
-Each connector replica writes a breaker fact (`hifi/audit.py`, format 1.2) when one of its
+Each connector replica writes a breaker fact (`hifi/audit/facts.py`, format 1.2) when one of its
 breakers changes: the destination's own (route None) or a tenant route's. The auditor keeps the
 newest change per (route, replica), by the time the fact was written, so facts read out of order
 or repeated change nothing. The destination's breaker is the worst over its replicas (open, then

@@ -2,7 +2,7 @@
 
 Two ways tell the auditor that a source partition started over (its topic deleted and created
 again, `auditor.incarnations`): the worker sees it while the auditor runs
-(`PartitionHandler.started_over`, `hifi.worker_restarts`), or the auditor sees a poll start below
+(`PartitionHandler.started_over`, `hifi.worker.restarts`), or the auditor sees a poll start below
 where it had read, with newer records or a high watermark below that offset (across runs). The
 first records read after either begin a new incarnation at their Kafka time.
 

@@ -2,7 +2,7 @@
 
 The auditor reads every record the connector reads, and every fact the connector writes: this
 is its hot path. An entry goes to the share of its source partition. A fact is keyed by its
-origin partition (`hifi/audit_keys.py`): one not about a share this member owns is skipped by
+origin partition (`hifi/audit/keys.py`): one not about a share this member owns is skipped by
 its key, before it is decoded, and one at an audit offset the share applied already (read
 again after a rebalance, or before the share's snapshot was written) is skipped too. A fact
 written before the split, keyed by its destination, is decoded and its slices applied each to
@@ -32,7 +32,7 @@ from auditor.shares import Share
 from config.destination import Destination
 from config.parsing import parse
 from hifi.audit import TOPIC_MARK, Fact, FactRefused, decode_fact
-from hifi.audit_keys import origin_of_key
+from hifi.audit.keys import origin_of_key
 from hifi.vocabulary import Outcome
 
 log = structlog.get_logger(__name__)

@@ -12,7 +12,7 @@ event-level 4xx are not counted (the caller does not report them).
 The backoff starts at 1 s and doubles at each failed probe up to `breaker_max_open_s`; closing
 resets it. Outcomes of requests that began before the breaker opened do not move it: only the
 probe's does. Each change is one log line and, with an audit trail, one breaker fact
-(`hifi/audit.py`), which the auditor shows in the destination's health and the retrier's
+(`hifi/audit/facts.py`), which the auditor shows in the destination's health and the retrier's
 dashboard from there; the state, the opens and the time spent not closed are metrics
 (`hifi_connector_breaker_*`).
 """

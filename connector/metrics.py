@@ -327,7 +327,7 @@ _BY_DEST_AND: tuple[tuple[_Labelled, tuple[str, ...]], ...] = (
 
 def create_series(dest: str, *, audit: bool, lookups: bool = False) -> None:
     """Every series of `dest` at 0, so the first scrape shows them (alerts see 0, not nothing);
-    the audit trail's (`hifi/audit.py`) when it writes one; `filtered` with tenant lookups."""
+    the audit trail's (`hifi/audit/facts.py`) when it writes one; `filtered` with tenant lookups."""
     for outcome in (*_OUTCOMES, Outcome.FILTERED) if lookups else _OUTCOMES:
         RECORDS.labels(dest, outcome)
         if audit:

@@ -1,7 +1,7 @@
 """The accepted facts of a request's acknowledged events: written to the audit topic and acknowledged before any 2xx.
 
 An event is hifi's to deliver from the moment its sender got a 2xx, so the auditor counts loss
-from the ingest service's accepted facts (`hifi.audit_accepted`, docs/accounting.md). Their
+from the ingest service's accepted facts (`hifi.audit.accepted`, docs/accounting.md). Their
 acknowledgement (acks=all) is awaited within the same `ack_timeout_s` as the events': when it
 does not come, or the producer fails, the request is answered as if its events had not been
 acknowledged (503, resend the whole request; for a stream, an error line) and nothing is
@@ -15,14 +15,14 @@ from collections.abc import Awaitable, Sequence
 from typing import Protocol
 
 from config.streams import Stream
-from hifi.audit_accepted import Seen, accepted_event
+from hifi.audit.accepted import Seen, accepted_event
 from hifi.errors import BrokerUnavailable, HifiError
 from ingest.answers import Written
 from ingest.events import Checked
 
 
 class Trail(Protocol):
-    """What the facts are written with: `hifi.audit_accepted.AcceptedTrail`, or a fake in tests."""
+    """What the facts are written with: `hifi.audit.accepted.AcceptedTrail`, or a fake in tests."""
 
     async def write(
         self, events: Sequence[Seen], *, accepted_ms: int | None = None

@@ -19,7 +19,7 @@ import uvicorn
 
 from config.streams import Stream
 from hifi import audit, kafka
-from hifi.audit_accepted import AcceptedTrail
+from hifi.audit.accepted import AcceptedTrail
 from hifi.errors import ConfigError, HifiError
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.reach import KafkaReach

@@ -60,7 +60,7 @@ DLQ_RECORDS = Gauge(
 
 def create_series(dest: str, tiers: int, *, audit: bool, max_retry_age_s: float) -> None:
     """Every series of `dest` at 0, so the first scrape shows them; the audit trail's
-    (`hifi/audit.py`) when it writes one."""
+    (`hifi/audit/facts.py`) when it writes one."""
     if audit:
         for outcome in (Outcome.RE_OFFERED, Outcome.DEAD_LETTERED):
             AUDIT_FACTS.labels(dest, outcome)

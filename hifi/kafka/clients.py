@@ -25,7 +25,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import errors as aiokafka_errors
 from aiokafka.conn import create_conn
 
-from hifi import probe
 from hifi.errors import (
     BrokerAuthFailed,
     BrokerRefused,
@@ -34,7 +33,7 @@ from hifi.errors import (
     TokenRefused,
     UnknownTopic,
 )
-from hifi.kafka import security
+from hifi.kafka import probe, security
 from hifi.kafka.oauthbearer import OAuthBearerTokens
 from hifi.kafka.settings import KafkaSettings
 
@@ -235,7 +234,7 @@ async def start_client(
     start: Callable[[], Awaitable[None]], settings: KafkaSettings, doing: str
 ) -> None:
     """Start a client (an aiokafka `start`) within `START_TIMEOUT_S`; a failure says what the
-    broker address does (`hifi.probe`): a cause in the set-up (TLS trust, a client certificate,
+    broker address does (`hifi.kafka.probe`): a cause in the set-up (TLS trust, a client certificate,
     the protocol, the SASL mechanism) is `BrokerAuthFailed`, exit 2."""
     try:
         async with asyncio.timeout(START_TIMEOUT_S):

@@ -162,7 +162,7 @@ _DEFAULT_PARTITIONER = DefaultPartitioner()
 def keyed_partitioner(key: bytes | None, all_partitions: list[int], available: list[int]) -> int:
     """aiokafka's default partitioner (murmur2 of the key, as Java's), each key's hash kept:
     aiokafka's murmur2 is pure Python, and a connector keys every audit fact with one of a few
-    origin partitions (`hifi/audit_keys.py`)."""
+    origin partitions (`hifi/audit/keys.py`)."""
     if not isinstance(key, bytes):
         return int(_DEFAULT_PARTITIONER(key, all_partitions, available))
     return all_partitions[_key_hash(key) % len(all_partitions)]

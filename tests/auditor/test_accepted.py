@@ -12,7 +12,7 @@ from auditor.missing import missing_origins
 from auditor.tables import archive_row, render, report_row
 from config.destination import Accounting
 from hifi.audit import FORMAT_MAJOR, FORMAT_MINOR, Fact, Slice
-from hifi.audit_accepted import accepted_event, accepted_facts
+from hifi.audit.accepted import accepted_event, accepted_facts
 from hifi.vocabulary import Outcome
 
 T0 = 1_790_000_040_000 - 1_790_000_040_000 % MINUTE_MS  # a minute start

@@ -14,7 +14,7 @@ from auditor.daemon import Auditor
 from devstack.kafka_tools import produce
 from hifi import kafka
 from hifi.audit import HDR_FORMAT, AuditTrail, Fact, Seen, encode_fact
-from hifi.audit_accepted import AcceptedTrail, accepted_event
+from hifi.audit.accepted import AcceptedTrail, accepted_event
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from hifi.vocabulary import Outcome

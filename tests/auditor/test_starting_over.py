@@ -9,7 +9,7 @@ their source records and their facts in either order. Every case must end with b
 events delivered and none missing.
 
 The broker is a few lists here (`Broker`): a position beyond a partition's end fetches nothing,
-as on Tansu, and the worker then says the partition started over (`hifi.worker_restarts`, its
+as on Tansu, and the worker then says the partition started over (`hifi.worker.restarts`, its
 own tests), as it does for a position beyond the end on Kafka, and for a position on a record
 the member read before (`rereads`) that the end is not past.
 """

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.integration]
 
 async def _produce_one_by_one(settings: KafkaSettings, topic: str, sent: Iterable[Any]) -> None:
     """Each event its own batch: Tansu 0.6 answers a paused partition's end with its last batch
-    counted as one record (`hifi/worker_ends.py`)."""
+    counted as one record (`hifi/worker/ends.py`)."""
     async with kafka.producer(settings) as producer:
         for event in sent:
             await producer.send_all([(topic, event["id"].encode(), orjson.dumps(event), [])])

@@ -1,4 +1,4 @@
-"""A consumer-group member in memory (`worker_seams.GroupConsumer`), so the worker runs without a broker.
+"""A consumer-group member in memory (`hifi.worker.seams.GroupConsumer`), so the worker runs without a broker.
 
 The test owns the partitions' logs, decides the member's assignment and when a rebalance
 happens; the fake keeps what aiokafka keeps for the worker: positions, pauses, high watermarks
@@ -20,7 +20,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from hifi.worker_seams import GroupConsumer
+from hifi.worker.seams import GroupConsumer
 
 
 @dataclass(frozen=True, slots=True)

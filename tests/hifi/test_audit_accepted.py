@@ -6,7 +6,6 @@ import msgspec
 import pytest
 from prometheus_client import REGISTRY
 
-from hifi import audit
 from hifi.audit import (
     FORMAT_MAJOR,
     HDR_FORMAT,
@@ -17,8 +16,9 @@ from hifi.audit import (
     Slice,
     decode_fact,
     encode_fact,
+    facts,
 )
-from hifi.audit_accepted import AcceptedTrail, accepted_event, stream_dest
+from hifi.audit.accepted import AcceptedTrail, accepted_event, stream_dest
 from hifi.vocabulary import Outcome
 from tests.helpers import FakeKafka
 
@@ -33,7 +33,7 @@ def _written(unique: str) -> float:
 
 async def test_accepted_events_are_written_as_a_fact_naming_their_topic(unique: str) -> None:
     """Three events of one stream: one 1.3 fact named `topic:TOPIC`, keyed by its origin
-    partition (`TOPIC/2`, hifi/audit_keys.py), with each event's
+    partition (`TOPIC/2`, hifi/audit/keys.py), with each event's
     origin, id, time and arrival, counted once the broker acknowledged it."""
     writer = FakeKafka()
     trail = AcceptedTrail(writer, topic="hifi.audit", node="ingest@h:7")
@@ -105,7 +105,7 @@ async def test_an_auditor_of_format_1_2_refuses_an_accepted_fact_as_an_unknown_o
     trail = AcceptedTrail(writer, topic="audit")
     await (await trail.write([accepted_event("clicks", 0, 1, "a", 1, 1)]))
     ((_, _, value, headers),) = writer.records
-    monkeypatch.setattr(audit, "_OUTCOMES", OUTCOMES_1_2)
+    monkeypatch.setattr(facts, "_OUTCOMES", OUTCOMES_1_2)
     with pytest.raises(FactRefused) as refused:
         decode_fact(value, headers)
     assert refused.value.reason is Refusal.UNKNOWN_OUTCOME

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiokafka.partitioner import DefaultPartitioner
 
 from hifi.audit import MAX_EVENTS_PER_FACT, Seen, build_facts, decode_fact, fact_records
-from hifi.audit_keys import origin_key, origin_of_key
+from hifi.audit.keys import origin_key, origin_of_key
 from hifi.kafka.producing import keyed_partitioner
 from hifi.vocabulary import Outcome
 

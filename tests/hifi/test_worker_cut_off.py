@@ -1,4 +1,4 @@
-"""A member cut from Kafka (`worker_session`), against a fake group whose coordinator goes silent.
+"""A member cut from Kafka (`hifi.worker.session`), against a fake group whose coordinator goes silent.
 
 Half a session without an answer: no new work, not reachable. A whole session: the partitions
 are let go (dropped, paused, nothing started for them whatever is fetched). Kafka answering

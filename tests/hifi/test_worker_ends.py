@@ -1,4 +1,4 @@
-"""A paused partition's lag stays true (`hifi/worker_ends.py`): against the real broker, where
+"""A paused partition's lag stays true (`hifi/worker/ends.py`): against the real broker, where
 a paused partition is not fetched and aiokafka's high watermark of it stands still."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from hifi.offsets import OffsetTracker
 from hifi.worker import PartitionWorker
-from hifi.worker_ends import Ends
+from hifi.worker.ends import Ends
 from tests.hifi.worker_support import Units, options, running
 
 ENDS_EVERY_S = 0.2
@@ -24,7 +24,7 @@ ENDS_EVERY_S = 0.2
 
 async def _produce_one_by_one(settings: KafkaSettings, topic: str, count: int) -> None:
     """`count` records to partition 0, each its own batch: Tansu 0.6 answers ListOffsets with a
-    partition's last batch counted as one record (`worker_ends`), so each batch is one here."""
+    partition's last batch counted as one record (`hifi.worker.ends`), so each batch is one here."""
     async with kafka.producer(settings) as producer:
         for n in range(count):
             await producer.send_all([(topic, None, f'{{"n":{n}}}'.encode(), [])])

@@ -15,7 +15,7 @@ from auditor.daemon import Auditor
 from config.streams import hash_token
 from connector import Connector
 from devstack.destination import TestDestination
-from hifi.audit_accepted import AcceptedTrail, Seen
+from hifi.audit.accepted import AcceptedTrail, Seen
 from hifi.errors import BrokerRefused
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings

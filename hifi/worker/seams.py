@@ -18,7 +18,7 @@ from aiokafka import TopicPartition
 __all__ = ["ConsumerOpener", "GroupConsumer", "PartitionHandler", "Work", "WorkerOptions"]
 
 DEFAULT_CONFIRM_S = 3.0  # a high watermark below the position this long before the leader is asked
-DEFAULT_EVERY_S = 5.0  # the ends of paused partitions are asked this often (worker_ends)
+DEFAULT_EVERY_S = 5.0  # the ends of paused partitions are asked this often (hifi.worker.ends)
 
 
 class GroupConsumer(Protocol):
@@ -93,7 +93,7 @@ class Work:
 class PartitionHandler(abc.ABC):
     """What a daemon does with its records; the worker calls it from its event loop only.
 
-    How a daemon uses the worker (`hifi/worker.py`):
+    How a daemon uses the worker (`hifi/worker/lifecycle.py`):
 
         class Auditing(PartitionHandler):
             def take(self, tp, records): ...         # parse, keep what is to be written
@@ -146,7 +146,7 @@ class PartitionHandler(abc.ABC):
 
     def after_commit(self, lag_records: Mapping[TopicPartition, int]) -> None:
         """Periodic duties after a commit; `lag_records`: per owned partition, its end minus the
-        committed offset, true while it is paused too (`worker_ends`)."""
+        committed offset, true while it is paused too (`hifi.worker.ends`)."""
         return
 
     def started_over(self, tp: TopicPartition) -> None:
@@ -166,7 +166,7 @@ class WorkerOptions:
     shutdown_timeout_s: float  # drain deadline on revocation and on stop
     commit_every_records: int | None = None  # commit sooner once this many outcomes are new
     until_idle_s: float | None = None
-    # a high watermark below what was read this long, then the leader is asked (worker_restarts)
+    # a high watermark below what was read this long, then the leader is asked (hifi.worker.restarts)
     started_over_confirm_s: float = DEFAULT_CONFIRM_S
     ends_every_s: float = DEFAULT_EVERY_S  # paused partitions' ends are asked this often
     consumer_options: Mapping[str, Any] = field(default_factory=dict)

@@ -23,7 +23,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from hifi.kafka.reach import KafkaReach
-from hifi.worker_seams import GroupConsumer
+from hifi.worker.seams import GroupConsumer
 
 __all__ = ["GroupSession"]
 

@@ -18,7 +18,8 @@ import time
 from collections.abc import Awaitable, Sequence
 from itertools import groupby
 
-from hifi.audit import (
+from hifi.audit.columns import Observed, Seen
+from hifi.audit.facts import (
     EVENTS_WRITTEN,
     FACTS_WRITTEN,
     TOPIC_MARK,
@@ -27,7 +28,6 @@ from hifi.audit import (
     fact_records,
     node_name,
 )
-from hifi.audit_columns import Observed, Seen
 from hifi.kafka import RecordWriter
 from hifi.vocabulary import Outcome
 

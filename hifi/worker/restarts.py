@@ -36,7 +36,7 @@ from aiokafka import TopicPartition
 from hifi.errors import HifiError
 from hifi.offsets import OffsetTracker
 from hifi.vocabulary import StartedOver
-from hifi.worker_seams import GroupConsumer, PartitionHandler
+from hifi.worker.seams import GroupConsumer, PartitionHandler
 
 END_QUERY_TIMEOUT_S = 5.0  # asking a leader for a partition's end: longer, and ask again later
 CHECK_EVERY_S = 0.1  # the high watermarks are looked at this often at most (not every poll)

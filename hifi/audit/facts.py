@@ -7,7 +7,7 @@ time and when the node took it in. The auditor (`auditor/`) reads the facts of `
 beside the source topics it observes itself, and accounts for every event by origin.
 
 Encoding: MessagePack, the events of a fact grouped by origin partition in columns (`Slice`,
-`hifi/audit_columns.py`). The format version travels in the header `hifi-audit-format`
+`hifi/audit/columns.py`). The format version travels in the header `hifi-audit-format`
 ("MAJOR.MINOR") and in the value. A reader takes any minor version of its major one (a newer
 minor only appends fields, which an older reader ignores, and a newer reader gives a field an
 older minor lacks its default) and refuses a newer major with `FactRefused`, counted by reason:
@@ -20,11 +20,11 @@ its bisection requests apart (`auditor/health.py`). 1.2 adds a second kind of fa
 breaker's change (`BREAKER`, `BreakerChange`), which names no events; a 1.1 reader refuses it as
 an unknown outcome (`hifi_auditor_refused_facts_total{reason="unknown_outcome"}`), so the
 auditor is upgraded first. 1.3 adds the facts of events the ingest service accepted
-(`Outcome.ACCEPTED`, `hifi/audit_accepted.py`): they name a stream's topic, not a destination
+(`Outcome.ACCEPTED`, `hifi/audit/accepted.py`): they name a stream's topic, not a destination
 (their `dest` is `topic:` and the topic of their events); a 1.2 reader refuses them as it
 refuses breaker facts.
 
-A fact names one origin partition and is keyed by it (`hifi/audit_keys.py`). It is written
+A fact names one origin partition and is keyed by it (`hifi/audit/keys.py`). It is written
 with acks=all and awaited before the offsets of its events are committed: a crash can repeat a
 fact, never lose one. Each fact has a random `fact_id`; the auditor counts a repeated fact once.
 """
@@ -42,12 +42,9 @@ from typing import Any
 import msgspec
 from prometheus_client import Counter
 
-# the columns of a fact (`hifi/audit_columns.py`), re-exported: writers of facts import them here
-from hifi.audit_columns import Observed as Observed
-from hifi.audit_columns import Seen as Seen
-from hifi.audit_columns import Slice as Slice
-from hifi.audit_columns import slices_of as slices_of
-from hifi.audit_keys import chunks_of, origin_key
+# the columns of a fact (`hifi/audit/columns.py`), re-exported: writers of facts import them here
+from hifi.audit.columns import Observed, Slice, slices_of
+from hifi.audit.keys import chunks_of, origin_key
 from hifi.errors import HifiError
 from hifi.kafka import Record, RecordWriter
 from hifi.redaction import shorten
@@ -247,7 +244,7 @@ def build_facts(
     outcome_ms: int,
     sent: SentBatch | None = None,
 ) -> list[Fact]:
-    """The facts of one outcome: one per origin partition (`hifi/audit_keys.py`) and
+    """The facts of one outcome: one per origin partition (`hifi/audit/keys.py`) and
     `MAX_EVENTS_PER_FACT` events, each with a fresh id; `sent`: the batch they were sent in."""
     batch, bisection_requests = (None, 0) if sent is None else (sent.batch, sent.bisection_requests)
     return [

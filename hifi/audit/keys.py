@@ -15,7 +15,7 @@ two kinds of key are told apart by the last `/`.
 
 from __future__ import annotations
 
-from hifi.audit_columns import Slice
+from hifi.audit.columns import Slice
 
 _SEPARATOR = "/"
 

@@ -24,11 +24,11 @@ commit. The `PartitionWorker` does the rest, the same way for every daemon:
   that rebalance ends (aiokafka leaves the group only then); the other members' drains bound
   it by their `shutdown_timeout_s`; an assignment starts where the handler says, if it does;
 - a handler's `assigned` that raises stops the worker with that error (aiokafka logs it only);
-- a partition whose topic was created again starts over (`worker_restarts`), old records first;
-- the lag `after_commit` is told stays true while a partition is paused (`worker_ends`);
-- cut from Kafka: no new work, not ready; a session later its partitions go (`worker_session`).
+- a partition whose topic was created again starts over (`hifi.worker.restarts`), old records first;
+- the lag `after_commit` is told stays true while a partition is paused (`hifi.worker.ends`);
+- cut from Kafka: no new work, not ready; a session later its partitions go (`hifi.worker.session`).
 
-How a daemon uses it: `worker_seams.PartitionHandler`. The consumer is a seam (a fake in tests).
+How a daemon uses it: `hifi.worker.seams.PartitionHandler`. The consumer is a seam (a fake in tests).
 """
 
 from __future__ import annotations
@@ -48,25 +48,18 @@ from hifi.kafka.reach import KafkaReach
 from hifi.kafka.settings import KafkaSettings
 from hifi.offsets import OffsetTracker
 from hifi.ops_http import OpsServer
-from hifi.worker_ends import Ends
-from hifi.worker_restarts import RestartWatch, StartOvers
-from hifi.worker_seams import (
+from hifi.worker.ends import Ends
+from hifi.worker.restarts import RestartWatch, StartOvers
+from hifi.worker.seams import (
     ConsumerOpener,
     GroupConsumer,
     PartitionHandler,
     Work,
     WorkerOptions,
 )
-from hifi.worker_session import GroupSession
+from hifi.worker.session import GroupSession
 
-__all__ = [
-    "ConsumerOpener",
-    "GroupConsumer",
-    "PartitionHandler",
-    "PartitionWorker",
-    "Work",
-    "WorkerOptions",
-]
+__all__ = ["PartitionWorker"]
 
 log = structlog.get_logger(__name__)
 
@@ -88,7 +81,7 @@ class PartitionWorker:
         reach: KafkaReach | None = None,
     ) -> None:
         """`consumer`: opens the group member to poll; by default a `kafka.consumer` of
-        `settings` with `options.consumer_options` (tests pass a fake, see `worker_seams`).
+        `settings` with `options.consumer_options` (tests pass a fake, see `hifi.worker.seams`).
         `reach`: the daemon's, whose producer waits for Kafka too."""
         self.options = options
         self.reach = reach or KafkaReach()
@@ -111,7 +104,7 @@ class PartitionWorker:
 
     def highwater(self, tp: TopicPartition) -> int | None:
         """The end of an owned partition, as of its last fetch or, while it is paused, as its
-        leader last said (`worker_ends`); None if unknown."""
+        leader last said (`hifi.worker.ends`); None if unknown."""
         member = self._member  # aiokafka asserts on a partition it does not own: ask of owned ones
         return member.ends.end(tp) if member and tp in member.owned else None
 

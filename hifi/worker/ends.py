@@ -30,7 +30,7 @@ from aiokafka import TopicPartition
 
 from hifi.errors import HifiError
 from hifi.offsets import OffsetTracker
-from hifi.worker_seams import GroupConsumer
+from hifi.worker.seams import GroupConsumer
 
 QUERY_TIMEOUT_S = 5.0  # a question unanswered this long is asked again next time
 
