@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import os
 import ssl
-from typing import TYPE_CHECKING
+from typing import Protocol
+
+from pydantic import SecretStr
 
 from hifi.errors import ConfigError
 
-if TYPE_CHECKING:
-    from hifi.kafka.settings import KafkaSettings
-
-__all__ = ["check_files", "ssl_context", "trust_described"]
+__all__ = ["TlsFiles", "check_files", "ssl_context", "trust_described"]
 
 _VARS = {
     "ca_file": "HIFI_KAFKA_CA_FILE",
@@ -26,7 +25,23 @@ _VARS = {
 }
 
 
-def ssl_context(settings: KafkaSettings) -> ssl.SSLContext:
+class TlsFiles(Protocol):
+    """The TLS part of `hifi.kafka.settings.KafkaSettings`, all this module reads: the settings
+    import this module, so it names what it needs here instead of importing them back."""
+
+    @property
+    def ca_file(self) -> str | None: ...
+    @property
+    def cert_file(self) -> str | None: ...
+    @property
+    def key_file(self) -> str | None: ...
+    @property
+    def key_password(self) -> SecretStr | None: ...
+    @property
+    def ssl_check_hostname(self) -> bool: ...
+
+
+def ssl_context(settings: TlsFiles) -> ssl.SSLContext:
     """The client TLS context of `settings` (which `check_files` accepted)."""
     context = ssl.create_default_context(cafile=settings.ca_file)
     context.check_hostname = settings.ssl_check_hostname
@@ -38,7 +53,7 @@ def ssl_context(settings: KafkaSettings) -> ssl.SSLContext:
     return context
 
 
-def trust_described(settings: KafkaSettings) -> str:
+def trust_described(settings: TlsFiles) -> str:
     """Whose signature a broker's certificate needs, for messages."""
     return (
         f"the CA of {_VARS['ca_file']} ({settings.ca_file})"
@@ -47,7 +62,7 @@ def trust_described(settings: KafkaSettings) -> str:
     )
 
 
-def check_files(settings: KafkaSettings) -> None:
+def check_files(settings: TlsFiles) -> None:
     """Load the CA bundle and the client certificate and key once; the first file that cannot be
     used raises `ConfigError` naming its variable and why."""
     if settings.ca_file:
@@ -95,7 +110,7 @@ def _encrypted(path: str) -> bool:
     return b"-----BEGIN ENCRYPTED PRIVATE KEY-----" in text or b"Proc-Type: 4,ENCRYPTED" in text
 
 
-def _chain_error(settings: KafkaSettings, exc: ssl.SSLError) -> str:
+def _chain_error(settings: TlsFiles, exc: ssl.SSLError) -> str:
     reason = _reason(exc)
     key = settings.key_file or settings.cert_file
     if "KEY_VALUES_MISMATCH" in reason.upper() or "key values mismatch" in reason:
