@@ -24,7 +24,7 @@ from config.destination import Destination
 from connector import metrics
 from connector.backoff import pause_s
 from connector.bearer import Bearer
-from connector.bisection import isolate
+from connector.bisection import Bisection, DeadLetter
 from connector.breaker import Breaker, Breakers
 from connector.concurrency import Limiter, is_back_pressure
 from connector.divert import Diverter
@@ -78,7 +78,6 @@ class Deliverer:
         self._client = client
         self.limiter = limiter or Limiter.for_destination(dest)  # told of every attempt
         self._auth = auth  # the Authorization of a destination with [auth]
-        self.dest = dest
         self.breakers = breakers or Breakers(dest, trail=trail)
         self.rate_limits = RateLimits(dest)  # every attempt below takes its tokens first
         self._dest = dest
@@ -97,8 +96,7 @@ class Deliverer:
         #: the last failures, newest last, for /status (texts masked and shortened)
         self.recent_failures: deque[dict[str, Any]] = deque(maxlen=RECENT_FAILURES)
         self.last_delivered_ms: int | None = None
-        self._meters = meters = metrics.DeliveryMeters(dest.name)
-        self.bisection_requests = meters.bisection_requests
+        self._meters = metrics.DeliveryMeters(dest.name)
 
     async def deliver(self, batch: Batch) -> None:
         """Return once every event has an outcome and its audit facts are acknowledged; raises
@@ -131,13 +129,34 @@ class Deliverer:
                 breaker.failed(str(exc))
                 await self.dead_letter(batch, exc, sent, " (a destination fault: not bisected)")
             else:
-                await isolate(self, batch, exc, sent)
+                await self._bisect(batch, exc, sent)
         else:
             breaker.succeeded()
             self.breakers.forget_if_healthy(route)
             self._meters.batches["delivered"].inc()
             return await self.delivered(batch, status, sent)
         return None
+
+    async def _bisect(self, batch: Batch, first: DestinationRejected, sent: SentBatch) -> None:
+        """Carry out the `Bisection` of a rejected batch, so only the events rejected on their
+        own reach the DLQ; each fact says how many bisection requests the batch had spent."""
+        plan = Bisection(batch, first, budget=self._dest.max_bisect_requests)
+        while (step := plan.next()) is not None:
+            so_far = SentBatch(sent.batch, step.spent)
+            if isinstance(step, DeadLetter):
+                await self.dead_letter(step.batch, step.error, so_far, step.note)
+                continue
+            self._meters.bisection_requests.inc()
+            try:
+                status = await self.send_with_retries(step.batch)
+            except DestinationUnavailable as transient:
+                await self.hand_off(step.batch, transient, so_far)
+            except DestinationRejected as again:
+                plan.rejected(step.batch, again)
+            else:
+                acknowledged = await self.delivered(step.batch, status, so_far)
+                if acknowledged is not None:
+                    await acknowledged
 
     async def probe(self, batch: Batch, breaker: Breaker) -> Awaitable[None] | None:
         """A half-open breaker's probe: one attempt of a small batch (one event, or none with
