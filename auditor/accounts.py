@@ -30,15 +30,15 @@ from auditor.audit_reading import AuditReading
 from auditor.epochs import Epochs
 from auditor.health import Health, restore_health
 from auditor.holdings import Holdings
-from auditor.incarnations import Incarnations
 from auditor.intake import Intake
 from auditor.legacy import LegacySnapshot
 from auditor.missing import Resolve, missing_ids, unnamed
 from auditor.progress import ProgressClock
 from auditor.settling import Settling
 from auditor.shares import Share, snapshot_digest, snapshot_name, write_share_snapshot
-from auditor.tables import iso_minute
 from config.destination import Destination
+from hifi.accounting.incarnations import Incarnations
+from hifi.accounting.tables import iso_minute
 from hifi.errors import HifiError
 from hifi.worker import PartitionHandler, Work
 

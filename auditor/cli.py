@@ -24,8 +24,8 @@ from hifi.errors import ConfigError, HifiError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from auditor.client import AuditorTables
     from config.destination import Destination
+    from hifi.accounting.client import AuditorTables
     from hifi.check import CheckReport
     from hifi.kafka.settings import KafkaSettings
 
@@ -228,7 +228,7 @@ def report(
 
     From a running auditor (--url) or from the archive (--archive); exactly one of the two.
     """
-    from auditor.tables import day_availability, day_range_ms
+    from hifi.accounting.tables import day_availability, day_range_ms
 
     if (url is None) == (archive_dir is None):
         raise ConfigError(
@@ -258,7 +258,7 @@ def report(
 def _show_availability(dest: str, fmt: str, result: dict[str, Any]) -> None:
     import orjson
 
-    from auditor.tables import render_availability
+    from hifi.accounting.tables import render_availability
 
     result["dest"] = dest
     if fmt == "json":
@@ -270,7 +270,7 @@ def _show_availability(dest: str, fmt: str, result: dict[str, Any]) -> None:
 def _show_table(dest: str, fmt: str, rows: list[dict[str, Any]]) -> None:
     import orjson
 
-    from auditor.tables import render
+    from hifi.accounting.tables import render
 
     if fmt == "json":
         click.echo(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
@@ -304,7 +304,7 @@ def _from_auditor(
 
     import httpx
 
-    from auditor.client import HTTP_TIMEOUT_S, base_url, fetch_tables
+    from hifi.accounting.client import HTTP_TIMEOUT_S, base_url, fetch_tables
 
     base = base_url(url)
 
@@ -325,8 +325,8 @@ def _from_archive(
     root: Path, dest: str, from_ms: int | None, to_ms: int | None, now_ms: int
 ) -> tuple[list[dict[str, Any]], int | None]:
     from auditor.archive.read import read_minutes, read_settings
-    from auditor.buckets import MINUTE_MS
-    from auditor.tables import report_row
+    from hifi.accounting.buckets import MINUTE_MS
+    from hifi.accounting.tables import report_row
 
     if not root.is_dir():
         raise ConfigError(f"--archive {root}: not a directory")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from operator import attrgetter
 
 from auditor.archive import EnteredColumns
-from auditor.buckets import Problem, minute_of
-from auditor.ledger import Ledger
+from hifi.accounting.buckets import Problem, minute_of
+from hifi.accounting.ledger import Ledger
 from hifi.envelope import Parsed
 
 _offset_of = attrgetter("offset")

@@ -1,7 +1,7 @@
 """The epoch of each poll of a source partition, while the auditor runs and across its runs.
 
 Two ways tell the auditor that a source partition started over (its topic deleted and created
-again, `auditor.incarnations`): the worker sees it while the auditor runs
+again, `hifi.accounting.incarnations`): the worker sees it while the auditor runs
 (`PartitionHandler.started_over`, `hifi.worker.restarts`), or the auditor sees a poll start below
 where it had read, with newer records or a high watermark below that offset (across runs). The
 first records read after either begin a new incarnation at their Kafka time.
@@ -29,8 +29,8 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from auditor.incarnations import Incarnations
 from auditor.progress import ProgressClock
+from hifi.accounting.incarnations import Incarnations
 from hifi.audit import Fact
 
 

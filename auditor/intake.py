@@ -22,15 +22,15 @@ from aiokafka import TopicPartition
 
 from auditor import metrics
 from auditor.archive import Archive
-from auditor.buckets import MINUTE_MS, Problem
 from auditor.entered import entered_columns
 from auditor.epochs import Epochs
 from auditor.health import Health
-from auditor.incarnations import Incarnations, key
-from auditor.ledger import Ledger
 from auditor.shares import Share
 from config.destination import Destination
 from config.parsing import parse
+from hifi.accounting.buckets import MINUTE_MS, Problem
+from hifi.accounting.incarnations import Incarnations, key
+from hifi.accounting.ledger import Ledger
 from hifi.audit import TOPIC_MARK, Fact, FactRefused, decode_fact
 from hifi.audit.keys import origin_of_key
 from hifi.vocabulary import Outcome

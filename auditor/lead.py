@@ -26,11 +26,11 @@ import msgspec
 import structlog
 
 from auditor import metrics
-from auditor.buckets import MINUTE_MS, Bucket, Counts, Settled
-from auditor.late import LOSS, rejudged
 from auditor.merged import DestinationView
 from auditor.share_rows import Row, loss_ratio, merged_row
-from auditor.tables import iso_minute
+from hifi.accounting.buckets import MINUTE_MS, Bucket, Counts, Settled
+from hifi.accounting.late import LOSS, rejudged
+from hifi.accounting.tables import iso_minute
 
 log = structlog.get_logger(__name__)
 

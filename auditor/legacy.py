@@ -20,8 +20,8 @@ from typing import Any
 import msgspec
 from aiokafka import TopicPartition
 
-from auditor.incarnations import split
 from auditor.shares import Share
+from hifi.accounting.incarnations import split
 from hifi.errors import HifiError
 
 LEGACY_FORMAT = 1

@@ -19,10 +19,10 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from auditor.buckets import MINUTE_MS
-from auditor.ledger import Ledger
 from auditor.share_rows import Row, merged_row, share_row
 from config.destination import Destination
+from hifi.accounting.buckets import MINUTE_MS
+from hifi.accounting.ledger import Ledger
 
 # A share keeps posting a final row this long after the destination's horizon passed it, or
 # after it changed: every member, the lead's first, reads it in time.

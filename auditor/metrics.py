@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from auditor.buckets import MINUTE_MS, Change, Counts, Settled
+from hifi.accounting.buckets import MINUTE_MS, Change, Counts, Settled
 from hifi.vocabulary import Outcome
 
 # The `kind` label of `EVENTS`: what entered, the outcomes the auditor counts, what is missing.
@@ -34,9 +34,9 @@ AVAILABILITY = Gauge(
     ["dest"],
 )
 # The counters of final minutes an availability burn rate divides (the SLI: up minutes / final
-# minutes); a down minute is down for `loss` or `lag` (`auditor.buckets.judge`), counted once,
+# minutes); a down minute is down for `loss` or `lag` (`hifi.accounting.buckets.judge`), counted once,
 # for the reason it first went down for: one down for loss that turns `late` after
-# (`auditor.late.rejudged`) stays counted under loss, so the sum over reasons stays exact.
+# (`hifi.accounting.late.rejudged`) stays counted under loss, so the sum over reasons stays exact.
 DOWN_REASONS = ("loss", "lag")
 FINAL_MINUTES = Counter(
     "hifi_auditor_final_minutes",

@@ -10,9 +10,9 @@ from aiokafka import TopicPartition
 from pyroaring import BitMap
 
 from auditor.archive.read import find_ids
-from auditor.buckets import Bucket, Partition
-from auditor.ledger import MAX_MISSING_IDS
 from auditor.shares import Share
+from hifi.accounting.buckets import Bucket, Partition
+from hifi.accounting.ledger import MAX_MISSING_IDS
 
 # What a member names: a share, a destination, a final minute and its missing events' origins.
 Resolve = tuple[TopicPartition, str, int, dict[Partition, list[int]]]

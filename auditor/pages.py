@@ -9,8 +9,8 @@ from aiokafka import TopicPartition
 from starlette.requests import Request
 
 from auditor.board import STALE_AFTER_S
-from auditor.buckets import MINUTE_MS
-from auditor.tables import report_row
+from hifi.accounting.buckets import MINUTE_MS
+from hifi.accounting.tables import report_row
 
 if TYPE_CHECKING:
     from auditor.accounts import Accounts

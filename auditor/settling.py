@@ -19,14 +19,14 @@ from auditor import metrics
 from auditor.archive import Archive
 from auditor.board import board_dir, post, read_board
 from auditor.holdings import Holdings
-from auditor.incarnations import Incarnations, key
 from auditor.intake import Intake
 from auditor.lead import final_file, read_final_rows, serve, write_final_rows
-from auditor.ledger import Ledger
 from auditor.merged import DestinationView, share_entry
 from auditor.missing import Resolve, missing_origins
 from auditor.shares import Share
 from config.destination import Destination
+from hifi.accounting.incarnations import Incarnations, key
+from hifi.accounting.ledger import Ledger
 
 log = structlog.get_logger(__name__)
 

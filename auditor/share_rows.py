@@ -16,10 +16,10 @@ from typing import Any
 
 import msgspec
 
-from auditor.buckets import Bucket, Counts, Lags, judge, lags_of
-from auditor.ledger import MAX_MISSING_IDS, Ledger
-from auditor.percentiles import LogHistogram
 from config.destination import Accounting
+from hifi.accounting.buckets import Bucket, Counts, Lags, judge, lags_of
+from hifi.accounting.ledger import MAX_MISSING_IDS, Ledger
+from hifi.accounting.percentiles import LogHistogram
 
 Row = dict[str, Any]  # a share's minute, plain values (msgpack)
 

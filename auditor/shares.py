@@ -23,8 +23,8 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from auditor.archive import write_snapshot
-from auditor.ledger import Ledger
 from config.destination import Destination
+from hifi.accounting.ledger import Ledger
 
 SHARE_SNAPSHOT_FORMAT = 2  # the group's single snapshot (`auditor-GROUP`) is format 1
 

@@ -1,6 +1,6 @@
 """A synthetic auditor archive for `make bench-reconcile`: N events over one UTC day of minutes.
 
-Written exactly as the auditor writes it (`auditor.archive.layout`'s schemas and partition
+Written exactly as the auditor writes it (`hifi.accounting.archive_layout`'s schemas and partition
 directories, zstd, the auditor's dictionary columns, its settings file), hour by hour and a
 column at a time with numpy: no Python loop over events. The same plan and seed give the same
 rows (file names included).
@@ -39,9 +39,15 @@ import pyarrow.parquet as pq
 
 from auditor.archive import write_settings
 from auditor.archive.files import DICTIONARY_COLUMNS as _DICTIONARY
-from auditor.archive.layout import ENTERED_SCHEMA, HOUR_MS, OUTCOME_SCHEMA, Kind, partition_dir
-from auditor.buckets import MINUTE_MS
 from config.destination import Accounting
+from hifi.accounting.archive_layout import (
+    ENTERED_SCHEMA,
+    HOUR_MS,
+    OUTCOME_SCHEMA,
+    Kind,
+    partition_dir,
+)
+from hifi.accounting.buckets import MINUTE_MS
 from hifi.vocabulary import Outcome, Reason
 
 DAY_MS = 86_400_000

@@ -32,10 +32,10 @@ from typing import Any
 
 import duckdb
 
-from auditor.archive.layout import Kind
 from auditor.archive.read import read_settings
-from auditor.buckets import MINUTE_MS
 from config.destination import Accounting
+from hifi.accounting.archive_layout import Kind
+from hifi.accounting.buckets import MINUTE_MS
 from hifi.vocabulary import Outcome
 from spark_batch.archive_input import SettingsVersion, Window
 from spark_batch.origins import FUTURE_TOLERANCE_MS, LAG_MAX_MS

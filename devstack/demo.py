@@ -29,7 +29,6 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from auditor.tables import parse_minute, render
 from devstack import kafka_tools
 from devstack.broker import LocalBroker
 from devstack.destination import Reply, TestDestination
@@ -37,6 +36,7 @@ from devstack.ports import free_port
 from devstack.processes import start_daemon
 from devstack.readiness import until_ready
 from hifi import kafka
+from hifi.accounting.tables import parse_minute, render
 from hifi.errors import HifiError
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings

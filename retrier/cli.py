@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from hifi.kafka.settings import KafkaSettings
 
 PROG = "retrier"
-AUDITOR_URL_ENV = "HIFI_AUDITOR_URL"  # as auditor.client.AUDITOR_URL_ENV
+AUDITOR_URL_ENV = "HIFI_AUDITOR_URL"  # as hifi.accounting.client.AUDITOR_URL_ENV
 RUNBOOK_URL_ENV = "HIFI_RUNBOOK_URL"  # as retrier.dashboard.runbook.RUNBOOK_URL_ENV
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -3,7 +3,7 @@
 Paths go to Spark as they are (a local directory, `hdfs://`, `s3a://`), so the same job runs
 under `spark-submit` on a cluster. Only the columns a reconciliation needs are read, and only
 the `dest=`/`date=` directories of the range (Hive partition pruning). The layout is
-`auditor/archive/layout.py`'s; `docs/accounting.md` ("The archive") describes it.
+`hifi/accounting/archive_layout.py`'s; `docs/accounting.md` ("The archive") describes it.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from auditor.archive.layout import LATER_COLUMNS, Kind
-from auditor.incarnations import SEPARATOR
+from hifi.accounting.archive_layout import LATER_COLUMNS, Kind
+from hifi.accounting.incarnations import SEPARATOR
 from config.destination import Accounting
 from hifi.errors import HifiError
 
@@ -101,7 +101,7 @@ def read_rows(
     """One dataset's rows of the window's dates (every date with `any_date`) and `dests`,
     or None when it has none.
 
-    `topic` names the origin's incarnation (`auditor.incarnations`): `orders` in epoch 0 (and
+    `topic` names the origin's incarnation (`hifi.accounting.incarnations`): `orders` in epoch 0 (and
     in files written before `topic_epoch`), `orders@1` after one re-creation, so a join on the
     origin never matches an event of one incarnation with another's."""
     from pyspark.errors import AnalysisException

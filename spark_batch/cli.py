@@ -133,7 +133,7 @@ def reconcile(
 def package(out: Path) -> None:
     """Build what spark-submit runs on a cluster: the job's zip and its driver file.
 
-    The zip holds spark_batch, auditor, config and hifi; the driver's Python needs hifi's
+    The zip holds spark_batch, config and hifi; the driver's Python needs hifi's
     dependencies (pip install 'hifi-streams[spark]'). Then: spark-submit --master URL
     --py-files DIR/hifi-spark.zip DIR/spark_batch_driver.py reconcile ...
     """

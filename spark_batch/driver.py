@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 # as spark_batch.package.PACKAGES: this file runs before the zip is known to be there
-_JOB_PACKAGES = ("spark_batch", "auditor", "config", "hifi")
+_JOB_PACKAGES = ("spark_batch", "config", "hifi")
 
 
 def run() -> None:

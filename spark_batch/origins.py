@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from auditor.archive.layout import Kind
-from auditor.buckets import MINUTE_MS
+from hifi.accounting.archive_layout import Kind
+from hifi.accounting.buckets import MINUTE_MS
 from hifi.vocabulary import Outcome
 from spark_batch.archive_input import ArchiveInputError, Window, read_rows
 
@@ -176,7 +176,7 @@ def _minute_of_entry() -> Column:
 def first_offsets(spark: SparkSession, archive: str, dests: list[str] | None) -> DataFrame | None:
     """Per (dest, topic, partition), the first offset seen entering (`first_offset`), from the
     entered rows of every date: accepted events before it, and those of a partition never seen
-    entering, cannot be judged and are not counted (`auditor/accepted.py`)."""
+    entering, cannot be judged and are not counted (`hifi/accounting/accepted.py`)."""
     from pyspark.sql import functions as F
 
     everywhere = read_rows(spark, archive, Kind.ENTERED, ORIGIN, Window(0, 1), dests, any_date=True)

@@ -31,8 +31,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from auditor.buckets import MINUTE_MS, minute_of
-from auditor.tables import day_range_ms, iso_minute, nines, report_row
+from hifi.accounting.buckets import MINUTE_MS, minute_of
+from hifi.accounting.tables import day_range_ms, iso_minute, nines, report_row
 from spark_batch.archive_input import Window
 from spark_batch.reconcile import Reconciled
 

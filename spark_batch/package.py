@@ -23,8 +23,8 @@ from pathlib import Path
 
 from hifi.errors import ConfigError
 
-#: the packages the job imports, zipped whole (the auditor's daemon modules too: never imported)
-PACKAGES = ("spark_batch", "auditor", "config", "hifi")
+#: the packages the job imports, zipped whole (the accounting model is hifi.accounting)
+PACKAGES = ("spark_batch", "config", "hifi")
 ZIP_NAME = "hifi-spark.zip"
 DRIVER_NAME = "spark_batch_driver.py"
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest a zip can record: no build time in the bytes

@@ -6,11 +6,11 @@ what the auditor saw enter (`entered` rows) and what every node said became of e
 (`dest/topic/partition/offset`), the key both carry, in one shuffle: both row kinds are
 shuffled by origin, outcome rows grouped per fact, then with the entered rows per origin
 (`origins`); what the tables need is counted from those in one more aggregation (`tally`).
-The rules are the auditor's (`auditor/ledger.py`):
+The rules are the auditor's (`hifi/accounting/ledger.py`):
 
 - an origin counts in the minute the auditor filed it under (its `minute_ms`); repeated rows
   (a crash repeats a roll) and repeated facts (same `fact_id`) count once; an origin accepted
-  by the ingest service (`accepted` rows, `auditor/accepted.py`) counts too, in the minute of
+  by the ingest service (`accepted` rows, `hifi/accounting/accepted.py`) counts too, in the minute of
   its entry, or never seen entering in that of its own time (`origins._minute_of_entry`);
 - its status is the first of: delivered (any 2xx: a later 2xx wins over a dead letter),
   dead-lettered (the reason of its first dead letter), filtered, in retry (handed off or
@@ -18,10 +18,10 @@ The rules are the auditor's (`auditor/ledger.py`):
 - `duplicates` are 2xx facts beyond the first; end-to-end lag is the first 2xx time minus the
   event time, lag-in the time the connector took the event in minus the event time, the
   node's process duration the first 2xx time minus that; percentiles are exact nearest-rank
-  (`auditor.percentiles.rank_of`), computed from counts of each distinct value per minute;
+  (`hifi.accounting.percentiles.rank_of`), computed from counts of each distinct value per minute;
 - a minute is final when the auditor wrote it as final (its `minutes` rows), or when the
   archive reaches `settle_s` past its end (the newest Kafka timestamp entered or outcome
-  time in it), and judged with `auditor.buckets.judge`:
+  time in it), and judged with `hifi.accounting.buckets.judge`:
   first deliveries more than `settle_s` after the minute ended are late, as live.
 
 Settings (`settle_s`, `lag_sla_s`) are the versions the auditor wrote beside the rows, per
@@ -34,9 +34,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from auditor.archive.layout import Kind
-from auditor.buckets import MINUTE_MS, Counts, judge
-from auditor.ledger import MAX_MISSING_IDS
+from hifi.accounting.archive_layout import Kind
+from hifi.accounting.buckets import MINUTE_MS, Counts, judge
+from hifi.accounting.ledger import MAX_MISSING_IDS
 from spark_batch.archive_input import (
     ENTERED_COLUMNS,
     OUTCOME_COLUMNS,
@@ -326,7 +326,7 @@ def _settled_minutes(
 
 
 def _span(window: Window) -> str:
-    from auditor.tables import iso_minute
+    from hifi.accounting.tables import iso_minute
 
     return f"[{iso_minute(window.from_ms)}, {iso_minute(window.to_ms)})"
 
@@ -346,7 +346,7 @@ def _judged(
     lag_sla_s: float | None,
     settled: set[tuple[str, int]],
 ) -> dict[str, Any]:
-    """A minute row with the archive's `minutes` columns (`auditor.tables.report_row` makes
+    """A minute row with the archive's `minutes` columns (`hifi.accounting.tables.report_row` makes
     the report's), `dest`, and the settings it was judged by."""
     dest, minute_ms = row["dest"], row["minute_ms"]
     settings = settings_at(versions, dest, minute_ms)

@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from auditor.buckets import MINUTE_MS
-from auditor.tables import DAY_MINUTES, iso_minute, parse_minute
+from hifi.accounting.buckets import MINUTE_MS
+from hifi.accounting.tables import DAY_MINUTES, iso_minute, parse_minute
 from spark_batch.outputs import loss_verdict, minute_state
 from spark_batch.reconcile import Reconciled
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from auditor.buckets import MINUTE_MS
 from config.destination import Accounting
+from hifi.accounting.buckets import MINUTE_MS
 from spark_batch.archive_input import SettingsVersion
 
 if TYPE_CHECKING:

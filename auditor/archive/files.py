@@ -14,8 +14,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from auditor.archive.layout import OUTCOME_RUNS, ArchiveError, Kind, check_name, partition_dir, why
 from auditor.archive.read import read_settings
+from hifi.accounting.archive_layout import (
+    OUTCOME_RUNS,
+    ArchiveError,
+    Kind,
+    check_name,
+    partition_dir,
+    why,
+)
 
 STALE_TEMP_S = 3600  # temporary files older than this are a crashed writer's, removed at start
 # Columns with few distinct values are dictionary-encoded; on unique ids or clocks it would cost

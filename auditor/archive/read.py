@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from auditor.archive.layout import (
+from hifi.accounting.archive_layout import (
     EPOCH,
     ID_COLUMNS,
     LATER_COLUMNS,
@@ -30,7 +30,7 @@ from auditor.archive.layout import (
     visible,
     why,
 )
-from auditor.incarnations import split
+from hifi.accounting.incarnations import split
 
 
 def _parquet_files(directory: Path) -> list[Path]:
@@ -160,7 +160,7 @@ def find_ids(
     bad_files: list[Path] | None = None,
 ) -> dict[tuple[str, int, int], str | None]:
     """Event ids of `entered` rows: minute_ms -> (topic, partition) -> offsets, the topic as
-    the ledgers key it (`auditor.incarnations.key`: with its epoch after the first).
+    the ledgers key it (`hifi.accounting.incarnations.key`: with its epoch after the first).
 
     Reads only the files of those minutes' date/hour partitions; an origin the archive does
     not hold is absent from the result, one without a readable id maps to None.

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from auditor.archive.files import STALE_TEMP_S, remove_stale_temp_files, write_part
-from auditor.archive.layout import (
+from hifi.accounting.archive_layout import (
     ENTERED_SCHEMA,
     HOUR_MS,
     MINUTE_NAMES,

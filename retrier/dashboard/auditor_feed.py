@@ -14,9 +14,15 @@ from typing import Any
 
 import httpx
 
-from auditor.buckets import MINUTE_MS
-from auditor.client import AuditorTables, BreakerView, DestinationHealth, base_url, fetch_tables
-from auditor.tables import day_availability, parse_minute, verdict
+from hifi.accounting.buckets import MINUTE_MS
+from hifi.accounting.client import (
+    AuditorTables,
+    BreakerView,
+    DestinationHealth,
+    base_url,
+    fetch_tables,
+)
+from hifi.accounting.tables import day_availability, parse_minute, verdict
 from hifi.errors import HifiError
 
 HOURS_SHOWN = 3

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from auditor.daemon import Auditor
-from auditor.tables import iso_minute
 from config.destination import Destination
+from hifi.accounting.tables import iso_minute
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from tests.auditor.support import (

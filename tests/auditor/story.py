@@ -39,14 +39,14 @@ import orjson
 import pytest
 
 from auditor.archive.read import read_minutes
-from auditor.buckets import MINUTE_MS
 from auditor.daemon import GROUP_ID, Auditor
-from auditor.tables import iso_minute
 from connector import Connector
 from devstack.destination import Reply, TestDestination
 from devstack.kafka_tools import produce, produce_events
 from devstack.ports import free_port
 from hifi import kafka
+from hifi.accounting.buckets import MINUTE_MS
+from hifi.accounting.tables import iso_minute
 from hifi.audit import AUDIT_TOPIC_ENV_VAR, HDR_FORMAT, Fact, Slice, encode_fact
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings

@@ -17,13 +17,13 @@ from prometheus_client import REGISTRY
 
 from auditor.accounts import Accounts
 from auditor.archive import Archive
-from auditor.buckets import MINUTE_MS
 from auditor.daemon import Auditor
 from auditor.progress import ProgressClock
-from auditor.tables import report_row
 from config.catalog import Catalog
 from config.destination import Destination
 from hifi import kafka
+from hifi.accounting.buckets import MINUTE_MS
+from hifi.accounting.tables import report_row
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from tests.helpers import write_destination

@@ -6,11 +6,11 @@ import uuid
 
 import msgspec
 
-from auditor.buckets import MINUTE_MS
-from auditor.ledger import Ledger
 from auditor.missing import missing_origins
-from auditor.tables import archive_row, render, report_row
 from config.destination import Accounting
+from hifi.accounting.buckets import MINUTE_MS
+from hifi.accounting.ledger import Ledger
+from hifi.accounting.tables import archive_row, render, report_row
 from hifi.audit import FORMAT_MAJOR, FORMAT_MINOR, Fact, Slice
 from hifi.audit.accepted import accepted_event, accepted_facts
 from hifi.vocabulary import Outcome

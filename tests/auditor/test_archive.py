@@ -12,11 +12,16 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from auditor import archive, incarnations
+from auditor import archive
 from auditor.archive import Archive, EnteredColumns, write_settings, write_snapshot
-from auditor.archive import layout as archive_layout
-from auditor.archive.layout import ENTERED_SCHEMA, MINUTE_SCHEMA, OUTCOME_SCHEMA, ArchiveError
 from auditor.archive.read import find_ids, read_minutes, read_settings, read_snapshot
+from hifi.accounting import archive_layout, incarnations
+from hifi.accounting.archive_layout import (
+    ENTERED_SCHEMA,
+    MINUTE_SCHEMA,
+    OUTCOME_SCHEMA,
+    ArchiveError,
+)
 from hifi.audit import FORMAT_MAJOR, FORMAT_MINOR, Fact, Slice
 from hifi.errors import ConfigError
 

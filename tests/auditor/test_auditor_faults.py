@@ -13,8 +13,8 @@ import httpx
 import orjson
 import pytest
 
-from auditor.tables import parse_minute, report_row
 from devstack.kafka_tools import dead_letters
+from hifi.accounting.tables import parse_minute, report_row
 from hifi.kafka.settings import KafkaSettings
 from spark_batch.archive_input import Window
 from spark_batch.reconcile import reconcile

@@ -7,9 +7,9 @@ import uuid
 from prometheus_client import REGISTRY
 
 from auditor import metrics
-from auditor.buckets import MINUTE_MS
-from auditor.ledger import Ledger
 from config.destination import Accounting
+from hifi.accounting.buckets import MINUTE_MS
+from hifi.accounting.ledger import Ledger
 from hifi.audit import FORMAT_MAJOR, FORMAT_MINOR, Fact, Slice
 from hifi.vocabulary import Outcome
 

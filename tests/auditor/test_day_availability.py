@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from auditor.buckets import MINUTE_MS
-from auditor.tables import day_availability
+from hifi.accounting.buckets import MINUTE_MS
+from hifi.accounting.tables import day_availability
 
 DAY = datetime(2026, 3, 4, tzinfo=UTC)
 DAY_MS = int(DAY.timestamp() * 1000)

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from aiokafka import TopicPartition
 
 from auditor.epochs import Epochs
-from auditor.incarnations import Incarnations
 from auditor.progress import ProgressClock
+from hifi.accounting.incarnations import Incarnations
 from hifi.audit import FORMAT_MAJOR, FORMAT_MINOR, Fact, Slice
 
 TP = TopicPartition("orders", 0)

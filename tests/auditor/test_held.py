@@ -8,10 +8,10 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from auditor.buckets import MINUTE_MS
 from auditor.holdings import CLOCK_SKEW_MS, Holdings, Sample
 from auditor.lead import recounted
 from auditor.missing import missing_origins
+from hifi.accounting.buckets import MINUTE_MS
 from hifi.vocabulary import Outcome
 from tests.auditor.test_ledger import T0, TP, fact, ledger
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from auditor.incarnations import Incarnations, key, split
+from hifi.accounting.incarnations import Incarnations, key, split
 
 
 def _check(found: Incarnations, offset: int, at_ms: int, highwater: int | None = None) -> int:

@@ -12,11 +12,11 @@ from aiokafka import TopicPartition
 from prometheus_client import REGISTRY
 
 from auditor import metrics
-from auditor.buckets import MINUTE_MS
 from auditor.lead import recounted, serve
-from auditor.ledger import Ledger
 from auditor.merged import DestinationView, share_entry
-from auditor.tables import archive_row, report_row
+from hifi.accounting.buckets import MINUTE_MS
+from hifi.accounting.ledger import Ledger
+from hifi.accounting.tables import archive_row, report_row
 from hifi.audit import FORMAT_MAJOR, FORMAT_MINOR, Fact, Slice
 from hifi.vocabulary import Outcome
 from tests.auditor.support import audited_destination

@@ -7,10 +7,10 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from auditor.buckets import MINUTE_MS
 from auditor.lead import serve
 from auditor.merged import DestinationView, share_entry
 from auditor.shares import Share
+from hifi.accounting.buckets import MINUTE_MS
 from tests.auditor.support import audited_destination
 from tests.auditor.test_share_merge import P0, P1, SETTLED_MS, T0, TOPIC, _member
 

@@ -9,10 +9,10 @@ from collections import Counter
 import msgspec
 import pytest
 
-from auditor.buckets import MINUTE_MS, Problem
-from auditor.ledger import Ledger
-from auditor.percentiles import nearest_rank, nearest_rank_counted
 from config.destination import Accounting
+from hifi.accounting.buckets import MINUTE_MS, Problem
+from hifi.accounting.ledger import Ledger
+from hifi.accounting.percentiles import nearest_rank, nearest_rank_counted
 from hifi.audit import FORMAT_MAJOR, FORMAT_MINOR, Fact, Slice
 from hifi.vocabulary import Outcome, Reason
 

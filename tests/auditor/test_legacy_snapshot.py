@@ -9,10 +9,10 @@ from aiokafka import TopicPartition
 
 from auditor.accounts import Accounts
 from auditor.archive import Archive, write_snapshot
-from auditor.buckets import MINUTE_MS
-from auditor.ledger import Ledger
 from auditor.progress import ProgressClock
-from auditor.tables import archive_row
+from hifi.accounting.buckets import MINUTE_MS
+from hifi.accounting.ledger import Ledger
+from hifi.accounting.tables import archive_row
 from tests.auditor.support import audited_destination
 from tests.auditor.test_share_merge import FIGURES, SETTLED_MS, T0, TOPIC, _entries, _records
 

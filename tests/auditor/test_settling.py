@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from auditor.buckets import MINUTE_MS
-from auditor.ledger import Ledger
 from config.destination import Accounting
+from hifi.accounting.buckets import MINUTE_MS
+from hifi.accounting.ledger import Ledger
 from hifi.vocabulary import Outcome
 from tests.auditor.test_ledger import T0, TP, fact
 

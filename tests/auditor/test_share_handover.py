@@ -18,9 +18,9 @@ from aiokafka import TopicPartition
 from auditor.accounts import Accounts
 from auditor.archive import Archive
 from auditor.board import board_dir
-from auditor.buckets import MINUTE_MS
 from auditor.lead import read_final_rows
 from config.destination import Destination
+from hifi.accounting.buckets import MINUTE_MS
 from tests.auditor.support import audited_destination, group_member
 from tests.auditor.test_ledger import T0
 from tests.auditor.test_rebalance_window import _records

@@ -17,16 +17,16 @@ from aiokafka import TopicPartition
 
 from auditor.archive import Archive
 from auditor.assignor import plan
-from auditor.buckets import MINUTE_MS
 from auditor.epochs import Epochs
-from auditor.incarnations import Incarnations
 from auditor.intake import Intake
-from auditor.ledger import Ledger
 from auditor.merged import DestinationView, share_entry
 from auditor.progress import ProgressClock
 from auditor.shares import Share
-from auditor.tables import archive_row
 from config.destination import Destination
+from hifi.accounting.buckets import MINUTE_MS
+from hifi.accounting.incarnations import Incarnations
+from hifi.accounting.ledger import Ledger
+from hifi.accounting.tables import archive_row
 from hifi.audit import (
     FORMAT_MAJOR,
     FORMAT_MINOR,

@@ -27,8 +27,8 @@ from aiokafka import TopicPartition
 
 from auditor.accounts import Accounts
 from auditor.archive import Archive
-from auditor.buckets import MINUTE_MS
 from config.destination import Destination
+from hifi.accounting.buckets import MINUTE_MS
 from hifi.audit import Seen, build_facts, fact_records
 from hifi.vocabulary import Outcome
 from tests.auditor.support import audited_destination, group_member

@@ -14,10 +14,10 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from auditor.buckets import MINUTE_MS
 from bench import reconcile as bench
 from bench import reconcile_duckdb
 from bench.reconcile_archive import DAY_MS, Plan
+from hifi.accounting.buckets import MINUTE_MS
 from hifi.vocabulary import Outcome, Reason
 from spark_batch.archive_input import Window
 from spark_batch.reconcile import reconcile

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import auditor.cli
-import auditor.client
 import auditor.daemon
 import connector.backfill
 import connector.cli
 import connector.pacing
+import hifi.accounting.client
 import hifi.cli_options
 import hifi.logging
 import hifi.ops_http
@@ -23,7 +23,7 @@ def test_repeated_defaults_equal_the_modules_that_own_them() -> None:
         (hifi.cli_options.METRICS_HOST, hifi.ops_http.DEFAULT_HOST),
         (connector.cli.MAX_RATE_PER_S, connector.pacing.MAX_RATE_PER_S),
         (connector.cli.CHECKPOINT_EVERY_S, connector.backfill.CHECKPOINT_EVERY_S),
-        (retrier.cli.AUDITOR_URL_ENV, auditor.client.AUDITOR_URL_ENV),
+        (retrier.cli.AUDITOR_URL_ENV, hifi.accounting.client.AUDITOR_URL_ENV),
         (auditor.cli.GROUP_ID, auditor.daemon.GROUP_ID),
         (auditor.cli.DEFAULT_ROLL_S, auditor.daemon.DEFAULT_ROLL_S),
         (spark_batch.cli.DEFAULT_MASTER, spark_batch.session.DEFAULT_MASTER),

@@ -10,12 +10,12 @@ import httpx
 import orjson
 import respx
 
-from auditor.client import DestinationHealth
 from auditor.health import Health
 from connector import status
 from connector.delivery import Deliverer
 from connector.divert import Diverter
 from connector.rebatch import Batch
+from hifi.accounting.client import DestinationHealth
 from hifi.audit import AuditTrail, decode_fact
 from retrier.dashboard.auditor_feed import panel_health
 from tests.helpers import FakeKafka, Sleeps, make_destination, make_event

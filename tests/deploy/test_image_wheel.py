@@ -188,7 +188,7 @@ def test_every_module_of_the_wheel_imports_from_the_wheel(
     wheel: Path, wheel_venv: Path, tmp_path: Path
 ) -> None:
     """Each module the wheel holds imports in the fresh venv, and every hifi module it pulls in
-    comes from the wheel (the retrier imports `auditor.client`: a Dockerfile without `auditor`
+    comes from the wheel (the retrier imports `hifi.accounting.client`: a Dockerfile without `auditor`
     fails here even where `--version` answers before importing it)."""
     with zipfile.ZipFile(wheel) as archive:
         files = [name for name in archive.namelist() if name.endswith(".py")]

@@ -17,11 +17,11 @@ from starlette.routing import Route
 
 from auditor.accounts import Accounts
 from auditor.archive import Archive
-from auditor.buckets import MINUTE_MS
-from auditor.client import AuditorTables, fetch_tables
 from auditor.pages import Pages
 from auditor.progress import ProgressClock
-from auditor.tables import LATE, day_availability, report_row
+from hifi.accounting.buckets import MINUTE_MS
+from hifi.accounting.client import AuditorTables, fetch_tables
+from hifi.accounting.tables import LATE, day_availability, report_row
 from retrier.dashboard.auditor_feed import AuditorFeed
 from tests.auditor.support import audited_destination
 

@@ -13,10 +13,10 @@ from starlette.routing import Route
 
 from auditor.accounts import Accounts
 from auditor.archive import Archive
-from auditor.buckets import MINUTE_MS
-from auditor.client import BreakerView, fetch_tables
 from auditor.pages import Pages
 from auditor.progress import ProgressClock
+from hifi.accounting.buckets import MINUTE_MS
+from hifi.accounting.client import BreakerView, fetch_tables
 from hifi.audit import AuditTrail, Fact, encode_fact
 from retrier.dashboard.auditor_feed import AuditorFeed, panel_breaker
 from tests.auditor.support import audited_destination

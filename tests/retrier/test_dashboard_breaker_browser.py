@@ -11,9 +11,9 @@ import orjson
 import pytest
 from playwright.async_api import expect
 
-from auditor.buckets import MINUTE_MS
-from auditor.client import BreakerView, DestinationHealth
-from auditor.tables import report_row
+from hifi.accounting.buckets import MINUTE_MS
+from hifi.accounting.client import BreakerView, DestinationHealth
+from hifi.accounting.tables import report_row
 from retrier.dashboard.api import STATIC_DIR
 from retrier.dashboard.auditor_feed import panel_health
 from retrier.dashboard.runbook import runbook_links

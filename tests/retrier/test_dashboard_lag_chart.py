@@ -4,7 +4,7 @@ box and its panel, the box keeps its height, and the bars stand in time order.
 
 The page is the real retrier's (in-process, on the real broker), fed through its real auditor
 feed by an auditor-like ops server in-process that answers `/tables` with rows in the auditor's
-own row format (`auditor.tables.report_row`) and `/status` as the auditor does."""
+own row format (`hifi.accounting.tables.report_row`) and `/status` as the auditor does."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from starlette.requests import Request
 
-from auditor.buckets import MINUTE_MS
-from auditor.tables import parse_minute, report_row
 from config.destination import Accounting, Destination
+from hifi.accounting.buckets import MINUTE_MS
+from hifi.accounting.tables import parse_minute, report_row
 from hifi.kafka.settings import KafkaSettings
 from hifi.ops_http import OpsServer
 from retrier.daemon import DashboardOptions, Retrier

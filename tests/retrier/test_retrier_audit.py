@@ -19,7 +19,7 @@ from hifi.headers import header_map
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from retrier import Retrier
-from retrier.plan import seen_of
+from retrier.record import seen_of
 from tests.helpers import events, make_destination, read_facts, running
 from tests.retrier.support import collect, create_topics, handoff, produce_all
 

@@ -6,8 +6,8 @@ import uuid
 from pathlib import Path
 
 from auditor.archive import Archive, EnteredColumns, write_settings
-from auditor.buckets import MINUTE_MS
 from config.destination import Accounting
+from hifi.accounting.buckets import MINUTE_MS
 from hifi.audit import FORMAT_MAJOR, FORMAT_MINOR, Fact, Slice
 from hifi.vocabulary import Outcome, Reason
 

@@ -17,7 +17,7 @@ from tests.spark_batch.support import DAY
 
 
 def test_the_zip_holds_the_job_packages_sources_and_the_same_bytes_twice(tmp_path: Path) -> None:
-    """Every source file of spark_batch, auditor, config and hifi, no bytecode, no other
+    """Every source file of spark_batch, config and hifi, no bytecode, no other
     package; built twice, the same bytes; the driver file beside it is spark_batch/driver.py."""
     first = package(tmp_path / "a")
     second = package(tmp_path / "b")
@@ -35,7 +35,7 @@ def test_the_zip_holds_the_job_packages_sources_and_the_same_bytes_twice(tmp_pat
     }
     assert sources <= set(names)
     assert "spark_batch/cli.py" in names
-    assert "auditor/ledger.py" in names
+    assert "hifi/accounting/ledger.py" in names
     assert first.files == len(names)
     assert first.driver_path.read_bytes() == (root / "spark_batch" / "driver.py").read_bytes()
 

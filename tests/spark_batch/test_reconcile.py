@@ -9,8 +9,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from auditor.buckets import MINUTE_MS
-from auditor.percentiles import nearest_rank
+from hifi.accounting.buckets import MINUTE_MS
+from hifi.accounting.percentiles import nearest_rank
 from hifi.vocabulary import Outcome, Reason
 from spark_batch.archive_input import ArchiveInputError, Window
 from spark_batch.reconcile import Reconciled, reconcile

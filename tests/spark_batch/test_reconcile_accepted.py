@@ -1,5 +1,5 @@
 """The reconciliation of a destination fed by an ingest stream: accepted rows counted as the
-auditor counts them (`auditor/accepted.py`, docs/accounting.md)."""
+auditor counts them (`hifi/accounting/accepted.py`, docs/accounting.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from auditor.buckets import MINUTE_MS
+from hifi.accounting.buckets import MINUTE_MS
 from hifi.vocabulary import Outcome
 from spark_batch.archive_input import Window
 from spark_batch.outputs import summarize

@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from auditor.buckets import MINUTE_MS
+from hifi.accounting.buckets import MINUTE_MS
 from spark_batch.archive_input import Window
 from spark_batch.cli import verdict_line
 from spark_batch.outputs import loss_verdict, summarize

@@ -22,8 +22,8 @@ from typing import Any
 
 from pyroaring import BitMap
 
-from auditor.buckets import Bucket, Partition, Problem
-from auditor.incarnations import key
+from hifi.accounting.buckets import Bucket, Partition, Problem
+from hifi.accounting.incarnations import key
 from hifi.audit import Fact
 
 

@@ -7,7 +7,7 @@ connector and the retrier set bits in per-partition outcome bitmaps (delivered, 
 by reason, filtered, handed off). A bucket's counts are intersections of the two, so 15
 million events waiting to settle cost a few bytes each, and ids are resolved (from the
 archive) only for what is missing. For a destination fed by an ingest stream, the events the
-ingest service accepted (its facts) are noted too (`auditor/accepted.py`): missing is then
+ingest service accepted (its facts) are noted too (`hifi/accounting/accepted.py`): missing is then
 counted from the entered and the accepted events together.
 
 A bucket is provisional until `settle_s` after its minute ends, measured on the auditor's
@@ -32,9 +32,9 @@ from typing import Any
 
 from pyroaring import BitMap
 
-from auditor.accepted import Acceptance
-from auditor.bucket_state import bucket_from, bucket_state, outcomes_from, outcomes_state
-from auditor.buckets import (
+from hifi.accounting.accepted import Acceptance
+from hifi.accounting.bucket_state import bucket_from, bucket_state, outcomes_from, outcomes_state
+from hifi.accounting.buckets import (
     LAG_MAX_MS,
     MINUTE_MS,
     Bucket,
@@ -52,9 +52,9 @@ from auditor.buckets import (
     minute_of,
     tally,
 )
-from auditor.incarnations import key
-from auditor.late import hold_again, note_verdicts, resolve_waiting
-from config.destination import Accounting
+from hifi.accounting.incarnations import key
+from hifi.accounting.late import hold_again, note_verdicts, resolve_waiting
+from hifi.accounting.settings import AccountingSettings
 from hifi.audit import Fact
 from hifi.vocabulary import Outcome
 
@@ -69,7 +69,7 @@ SEEN_FACTS_KEEP_MS = 30 * MINUTE_MS
 class Ledger:
     """The accounts of one destination; fed by the auditor's event loop only."""
 
-    def __init__(self, dest: str, settings: Accounting) -> None:
+    def __init__(self, dest: str, settings: AccountingSettings) -> None:
         self.dest = dest
         self.settings = settings
         self.buckets: dict[int, Bucket] = {}
@@ -138,7 +138,7 @@ class Ledger:
 
     def apply(self, fact: Fact, epochs: Sequence[int] = ()) -> list[Change]:
         """Take one audit fact in; a repeated fact (same `fact_id`) counts once. `epochs`: the
-        incarnation of each slice's topic (`auditor.incarnations`), all 0 when empty."""
+        incarnation of each slice's topic (`hifi.accounting.incarnations`), all 0 when empty."""
         if fact.fact_id in self.seen_facts:
             self.repeated_facts += 1
             return []

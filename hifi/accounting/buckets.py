@@ -11,8 +11,8 @@ from operator import sub
 import msgspec
 from pyroaring import BitMap
 
-from auditor.percentiles import LogHistogram, nearest_rank_counted
-from config.destination import Accounting
+from hifi.accounting.percentiles import LogHistogram, nearest_rank_counted
+from hifi.accounting.settings import AccountingSettings
 from hifi.vocabulary import Reason
 
 MINUTE_MS = 60_000
@@ -54,7 +54,9 @@ class Counts:
     """A bucket's table row, counted."""
 
     entered: int = 0
-    accepted: int = 0  # acknowledged to a sender by the ingest service (`auditor/accepted.py`)
+    accepted: int = (
+        0  # acknowledged to a sender by the ingest service (`hifi/accounting/accepted.py`)
+    )
     delivered: int = 0
     dead_lettered_by_reason: dict[str, int] = field(default_factory=dict)
     filtered: int = 0
@@ -82,7 +84,7 @@ class Counts:
 
 
 def judge(
-    counts: Counts, lag_p95_ms: int | None, on_time: int, settings: Accounting
+    counts: Counts, lag_p95_ms: int | None, on_time: int, settings: AccountingSettings
 ) -> tuple[bool, str | None]:
     """Whether a final minute was up, and if not why (`loss` or `lag`): no event missing, p95
     end-to-end lag within `lag_sla_s`, and at most 5 % of its events (dead letters and filtered

@@ -5,7 +5,7 @@ One row format serves the running auditor's `/tables`, the archive's `minutes` f
 
 Late is not lost: a final minute down for `loss` whose `missing` is back to 0 is down for
 `late`, and counts with the minutes down for lag. The auditor writes that verdict into its rows
-(`auditor/late.py`); a row read out (`report_row`, `day_availability`) goes through `verdict`
+(`hifi/accounting/late.py`); a row read out (`report_row`, `day_availability`) goes through `verdict`
 only for the rows an auditor before that wrote.
 """
 
@@ -18,10 +18,10 @@ from typing import Any
 
 from rich.table import Table
 
-from auditor.buckets import MINUTE_MS, Bucket
-from auditor.late import LATE as LATE  # re-exported: readers of rows name it from here
-from auditor.late import LOSS
-from auditor.ledger import Ledger
+from hifi.accounting.buckets import MINUTE_MS, Bucket
+from hifi.accounting.late import LATE as LATE  # re-exported: readers of rows name it from here
+from hifi.accounting.late import LOSS
+from hifi.accounting.ledger import Ledger
 
 DAY_MINUTES = 1440
 
@@ -90,7 +90,7 @@ def verdict(row: Mapping[str, Any]) -> tuple[bool | None, str | None]:
     """A row's `up` and `down_reason` as its counts read now, for the rows of an older auditor.
 
     The auditor judges a minute when it becomes final and again down for `loss` when events go
-    missing after, and (since it writes `late` itself: `auditor/late.py`) down for `late` when
+    missing after, and (since it writes `late` itself: `hifi/accounting/late.py`) down for `late` when
     a later outcome moves them all out of `missing` (a late fact, the group's offset moved
     back); its rows need nothing here. An auditor before that kept `loss` beside `missing 0`:
     late is not lost, so such a final row reads down for `late` (its events were delivered

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 
 from pyroaring import BitMap
 
-from auditor.buckets import Bucket, Change, Partition, held_in
+from hifi.accounting.buckets import Bucket, Change, Partition, held_in
 from hifi.audit import Fact
 from hifi.vocabulary import Outcome
 

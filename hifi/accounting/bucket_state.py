@@ -10,8 +10,8 @@ from typing import Any
 import msgspec
 from pyroaring import BitMap
 
-from auditor.buckets import Bucket, Counts, Lags, Outcomes, Partition
-from auditor.percentiles import LogHistogram
+from hifi.accounting.buckets import Bucket, Counts, Lags, Outcomes, Partition
+from hifi.accounting.percentiles import LogHistogram
 
 
 def _bitmaps(bitmaps: Mapping[Partition, BitMap]) -> list[list[Any]]:

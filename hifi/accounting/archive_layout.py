@@ -116,7 +116,7 @@ SCHEMAS: dict[Kind, Any] = {
 MINUTE_NAMES = frozenset(MINUTE_SCHEMA.names)
 ID_COLUMNS = ["minute_ms", "topic", "partition", "offset", "event_id", "topic_epoch"]
 # Columns files written before them do not have: read as this value (the topic's incarnation,
-# `auditor.incarnations`: 0, the first; no accepted events before schema 2).
+# `hifi.accounting.incarnations`: 0, the first; no accepted events before schema 2).
 LATER_COLUMNS = {"topic_epoch": 0, "accepted": 0, "waiting": 0}
 # Outcome columns that repeat a fact's or a slice's value for each of its events: the writer
 # buffers them once per slice as runs (few list appends, and runs decode faster than lists).
