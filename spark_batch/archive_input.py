@@ -8,14 +8,15 @@ the `dest=`/`date=` directories of the range (Hive partition pruning). The layou
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
+from config.destination import Accounting
 from hifi.accounting.archive_layout import LATER_COLUMNS, Kind
 from hifi.accounting.incarnations import SEPARATOR
-from config.destination import Accounting
 from hifi.errors import HifiError
 
 if TYPE_CHECKING:
@@ -155,11 +156,11 @@ def read_settings(spark: SparkSession, root: str) -> list[SettingsVersion]:
     for row in rows:
         found = row.asDict()
         try:
-            values = json.loads(found["value"])
+            values = msgspec.json.decode(found["value"], type=dict[str, Any])
             values["dest"] = found.get("dest")
             settings = Accounting(**(values.get("settings") or {}))
             versions.append(SettingsVersion(str(values["dest"]), int(values["from_ms"]), settings))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, msgspec.MsgspecError) as exc:
             raise ArchiveInputError(
                 f"archive {path}: a settings version of {found.get('dest')!r} is not valid:"
                 f" {_first_line(exc)}"

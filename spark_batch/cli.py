@@ -148,7 +148,7 @@ def package(out: Path) -> None:
 
 def verdict_line(dest: str, about: Mapping[str, Any]) -> str:
     """The line `reconcile` prints per destination: counts, loss, lag, what availability counts."""
-    from spark_batch.outputs import loss_verdict
+    from spark_batch.verdicts import loss_verdict
 
     totals = about["totals"]
     final, in_range = about["final_minutes"], about["range_minutes"]

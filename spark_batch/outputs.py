@@ -19,15 +19,15 @@ it ran.
 
 from __future__ import annotations
 
-import json
 import shutil
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -35,6 +35,19 @@ from hifi.accounting.buckets import MINUTE_MS, minute_of
 from hifi.accounting.tables import day_range_ms, iso_minute, nines, report_row
 from spark_batch.archive_input import Window
 from spark_batch.reconcile import Reconciled
+from spark_batch.report import write_report
+from spark_batch.verdicts import loss_verdict, minute_state
+
+# loss_verdict is read here by older callers; spark_batch.verdicts owns it
+__all__ = [
+    "DAYS_SCHEMA",
+    "MINUTES_SCHEMA",
+    "MISSING_SCHEMA",
+    "NODES_SCHEMA",
+    "loss_verdict",
+    "summarize",
+    "write_outputs",
+]
 
 WORST_MINUTES = 10
 _I64, _STR, _F64, _BOOL = pa.int64(), pa.string(), pa.float64(), pa.bool_()
@@ -150,17 +163,6 @@ def summarize(result: Reconciled, window: Window, *, archive: str) -> dict[str, 
     }
 
 
-def loss_verdict(about: Mapping[str, Any]) -> tuple[str, str]:
-    """The headline on loss, and its tone (`good`, `warn`, `bad`): never "lossless" while
-    minutes of the range are not final."""
-    missing, pending = about["totals"]["missing"], about["pending_minutes"]
-    if missing:
-        return f"{missing:,} events missing", "bad"
-    if pending:
-        return f"no loss so far, {pending:,} minutes not final", "warn"
-    return "lossless", "good"
-
-
 def _final_before_ms(rows: list[dict[str, Any]], window: Window, horizon_ms: int) -> int:
     """Minutes starting before this are final: the archive reaches past them and their settle."""
     settle_ms = round(max(float(row["settle_s"]) for row in rows) * 1000)
@@ -210,28 +212,6 @@ def _days(
     return days
 
 
-def minute_state(
-    row: Mapping[str, Any] | None,
-    minute_ms: int,
-    *,
-    counted_from_ms: int,
-    final_before_ms: int,
-    to_ms: int,
-) -> str:
-    """What a minute of a destination counts as: `up`, `loss` or `lag` (down), `pending` (not
-    final), or `outside` (not in the range, or before the archive's first minute of it).
-    A minute without a row is up once final (no event, nothing lost), pending before."""
-    if not counted_from_ms <= minute_ms < to_ms:
-        return "outside"
-    if row is None:
-        return "up" if minute_ms < final_before_ms else "pending"
-    if not row["final"]:
-        return "pending"
-    if row["up"] is False:
-        return str(row["down_reason"] or "loss")
-    return "up"
-
-
 def _worst(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     down = [row for row in rows if row["up"] is False]
     down.sort(key=lambda r: (-int(r["missing"]), -(r["lag_p95_ms"] or 0), r["minute_ms"]))
@@ -249,8 +229,6 @@ def _worst(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def write_outputs(out: Path, result: Reconciled, summary: Mapping[str, Any]) -> list[Path]:
     """Write every output into a temporary directory beside `out`, then swap it in."""
-    from spark_batch.report import write_report
-
     out = out.absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex[:8]
@@ -296,13 +274,9 @@ def _write_tables(directory: Path, result: Reconciled, summary: Mapping[str, Any
 
 
 def _write_json(path: Path, value: Any) -> None:
-    path.write_text(json.dumps(value, sort_keys=True, indent=1, default=_plain) + "\n")
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, date | datetime):
-        return value.isoformat()
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+    """Sorted keys, indented, a final newline (orjson writes dates as ISO 8601)."""
+    options = orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
+    path.write_bytes(orjson.dumps(value, option=options))
 
 
 def _swap_in(building: Path, out: Path, token: str) -> None:

@@ -18,8 +18,8 @@ from typing import Any
 
 from hifi.accounting.buckets import MINUTE_MS
 from hifi.accounting.tables import DAY_MINUTES, iso_minute, parse_minute
-from spark_batch.outputs import loss_verdict, minute_state
 from spark_batch.reconcile import Reconciled
+from spark_batch.verdicts import loss_verdict, minute_state
 
 _PNG_METADATA = {"Software": None}  # no version stamp: the same input gives the same bytes
 _COLORS = {
@@ -168,7 +168,7 @@ def strip_states(
     rows: Sequence[Mapping[str, Any]], about: Mapping[str, Any], *, to_ms: int
 ) -> list[list[str]]:
     """The availability strip's cells: per day of `about`, the state of each of its minutes
-    as the day's figures count it (`outputs.minute_state`)."""
+    as the day's figures count it (`verdicts.minute_state`)."""
     by_minute = {int(row["minute_ms"]): row for row in rows}
     grid = []
     for day in about["days"]:
