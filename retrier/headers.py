@@ -1,18 +1,11 @@
-"""Header rewrites: how a record's `hifi-*` headers change on its way to a tier, NAME.retry_out or NAME.dlq.
-
-A dead letter the retrier writes says `hifi-reason: expired`, unless the connector's last
-hand-off named the cause of its failures in `hifi-cause` (`unknown_tenant`): that reason then
-travels to the letter, so the DLQ tools and the dashboard filter on what really went wrong.
-"""
+"""Header rewrites: how a record's `hifi-*` headers change on its way to a tier, NAME.retry_out or NAME.dlq."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from hifi.headers import (
     HDR_ATTEMPT,
-    HDR_CAUSE,
     HDR_DEST,
     HDR_DUE_MS,
     HDR_HISTORY,
@@ -43,18 +36,8 @@ def to_retry_out(headers: Iterable[tuple[str, bytes]] | None) -> Headers:
     return _without(headers, [HDR_DUE_MS])
 
 
-def expiry_reason(headers: Mapping[str, bytes]) -> Reason:
-    """Why an event whose retries ran out is dead: the cause the connector gave at its last
-    hand-off (`hifi-cause`, e.g. `unknown_tenant`) when it names a reason, else `expired`."""
-    cause = headers.get(HDR_CAUSE)
-    if cause:
-        with contextlib.suppress(ValueError):
-            return Reason(cause.decode("ascii", errors="replace"))
-    return Reason.EXPIRED
-
-
 def to_dlq(headers: Iterable[tuple[str, bytes]] | None, *, reason: Reason) -> Headers:
-    """Every header and the failure history, with `hifi-reason` (`expiry_reason` of them)."""
+    """Every header and the failure history, with `hifi-reason` (`RetryRecord.reason`)."""
     return [*_without(headers, [HDR_DUE_MS, HDR_REASON]), (HDR_REASON, reason.encode())]
 
 

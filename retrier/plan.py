@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,31 +10,13 @@ from aiokafka import TopicPartition
 
 from config.destination import Destination
 from hifi.audit import Seen
-from hifi.headers import (
-    HDR_EVENT_ID,
-    HDR_EVENT_TIME_MS,
-    HDR_ORIGIN,
-    header_int,
-    header_map,
-    origin_of,
-    parse_origin,
-)
 from hifi.kafka import Headers
 from hifi.vocabulary import Outcome, Reason
 from retrier import headers, metrics
 from retrier.holds import Head
+from retrier.record import RetryRecord
 from retrier.status import RecentFailures
-from retrier.tiers import (
-    Expire,
-    ReOffer,
-    RetryState,
-    ToTier,
-    Wait,
-    decide_due,
-    due_of,
-    route,
-    tier_topic,
-)
+from retrier.tiers import Expire, ReOffer, ToTier, Wait, decide_due, route, tier_topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,11 +65,10 @@ def plan_routing(
     """Each hand-off from NAME.retry_in goes to the tier of its attempt, or expires to NAME.dlq."""
     planned = []
     for record in fetched:
-        found = header_map(record.headers)
-        state = RetryState.from_headers(found, record_ms=record.timestamp)
-        recent.note(dest.name, found, state)
+        read = RetryRecord.read(record)
+        recent.note(dest.name, read.found, read.state)
         decision = route(
-            state, tiers_s=dest.retry_tiers_s, max_age_s=dest.max_retry_age_s, now_ms=now_ms
+            read.state, tiers_s=dest.retry_tiers_s, max_age_s=dest.max_retry_age_s, now_ms=now_ms
         )
         if isinstance(decision, ToTier):
             planned.append(
@@ -104,7 +85,7 @@ def plan_routing(
                 )
             )
         else:
-            planned.append(_expired(dest, tp, record, found, decision, tier=-1, due_ms=0))
+            planned.append(_expired(dest, tp, read, decision, tier=-1, due_ms=0))
     return planned
 
 
@@ -122,18 +103,17 @@ def plan_reoffers(
     """Due records go to NAME.retry_out (or expire); planning stops at the first record not due."""
     due: list[Outgoing] = []
     for record in fetched:
-        found = header_map(record.headers)
-        due_ms = due_of(found, record_ms=record.timestamp)
-        state = RetryState.from_headers(found, record_ms=record.timestamp)
+        read = RetryRecord.read(record)
+        first_failure_ms = read.state.first_failure_ms
         decision = decide_due(
-            due_ms,
-            first_failure_ms=state.first_failure_ms,
+            read.due_ms,
+            first_failure_ms=first_failure_ms,
             max_age_s=dest.max_retry_age_s,
             now_ms=now_ms,
         )
         if isinstance(decision, Wait):
             return Reoffers(
-                due, Head(dest.name, tier, record.offset, due_ms, state.first_failure_ms)
+                due, Head(dest.name, tier, record.offset, read.due_ms, first_failure_ms)
             )
         if isinstance(decision, ReOffer):
             due.append(
@@ -146,50 +126,36 @@ def plan_reoffers(
                     record.offset,
                     Outcome.RE_OFFERED,
                     tier,
-                    due_ms,
-                    event=seen_of(record, found),
+                    read.due_ms,
+                    event=read.seen,
                 )
             )
         else:
-            due.append(_expired(dest, tp, record, found, decision, tier=tier, due_ms=due_ms))
+            due.append(_expired(dest, tp, read, decision, tier=tier, due_ms=read.due_ms))
     return Reoffers(due, None)
-
-
-def seen_of(record: Any, found: Mapping[str, bytes]) -> Seen:
-    """A hand-off as its audit facts name it, from the headers the connector wrote: origin
-    (else this record's position), id (else none), event time (else the record's timestamp)."""
-    origin = parse_origin(found.get(HDR_ORIGIN))
-    event_id = found.get(HDR_EVENT_ID)
-    return Seen(
-        origin or (record.topic, record.partition, record.offset),
-        event_id.decode("utf-8", errors="replace") if event_id else None,
-        header_int(found.get(HDR_EVENT_TIME_MS)) or record.timestamp,
-        0,
-    )
 
 
 def _expired(
     dest: Destination,
     tp: TopicPartition,
-    record: Any,
-    found: Mapping[str, bytes],
+    read: RetryRecord,
     decision: Expire,
     *,
     tier: int,
     due_ms: int,
 ) -> Outgoing:
-    reason = headers.expiry_reason(found)
+    record = read.record
     return Outgoing(
         dest.dlq_topic,
         record.key,
         record.value,
-        headers.to_dlq(record.headers, reason=reason),
+        headers.to_dlq(record.headers, reason=read.reason),
         tp,
         record.offset,
         Outcome.DEAD_LETTERED,
         tier,
         due_ms,
-        f"{decision.why} (origin {origin_of(record, retried=True)})",
-        seen_of(record, found),
-        reason,
+        f"{decision.why} (origin {read.origin})",
+        read.seen,
+        read.reason,
     )

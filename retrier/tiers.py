@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from config.destination import Destination
-from hifi.headers import HDR_ATTEMPT, HDR_DUE_MS, HDR_FIRST_FAILURE_MS, HDR_HANDOFF_MS, header_int
 
 _TIER_SUFFIX = ".retry_tier"
 
@@ -49,21 +48,12 @@ def tier_of(dest_name: str, topic: str) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class RetryState:
-    """Where a handed-off event stands in its retries, read from its `hifi-*` headers."""
+    """Where a handed-off event stands in its retries (`retrier.record` reads it from its
+    `hifi-*` headers)."""
 
     attempt: int  # hand-offs so far, 1 on the first
     first_failure_ms: int
     handoff_ms: int
-
-    @classmethod
-    def from_headers(cls, headers: Mapping[str, bytes], *, record_ms: int) -> RetryState:
-        """Read the hand-off headers; missing or unreadable values fall back to `record_ms`."""
-        handoff_ms = header_int(headers.get(HDR_HANDOFF_MS)) or record_ms
-        return cls(
-            attempt=max(1, header_int(headers.get(HDR_ATTEMPT)) or 1),
-            first_failure_ms=header_int(headers.get(HDR_FIRST_FAILURE_MS)) or handoff_ms,
-            handoff_ms=handoff_ms,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,11 +115,6 @@ def decide_due(
 def is_too_old(first_failure_ms: int, *, max_age_s: float, now_ms: int) -> bool:
     """True once more than `max_age_s` passed since the first failure."""
     return now_ms - first_failure_ms > max_age_s * 1000
-
-
-def due_of(headers: Mapping[str, bytes], *, record_ms: int) -> int:
-    """The due time a tier record carries; a record without one is due at once."""
-    return header_int(headers.get(HDR_DUE_MS)) or record_ms
 
 
 def _too_old(first_failure_ms: int, max_age_s: float, now_ms: int) -> Expire:
