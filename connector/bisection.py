@@ -1,6 +1,6 @@
 """Bisection: the plan that splits a batch refused for its events until only the events refused on their own are left.
 
-Only event-level refusals come here (a 4xx that is not a destination fault, `connector.statuses`).
+Only event-level refusals come here (a 4xx that is not a destination fault, `connector.reply_policy`).
 The plan sends nothing: it says what to do next (`Send` a half, or `DeadLetter` a part) and is
 told which halves were refused again; `connector.delivery.Deliverer` carries it out. Each half
 sent is a bisection request, which the circuit breaker does not count.

@@ -135,8 +135,8 @@ def rewind(
     """
     import asyncio
 
-    from connector import views
-    from connector.rewind import RewindPlan, check_idle, commit_rewind, plan_rewind
+    from connector.backfill import views
+    from connector.backfill.rewind import RewindPlan, check_idle, commit_rewind, plan_rewind
 
     destination, settings = _configured(catalog or group_catalog, dest)
     to_ms = _time(to_text, "--to")
@@ -255,9 +255,9 @@ def _backfill_request(
     dry_run: bool,
 ) -> BackfillRequest:
     """The backfill the flags describe: its range, its selection and its checkpoint file."""
-    from connector import checkpoint as checkpoints
     from connector.backfill import BackfillRequest, backfill_key, time_key
-    from connector.selection import Selection, read_missing
+    from connector.backfill import checkpoint as checkpoints
+    from connector.backfill.selection import Selection, read_missing
 
     from_text, to_text = span
     from_ms, to_ms = _time(from_text, "--from"), _time(to_text, "--to")
@@ -309,8 +309,7 @@ async def _backfill(settings: KafkaSettings, request: BackfillRequest) -> Backfi
     import asyncio
     import signal
 
-    from connector import views
-    from connector.backfill import Backfill
+    from connector.backfill import Backfill, views
 
     job = Backfill(settings, request)
     loop = asyncio.get_running_loop()
@@ -329,8 +328,7 @@ async def _backfill(settings: KafkaSettings, request: BackfillRequest) -> Backfi
 
 def _report(request: BackfillRequest, result: BackfillResult) -> None:
     """The per-partition table and the totals; a stopped backfill ends in one line, exit 1."""
-    from connector import views
-    from connector.backfill import Status
+    from connector.backfill import Status, views
 
     state = result.state
     span = f"{state.dest} from {views.iso_ms(state.from_ms)} to {views.iso_ms(state.to_ms)}"

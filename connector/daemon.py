@@ -13,7 +13,7 @@ import structlog
 
 from config.destination import Destination
 from config.topics import ensure_destination_topics
-from connector import bearer, metrics, status
+from connector import bearer, metrics, status_page
 from connector.concurrency import Limiter
 from connector.delivery import Deliverer
 from connector.divert import Diverter
@@ -181,7 +181,7 @@ class Connector:
             )
             if self.ops is not None:
                 lookups = None if routes is None else routes.status
-                page = status.page(
+                page = status_page.page(
                     dest, self.ops, delivery.snapshot, lookups, self._worker.started_over
                 )
                 self.ops.serve_json("/status", page)

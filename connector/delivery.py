@@ -31,7 +31,7 @@ from connector.divert import Diverter
 from connector.http1.addresses import ForbiddenAddress
 from connector.rate_limits import RateLimits
 from connector.rebatch import Batch, encode_values
-from connector.statuses import (
+from connector.reply_policy import (
     Moved,
     Unreachable,
     classify,

@@ -18,13 +18,13 @@ from aiokafka import TopicPartition
 
 from config.destination import Destination
 from config.parsing import parse
-from connector import metrics, status
+from connector import metrics, status_page
 from connector.breaker import Breaker
 from connector.delivery import Deliverer
 from connector.divert import Diversion, Diverter, Unreadable
 from connector.intake import BUFFER_WINDOWS, intake_limit
 from connector.rebatch import Batch, Pending, PendingEvents, offsets_of
-from connector.tenant_queues import TenantPending
+from connector.tenant_pending import TenantPending
 from hifi.redaction import short_error
 from hifi.vocabulary import Outcome, Reason
 from hifi.worker import PartitionHandler, Work
@@ -92,7 +92,7 @@ class DeliveryHandler(PartitionHandler):
         self._in_flight_requests = 0
         self._lag_in = metrics.LAG_IN.labels(dest.name)
         self._lag_records: dict[TopicPartition, int] = {}
-        self._progress = status.Progress(dest.name)
+        self._progress = status_page.Progress(dest.name)
         self._breakers = deliverer.breakers
         self._breaker = deliverer.breakers.destination
         self._rate_limits = deliverer.rate_limits
@@ -256,9 +256,9 @@ class DeliveryHandler(PartitionHandler):
             metrics.CONSUMER_LAG.labels(self._dest.name, tp.topic, tp.partition).set(lag)
         self._progress.tick()
 
-    def snapshot(self) -> status.Snapshot:
+    def snapshot(self) -> status_page.Snapshot:
         """What `/status` shows of the work in hand."""
-        return status.Snapshot(
+        return status_page.Snapshot(
             paused=self._paused,
             pending_events=len(self._pending),
             in_flight_requests=self._in_flight_requests,

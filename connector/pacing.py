@@ -1,4 +1,7 @@
-"""Token buckets: a backfill's re-offers paced in chunks, and the connector's rate limits (`connector.rate_limits`)."""
+"""Token buckets: a backfill's re-offers paced in chunks and the connector's rate limits.
+
+Below both `connector.backfill` and `connector.rate_limits`, which share the `Pacer`.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +10,6 @@ import time
 from collections.abc import Callable
 
 MAX_RATE_PER_S = 1_000_000.0  # the highest --rate accepted
-MAX_CHUNK_EVENTS = 500  # re-offers written (and awaited) together at most
-_CHUNKS_PER_S = 4  # with a rate: about this many writes a second, so a stop waits little
-
-
-def chunk_events(rate_per_s: float | None) -> int:
-    """Re-offers per write: 500 unpaced; with a rate, a quarter second's worth (1 to 500)."""
-    if rate_per_s is None:
-        return MAX_CHUNK_EVENTS
-    return max(1, min(MAX_CHUNK_EVENTS, int(rate_per_s / _CHUNKS_PER_S)))
 
 
 class Pacer:

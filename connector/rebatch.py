@@ -97,7 +97,7 @@ def offsets_of(events: Iterable[Event]) -> dict[TopicPartition, list[int]]:
 
 class Pending(Protocol):
     """Events taken in, not yet in a request nor diverted: how the connector holds them
-    (`PendingEvents`; per tenant, `connector.tenant_queues.TenantPending`)."""
+    (`PendingEvents`; per tenant, `connector.tenant_pending.TenantPending`)."""
 
     @property
     def size_bytes(self) -> int: ...

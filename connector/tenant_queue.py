@@ -1,4 +1,4 @@
-"""One tenant route's queue in a tenant destination's buffer (`connector.tenant_queues`)."""
+"""One tenant route's queue in a tenant destination's buffer (`connector.tenant_pending`)."""
 
 from __future__ import annotations
 

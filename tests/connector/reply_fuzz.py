@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from config.destination import Destination
 from connector.http1.fields import MAX_RETRY_AFTER_S
 from connector.http_client import http_client
-from connector.statuses import classify
+from connector.reply_policy import classify
 from hifi.errors import DestinationRejected, DestinationUnavailable
 
 End = Literal["close", "reset", "hold"]

@@ -16,8 +16,9 @@ from aiokafka import TopicPartition
 
 from config.parsing import parse
 from connector import Connector
-from connector.checkpoint import Checkpoint, Cursor, load, save
-from connector.pacing import Pacer, chunk_events
+from connector.backfill.checkpoint import Checkpoint, Cursor, load, save
+from connector.backfill.reoffer import chunk_events
+from connector.pacing import Pacer
 from devstack.destination import TestDestination
 from hifi import kafka
 from hifi.errors import ConfigError

@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY
 
 from config.catalog import Catalog
 from config.destination import Destination
-from connector import metrics, status
+from connector import metrics, status_page
 from connector.breaker import Breaker, Breakers, BreakerState
 from connector.delivery import Deliverer
 from connector.divert import Diverter
@@ -254,7 +254,7 @@ async def test_the_probe_is_one_attempt_and_decides(
 def test_status_survives_a_lag_beyond_the_last_bucket() -> None:
     """Events older than the top lag bucket (a replay of last week) leave /status valid JSON."""
     metrics.LAG_OUT.labels("ancient", "first").observe_ages(10 * 86_400_000.0, [0.0])
-    now = status.Snapshot(False, 0, 0, {}, None, [])
-    document = status.document("ancient", url=URL, ready=True, now=now)
+    now = status_page.Snapshot(False, 0, 0, {}, None, [])
+    document = status_page.document("ancient", url=URL, ready=True, now=now)
     assert document["health"]["lag_out_p95_s_since_start"] == "+Inf"
     orjson.dumps(document)

@@ -11,7 +11,7 @@ import orjson
 import respx
 
 from auditor.health import Health
-from connector import status
+from connector import status_page
 from connector.delivery import Deliverer
 from connector.divert import Diverter
 from connector.rebatch import Batch
@@ -55,7 +55,7 @@ async def test_one_percent_poison_is_one_percent_failed_events_everywhere(
     await _deliver_with_poison(catalog_dir, name, kafka)
     assert sorted(kafka.ids(f"{name}.dlq")) == sorted(POISON)
 
-    connector = status.health(name)
+    connector = status_page.health(name)
     assert connector["failed_event_share"] == 0.01
     assert connector["events"] == {"delivered": 990, "handed_off": 0, "dead_lettered": 10}
     assert connector["batches"] == {"delivered": 0, "handed_off": 0, "rejected": 10}
@@ -95,7 +95,7 @@ async def test_an_outage_still_shows_red(catalog_dir: Path) -> None:
                 client, dest, Diverter(kafka, dest, trail=trail), sleep=Sleeps(), trail=trail
             )
             await deliverer.deliver(Batch([make_event(i) for i in range(4)]))
-    assert status.health(name)["failed_event_share"] == 1.0
+    assert status_page.health(name)["failed_event_share"] == 1.0
     facts = [
         decode_fact(value, headers) for topic, _, value, headers in kafka.records if topic == AUDIT
     ]

@@ -5,7 +5,7 @@ Each behaviour of `devstack.hostile` gets one batch from `httpx.AsyncClient` ove
 `httpx.AsyncHTTPTransport` (httpx's defaults: no redirect followed) and one from the connector's
 `http_client(dest)`, side by side against one in-process hostile server. Each reply is judged the
 connector's way: the attempt bounded by `request_timeout_s` as `connector.delivery` bounds it,
-the reply through `connector.statuses.classify`, `httpx.TransportError` and `TimeoutError` as
+the reply through `connector.reply_policy.classify`, `httpx.TransportError` and `TimeoutError` as
 retried, any other exception as a crash, and an attempt that outlives its bound by a second (a
 decoder that never yields) as a crash. A classified 2xx counts as delivered only if the server
 answered that batch's ids 2xx exactly once; otherwise it is a loss, the worst outcome.
@@ -35,7 +35,7 @@ import pytest
 
 from config.destination import Destination
 from connector.http_client import http_client
-from connector.statuses import classify
+from connector.reply_policy import classify
 from devstack.hostile import BEHAVIOURS, HostileServer
 from hifi.errors import DestinationRejected, DestinationUnavailable
 from tests.helpers import make_destination

@@ -16,7 +16,7 @@ import trustme
 
 from connector.http1 import Http1Transport
 from connector.http1.connection import HEADER_BYTES_MAX
-from connector.statuses import Unreachable, no_reply
+from connector.reply_policy import Unreachable, no_reply
 from devstack.destination import Reply, TestDestination
 from hifi.errors import DestinationUnavailable
 from tests.connector.loopback_http import OK, RawServer, answer, reply_then_close, until_eof

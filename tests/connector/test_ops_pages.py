@@ -11,7 +11,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from connector import Connector, metrics
-from connector.status import Progress, percentile_s
+from connector.status_page import Progress, percentile_s
 from devstack.destination import TestDestination
 from devstack.kafka_tools import produce_events
 from hifi.kafka.settings import KafkaSettings

@@ -17,7 +17,7 @@ from connector.divert import Diverter
 from connector.pacing import Pacer
 from connector.rate_limits import RateLimits
 from connector.rebatch import Batch
-from connector.tenant_queues import TenantPending
+from connector.tenant_pending import TenantPending
 from hifi.errors import ConfigError
 from tests.helpers import FakeKafka, Sleeps, make_destination, make_event
 from tests.tenants.support import route_of, tenant_events, write_tenant_destination

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from aiokafka import TopicPartition
 
-from connector import positions
+from connector.backfill import positions
 from devstack.destination import TestDestination
 from hifi import kafka
 from hifi.kafka.settings import KafkaSettings

@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from connector.checkpoint import Checkpoint, Cursor
-from connector.rewind import RewindPlan
+from connector.backfill.checkpoint import Checkpoint, Cursor
+from connector.backfill.rewind import RewindPlan
 
 log = structlog.get_logger(__name__)
 

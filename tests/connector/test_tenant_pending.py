@@ -15,7 +15,7 @@ from config.destination import Destination
 from connector.handler import DeliveryHandler
 from connector.rate_limits import RateLimits
 from connector.rebatch import Batch
-from connector.tenant_queues import OLDEST_WAIT_MAX_MS, TenantPending
+from connector.tenant_pending import OLDEST_WAIT_MAX_MS, TenantPending
 from hifi.vocabulary import Outcome, Reason
 from tenants.route import Route
 from tests.tenants.support import route_of, tenant_events, write_tenant_destination

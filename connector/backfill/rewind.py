@@ -1,7 +1,7 @@
 """`connector rewind`: move a stopped connector's committed offsets to the first record at or after a time.
 
 The plan reads, per source partition, the group's committed offset and where the time falls
-(`connector.positions`). Committing it uses a consumer of the connector's group that is
+(`connector.backfill.positions`). Committing it uses a consumer of the connector's group that is
 assigned the partitions by hand and never joins the group: the broker takes such a commit only
 while the group has no members, and the rewind refuses to run while it has any.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from aiokafka import TopicPartition
 
 from config.destination import Destination
-from connector import positions
+from connector.backfill import positions
 from hifi import kafka
 from hifi.errors import BrokerRefused, GroupActive
 from hifi.kafka import admin as kafka_admin
