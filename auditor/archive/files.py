@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import uuid
@@ -10,6 +9,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -106,14 +107,14 @@ def write_settings(root: Path, dest: str, settings: Mapping[str, Any], *, now_ms
     """
     check_name("destination", dest)
     try:
-        current = json.loads(json.dumps(dict(settings), sort_keys=True))
+        current = msgspec.json.decode(orjson.dumps(dict(settings)), type=dict[str, Any])
     except (TypeError, ValueError) as exc:
         raise ArchiveError(f"archive: settings of {dest!r} are not JSON: {why(exc)}") from exc
     versions = read_settings(root, dest)
     if versions and versions[-1]["settings"] == current:
         return
     from_ms = max(now_ms, versions[-1]["from_ms"] + 1) if versions else now_ms
-    doc = json.dumps({"from_ms": from_ms, "settings": current}, sort_keys=True).encode()
+    doc = orjson.dumps({"from_ms": from_ms, "settings": current}, option=orjson.OPT_SORT_KEYS)
     directory = root / "settings" / f"dest={dest}"
     _make_dirs(directory)
     _write_atomic(directory / f"settings-{from_ms}.json", lambda temp: temp.write_bytes(doc))

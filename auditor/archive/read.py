@@ -6,12 +6,12 @@ they could not read instead of failing on them. Errors are `ArchiveError`s namin
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -215,8 +215,8 @@ def read_settings(root: Path, dest: str) -> list[dict[str, Any]]:
     versions: list[dict[str, Any]] = []
     for path in sorted(p for p in directory.iterdir() if visible(p) and p.suffix == ".json"):
         try:
-            doc = json.loads(path.read_bytes())
-        except (OSError, ValueError) as exc:
+            doc = msgspec.json.decode(path.read_bytes())
+        except (OSError, msgspec.DecodeError) as exc:
             raise ArchiveError(f"archive file {path}: cannot read it: {why(exc)}") from exc
         if not (
             isinstance(doc, dict)
