@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import orjson
 
 from hifi.vocabulary import Reason
-
-if TYPE_CHECKING:
-    from hifi.envelope import Event  # failure_headers reads an event's id, origin, history
 
 HDR_DEST = "hifi-dest"
 HDR_ATTEMPT = "hifi-attempt"
@@ -65,6 +62,24 @@ class Positioned(Protocol):
     def offset(self) -> int: ...
     @property
     def headers(self) -> Any: ...
+
+
+class Failed(Protocol):
+    """What the headers of a hand-off or a dead letter say of the event that failed (the
+    envelope's `Event` is one): its id, where it came from, its time and its failures so far."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def has_id(self) -> bool: ...
+    @property
+    def origin(self) -> str: ...
+    @property
+    def event_time_ms(self) -> int: ...
+    @property
+    def first_failure_ms(self) -> int | None: ...
+    @property
+    def history(self) -> bytes | None: ...
 
 
 def header_map(headers: Any) -> dict[str, bytes]:
@@ -128,7 +143,7 @@ def append_history(history: bytes | None, entry: dict[str, Any]) -> bytes:
 
 
 def failure_headers(
-    event: Event,
+    event: Failed,
     *,
     dest: str,
     status: int | None,
