@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
 from config.catalog import read_text
@@ -69,10 +70,10 @@ def _tenant_tables(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: an entries file is .toml or .json, not {suffix or 'neither'}")
     text = read_text(path)
     try:
-        document = tomllib.loads(text) if suffix == ".toml" else orjson.loads(text)
+        document = tomllib.loads(text) if suffix == ".toml" else msgspec.json.decode(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    except orjson.JSONDecodeError as exc:
+    except msgspec.DecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON: {exc}") from None
     if not isinstance(document, dict) or set(document) != {"tenants"}:
         keys = ", ".join(sorted(document)) if isinstance(document, dict) else type(document)

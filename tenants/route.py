@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
+import orjson
 
 from config.destination import Templates
 from config.env_refs import HEADER_VALUE_RULE, header_value_problem
@@ -28,6 +29,7 @@ from hifi.redaction import header_secrets
 from tenants.entry import Scalar, TenantEntry
 
 _MISSING = object()
+_MEMBERS = msgspec.json.Decoder(dict[str, msgspec.Raw])  # one JSON object, values unread
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -71,17 +73,19 @@ class Route:
                 return value
             found = _field_reader(self.filter_field).decode(value).value
             return value if self._passes(found) else None
-        event: dict[str, Any] = msgspec.json.decode(value)
-        if self.filter_field is not None and not self._passes(
-            event.get(self.filter_field, _MISSING)
-        ):
-            return None
+        # the event's members as their raw bytes: only the filter's value is parsed, and what is
+        # kept goes out exactly as it came in (an integer past 64 bits included)
+        event = _MEMBERS.decode(value)
+        if self.filter_field is not None:
+            found = event.get(self.filter_field)
+            if not self._passes(_MISSING if found is None else msgspec.json.decode(found)):
+                return None
         if self.keep is not None:
-            event = {key: item for key, item in event.items() if key in self.keep}
+            kept = [(key, raw) for key, raw in event.items() if key in self.keep]
         else:
-            for key in self.drop or ():
-                event.pop(key, None)
-        return msgspec.json.encode(event)
+            dropped = self.drop or ()
+            kept = [(key, raw) for key, raw in event.items() if key not in dropped]
+        return b"{" + b",".join(orjson.dumps(key) + b":" + raw for key, raw in kept) + b"}"
 
     def _passes(self, found: object) -> bool:
         listed = found is not _MISSING and _hashable(found) and found in self.filter_values
