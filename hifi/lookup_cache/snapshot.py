@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
+import orjson
 import structlog
 
 from hifi.errors import HifiError
@@ -49,7 +50,6 @@ class Snapshot:
     entries: Mapping[str, tuple[bytes, int]]
 
 
-_encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(_File)
 
 
@@ -58,10 +58,17 @@ def encode(snapshot: Snapshot) -> bytes:
     stored = {}
     for key, (raw, loaded_ms) in snapshot.entries.items():
         try:
-            stored[key] = _Stored(loaded_ms, raw.decode("utf-8"))
+            stored[key] = {"loaded_ms": loaded_ms, "value": raw.decode("utf-8")}
         except UnicodeDecodeError:
             continue
-    return _encoder.encode(_File(FORMAT, snapshot.source, snapshot.written_ms, stored))
+    return orjson.dumps(
+        {
+            "format": FORMAT,
+            "source": snapshot.source,
+            "written_ms": snapshot.written_ms,
+            "entries": stored,
+        }
+    )
 
 
 def write(path: Path, data: bytes) -> None:
