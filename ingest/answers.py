@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
+import orjson
 
 from hifi.errors import RequestRefused
 from hifi.vocabulary import EventTimeFrom
@@ -26,7 +26,7 @@ from ingest.events import Checked, Refused
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 JSON_TYPE = (b"content-type", b"application/json")
 NDJSON_TYPE = (b"content-type", b"application/x-ndjson")
-_encode = msgspec.json.Encoder().encode
+_encode = orjson.dumps
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import msgspec
+import orjson
 
 from config.streams import Stream
 from hifi.envelope import parse_event_time
@@ -25,6 +26,7 @@ from hifi.vocabulary import EventTimeFrom, Rejection
 
 _MAX_INT_ID = 10**38  # as hifi.envelope: a numeric id beyond 128 bits is not an id
 _ARRIVAL_HEADERS: Headers = [(HDR_EVENT_TIME, EventTimeFrom.ARRIVAL.value.encode())]
+_MEMBERS = msgspec.json.Decoder(dict[str, msgspec.Raw])  # one JSON object, values unread
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +65,7 @@ class EventReader:
     def __init__(self, stream: Stream) -> None:
         self._id_field = stream.id_field
         self._decode = _fields_decoder(stream.id_field, stream.event_time_field).decode
-        self._id_key = msgspec.json.encode(stream.id_field)
+        self._id_key = orjson.dumps(stream.id_field)
 
     def read(self, raw: bytes) -> Checked | Refused:
         """One event's bytes (a JSON object, surrounding whitespace allowed) checked."""
@@ -98,13 +100,13 @@ class EventReader:
         if not present:
             body = raw.strip()[1:].lstrip()
             comma = b"" if body.startswith(b"}") else b","
-            return b"{" + self._id_key + b":" + msgspec.json.encode(event_id) + comma + body
-        try:
-            event = msgspec.json.decode(raw)
-            event[self._id_field] = event_id
-            return msgspec.json.encode(event)
-        except Exception as exc:  # a number too large for the encoder, say
+            return b"{" + self._id_key + b":" + orjson.dumps(event_id) + comma + body
+        try:  # the members as their raw bytes: every other value stays as it came
+            members = _MEMBERS.decode(raw)
+        except Exception as exc:  # whatever one event's bytes do, it is that event's refusal
             return Refused(Rejection.INVALID_ID, f"id is null and cannot be set: {exc}")
+        members[self._id_field] = msgspec.Raw(orjson.dumps(event_id))
+        return b"{" + b",".join(orjson.dumps(k) + b":" + v for k, v in members.items()) + b"}"
 
 
 @functools.cache

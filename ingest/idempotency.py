@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Protocol
 
 import msgspec
+import orjson
 import structlog
 
 from config.streams import Stream
@@ -56,8 +57,12 @@ class _Record(msgspec.Struct, frozen=True):
     answer: str = ""
 
 
-_encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(_Record).decode
+
+
+def _encode(body_sha256: str, status: int = 0, answer: str = "") -> bytes:
+    """A `_Record` as Redis keeps it (orjson writes, msgspec reads and checks)."""
+    return orjson.dumps({"body_sha256": body_sha256, "status": status, "answer": answer})
 
 
 @dataclass(slots=True)
@@ -94,7 +99,7 @@ class Idempotency:
             )
         key = f"{stream.name}:{raw_key.decode()}"
         digest = hashlib.sha256(body).hexdigest()
-        pending = _encode(_Record(digest))
+        pending = _encode(digest)
         try:
             held = await self._keys.claim(key, pending, ttl_ms=PENDING_TTL_MS)
         except StoreUnavailable as exc:
@@ -130,9 +135,9 @@ class Idempotency:
             if answer.status >= 500:
                 await self._keys.drop(claim.key)
             else:
-                record = _Record(claim.body_sha256, answer.status, answer.body.decode())
+                record = _encode(claim.body_sha256, answer.status, answer.body.decode())
                 window_ms = round(stream.idempotency_window_s * 1000)
-                await self._keys.replace(claim.key, _encode(record), ttl_ms=window_ms)
+                await self._keys.replace(claim.key, record, ttl_ms=window_ms)
         except StoreUnavailable as exc:
             log.warning("idempotency_unavailable", error=str(exc))
             return KeyStatus.UNAVAILABLE
