@@ -10,7 +10,7 @@ handed to the retrier), never a dead letter.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import httpx
 import structlog
@@ -18,14 +18,16 @@ import structlog
 from config.destination import Destination
 from connector import metrics
 from connector.http1.proxy import ProxyRoutes
-from hifi.errors import DestinationRejected, DestinationUnavailable, TokenRefused, TokenUnavailable
+from hifi.errors import DestinationUnavailable, TokenRefused, TokenUnavailable
 from hifi.oauth2 import TokenSource
 
 log = structlog.get_logger(__name__)
 
 
 class Bearer:
-    """Authorization header values of one destination's requests, from its token source."""
+    """Authorization header values of one destination's requests, from its token source; the
+    deliverer's send loop (`connector.delivery`) asks for a token before each post, and for a
+    fresh one after a 401."""
 
     def __init__(self, source: TokenSource) -> None:
         self._source = source
@@ -36,20 +38,6 @@ class Bearer:
             return await self._source.token()
         except (TokenRefused, TokenUnavailable) as exc:
             raise DestinationUnavailable(f"no OAuth2 token: {exc}") from exc
-
-    async def send(
-        self, post: Callable[[dict[str, str]], Awaitable[int]], headers: dict[str, str]
-    ) -> int:
-        """`post` with `headers` and the token; after a 401, a fresh token and `post` once more
-        (the only 4xx resent: the credential, not the request, was stale)."""
-        token = await self.token()
-        try:
-            return await post({**headers, "Authorization": f"Bearer {token}"})
-        except DestinationRejected as exc:
-            if exc.status != 401:
-                raise
-        token = await self.refresh(token)
-        return await post({**headers, "Authorization": f"Bearer {token}"})
 
     async def refresh(self, stale: str) -> str:
         """A token other than `stale`, which the destination refused (401)."""

@@ -198,8 +198,11 @@ class Deliverer:
         self, batch: Batch, *, breaker: Breaker | None = None, attempts: int | None = None
     ) -> int:
         """One request, retried locally on transient failures with backoff and Retry-After;
-        the 2xx status that accepted it. `breaker`: counts each attempt that could not connect
-        (none for bisection requests); `attempts`: instead of `local_retry_attempts`."""
+        the 2xx status that accepted it. This one loop drives every post of the request: the
+        first, each retry, and with `[auth]` the one after a 401 with a fresh token (the only
+        4xx resent: the credential, not the request, was stale). `breaker`: counts each attempt
+        that could not connect (none for bisection requests); `attempts`: instead of
+        `local_retry_attempts`."""
         body, content_type = encode_values(batch.values(), self._dest.format)
         target = batch.target
         headers = {
@@ -213,35 +216,29 @@ class Deliverer:
             body = await self._gzip(body)
             headers["Content-Encoding"] = "gzip"
         limit = attempts or self._dest.local_retry_attempts
-        send = functools.partial(self._send_once, url, body, headers, len(batch), extensions)
-        for attempt in range(1, limit + 1):
+        post = functools.partial(self._post, url, body, headers, len(batch), extensions, breaker)
+        failed = 0  # attempts that failed transiently
+        token: str | None = None  # with [auth]: the token of the last post
+        refused = False  # a 401 refused `token`: one post more with a fresh one, not a retry
+        while True:
             await self.rate_limits.take(batch)
             try:
-                return await send(breaker)
+                if self._auth is None:
+                    return await post()
+                token = await (
+                    self._auth.refresh(token) if refused and token else self._auth.token()
+                )
+                return await post({"Authorization": f"Bearer {token}"})
+            except DestinationRejected as exc:
+                if self._auth is None or exc.status != 401 or refused:
+                    raise
+                refused = True
             except DestinationUnavailable as exc:
-                if attempt == limit or isinstance(exc, Moved):  # a redirect: it moved
+                failed, refused = failed + 1, False
+                if failed == limit or isinstance(exc, Moved):  # a redirect: it moved
                     raise
                 self._note_retry(exc)
-                await self._sleep(pause_s(self._dest, exc, failed_attempts=attempt))
-        raise AssertionError("unreachable: the last attempt returns or raises")
-
-    async def _send_once(
-        self,
-        url: str,
-        body: bytes,
-        headers: dict[str, str],
-        events: int,
-        extensions: dict[str, Any],
-        breaker: Breaker | None = None,
-    ) -> int:
-        """One attempt; with `[auth]`, one more after a 401 with a fresh token (`Bearer.send`)."""
-
-        def post(with_headers: dict[str, str]) -> Awaitable[int]:
-            return self._post(url, body, with_headers, events, extensions, breaker)
-
-        if self._auth is None:
-            return await post(headers)
-        return await self._auth.send(post, headers)
+                await self._sleep(pause_s(self._dest, exc, failed_attempts=failed))
 
     async def _post(
         self,
@@ -250,8 +247,12 @@ class Deliverer:
         headers: dict[str, str],
         events: int,
         extensions: dict[str, Any],
-        breaker: Breaker | None = None,
+        breaker: Breaker | None,
+        authorization: dict[str, str] | None = None,
     ) -> int:
+        """One request; `authorization`: the bearer token's header, with `[auth]`."""
+        if authorization is not None:
+            headers = {**headers, **authorization}
         self._meters.events_per_request.observe(events)
         started = time.perf_counter()
         response: httpx.Response | None = None
