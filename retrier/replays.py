@@ -28,6 +28,7 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 import msgspec
+import orjson
 import structlog
 
 from config.destination import Destination
@@ -91,13 +92,12 @@ class _Versioned(msgspec.Struct):
     version: str
 
 
-_encoder = msgspec.json.Encoder()
 _versioned = msgspec.json.Decoder(_Versioned)
 _decoder = msgspec.json.Decoder(ReplayRecord)
 
 
 def encode_replay(record: ReplayRecord) -> bytes:
-    return _encoder.encode(record)
+    return orjson.dumps(msgspec.to_builtins(record, str_keys=True))
 
 
 def decode_replay(value: bytes | None) -> ReplayRecord:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import msgspec
 import orjson
 
 from config.destination import Destination
@@ -54,13 +55,18 @@ def describe(record: Any) -> dict[str, Any]:
     }
 
 
+_any = msgspec.json.Decoder()
+_entries = msgspec.json.Decoder(list[Any])
+
+
 def _body(value: bytes | None) -> tuple[str, bool]:
     """The body pretty-printed when it is JSON, else as text; masked, then cut."""
     if value is None:
         return "", False
     try:
-        text = orjson.dumps(orjson.loads(value), option=orjson.OPT_INDENT_2).decode()
-    except orjson.JSONDecodeError:
+        text = orjson.dumps(_any.decode(value), option=orjson.OPT_INDENT_2).decode()
+    # not JSON, or JSON orjson does not write back (nested too deep, an integer past 64 bits)
+    except (msgspec.DecodeError, RecursionError, orjson.JSONEncodeError):
         text = _text(value)
     return excerpt(text, BODY_MAX_CHARS), len(text) > BODY_MAX_CHARS
 
@@ -68,10 +74,8 @@ def _body(value: bytes | None) -> tuple[str, bool]:
 def _history(raw: bytes | None) -> list[dict[str, Any]]:
     """The failures the letter went through, oldest first; an unreadable header reads as none."""
     try:
-        entries = orjson.loads(raw or b"[]")
-    except orjson.JSONDecodeError:
-        return []
-    if not isinstance(entries, list):
+        entries = _entries.decode(raw or b"[]")
+    except (msgspec.DecodeError, RecursionError):  # not JSON, not a list, nested too deep
         return []
     return [
         {

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import orjson
 
 from hifi.headers import (
@@ -84,6 +85,10 @@ class Letter:
         return self.status, _VARIABLE.sub("#", _GROUP_NOTE.sub("", self.error))
 
 
+_row = msgspec.json.Decoder(tuple[str, str, str, str, str])
+_entries = msgspec.json.Decoder(list[Any])
+
+
 def read_letter(record: Any) -> Letter:
     """The index's view of one record of NAME.dlq; one that cannot be read is reason "unknown"."""
     try:
@@ -94,8 +99,7 @@ def read_letter(record: Any) -> Letter:
 
 def decode_row(raw: bytes) -> tuple[str, str, str, str, str]:
     """(event id, origin, status, error, excerpt) of a row written by `read_letter`."""
-    event_id, origin, status, error, body = orjson.loads(raw)
-    return event_id, origin, status, error, body
+    return _row.decode(raw)
 
 
 def _read(record: Any) -> Letter:
@@ -135,10 +139,8 @@ def _read(record: Any) -> Letter:
 def _failures_in(history: str) -> str:
     """The distinct "status error" of a `hifi-history` (usually one failure, repeated)."""
     try:
-        entries = orjson.loads(history)
-    except orjson.JSONDecodeError:
-        return history
-    if not isinstance(entries, list):
+        entries = _entries.decode(history)
+    except (msgspec.DecodeError, RecursionError):  # not JSON, not a list, nested too deep
         return history
     failures = (
         f"{entry.get('status') or NO_STATUS} {entry.get('error') or ''}"
