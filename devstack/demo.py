@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import msgspec
 import orjson
 from rich.console import Console
 from rich.table import Table
@@ -421,7 +422,9 @@ async def a_minute_of_our_own(client: httpx.AsyncClient, port: int) -> int:
     held: list[int] = []
     with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
         reply = await client.get(f"http://127.0.0.1:{port}/tables", params={"dest": DEST})
-        held = [parse_minute(str(row["minute"])) for row in reply.json()[DEST]]
+        held = [
+            parse_minute(str(row["minute"])) for row in msgspec.json.decode(reply.content)[DEST]
+        ]
     now_ms = int(time.time() * 1000)
     if held and max(held) >= now_ms - now_ms % MINUTE_MS:
         wait_s = (MINUTE_MS - now_ms % MINUTE_MS) / 1000
@@ -499,7 +502,7 @@ async def final_rows(
         with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
             params = {"dest": DEST, "from": str(since_ms)}
             reply = await client.get(f"http://127.0.0.1:{port}/tables", params=params)
-            rows = reply.json()[DEST]
+            rows = msgspec.json.decode(reply.content)[DEST]
             if rows and all(row["final"] for row in rows):
                 break
         await asyncio.sleep(1.0)

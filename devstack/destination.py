@@ -537,10 +537,11 @@ def _parse_events(payload: bytes, content_type: str) -> list[dict[str, object]]:
     """Events of a JSON array body, or of an NDJSON body; [] if it does not parse."""
     try:
         if content_type.split(";", 1)[0].strip().lower() == _NDJSON:
-            parsed: object = [orjson.loads(line) for line in payload.splitlines() if line.strip()]
+            lines = payload.splitlines()
+            parsed: object = [msgspec.json.decode(line) for line in lines if line.strip()]
         else:
-            parsed = orjson.loads(payload)
-    except orjson.JSONDecodeError:
+            parsed = msgspec.json.decode(payload)
+    except msgspec.DecodeError:
         return []
     if not isinstance(parsed, list):
         return []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import msgspec
 import orjson
 from aiokafka import TopicPartition
 
@@ -47,7 +48,7 @@ async def read_topic(settings: KafkaSettings, topic: str, *, timeout_s: float = 
 
 async def ids_in(settings: KafkaSettings, topic: str) -> set[str]:
     """The `id` of every JSON event in `topic` (delivered, handed off or dead-lettered ones)."""
-    return {orjson.loads(record.value)["id"] for record in await read_topic(settings, topic)}
+    return {msgspec.json.decode(record.value)["id"] for record in await read_topic(settings, topic)}
 
 
 async def committed_offsets(
@@ -67,8 +68,8 @@ async def dead_letters(
         headers = header_map(record.headers)
         reason = headers.get(HDR_REASON, b"?").decode()
         try:
-            key = str(orjson.loads(record.value)["id"])
-        except (orjson.JSONDecodeError, KeyError, TypeError):
+            key = str(msgspec.json.decode(record.value)["id"])
+        except (msgspec.DecodeError, KeyError, TypeError):
             key = headers.get(HDR_ORIGIN, b"?").decode()
         found[key] = reason
     return found

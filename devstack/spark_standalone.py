@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import json
 import os
 import signal
 import subprocess
@@ -23,6 +22,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from devstack.ports import free_port
 
@@ -65,7 +66,7 @@ class Cluster:
         """The master's state, from its web UI's JSON."""
         url = f"http://{LOOPBACK}:{self.ui_port}/json/"
         with urllib.request.urlopen(url, timeout=2) as reply:
-            return dict(json.load(reply))
+            return msgspec.json.decode(reply.read(), type=dict[str, Any])
 
 
 def pyspark_home() -> Path:

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-import orjson
+import msgspec
 
 from hifi.vocabulary import Reason
 
@@ -171,8 +171,8 @@ def head(name: str, value: str | bytes) -> bytes:
 def ids_of(body: bytes) -> list[str]:
     """The `id` of every event of a JSON array body (none when it is not one)."""
     try:
-        events = orjson.loads(body)
-    except orjson.JSONDecodeError:
+        events = msgspec.json.decode(body)
+    except msgspec.DecodeError:
         return []
     if not isinstance(events, list):
         return []
