@@ -157,7 +157,7 @@ class Consumer:
     ) -> dict[TopicPartition, int | None]:
         """The broker's answer, per partition, to "the first offset whose timestamp is at or after
         this time" (None: no such record). Some brokers answer by write time rather than by the
-        record's own timestamp: `connector.positions` checks every answer."""
+        record's own timestamp: `connector.backfill.positions` checks every answer."""
         asked = {tp: max(0, time_ms) for tp, time_ms in times_ms.items()}
         with kafka_errors(self._settings, "look up offsets by time"):
             found = await self._client.offsets_for_times(asked)

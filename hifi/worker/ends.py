@@ -11,7 +11,7 @@ partitions paused then (ListOffsets); a partition's end is the greater of that a
 last fetch's high watermark, and an answer is forgotten once the partition is fetched again.
 
 Tansu 0.6 answers ListOffsets "latest" with the base offset of the partition's last batch plus
-one (`connector/positions.py`): on Tansu a paused partition's end counts its last batch as one
+one (`connector/backfill/positions.py`): on Tansu a paused partition's end counts its last batch as one
 record until the partition is fetched again. Kafka answers the end exactly.
 
 The lag counts from what this member committed; before its first commit of a partition (just
