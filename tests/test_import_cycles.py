@@ -30,8 +30,6 @@ PRODUCT_PACKAGES = (
 #: that is not here exactly (the same modules) fails the test. Empty it as they go.
 KNOWN_CIRCLES: frozenset[frozenset[str]] = frozenset(
     {
-        # the retrier's engineer: a type both need moves below both
-        frozenset({"hifi.envelope", "hifi.headers"}),
         # unassigned (the lead assigns it): consuming's `_leave` imports admin, admin reaches
         # consuming through the package's lazy re-exports (`kafka.consumer`); `leave_group`
         # belongs beside the consumer, or admin imports `hifi.kafka.consuming` below it
