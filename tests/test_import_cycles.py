@@ -26,18 +26,6 @@ PRODUCT_PACKAGES = (
     "ingest",
 )
 
-#: Circles known when this test was written, each removed by the engineer named; a circle found
-#: that is not here exactly (the same modules) fails the test. Empty it as they go.
-KNOWN_CIRCLES: frozenset[frozenset[str]] = frozenset(
-    {
-        # unassigned (the lead assigns it): consuming's `_leave` imports admin, admin reaches
-        # consuming through the package's lazy re-exports (`kafka.consumer`); `leave_group`
-        # belongs beside the consumer, or admin imports `hifi.kafka.consuming` below it
-        frozenset({"hifi.kafka", "hifi.kafka.admin", "hifi.kafka.consuming", "hifi.kafka.reading"}),
-    }
-)
-
-
 def module_files() -> dict[str, Path]:
     """Every module of the product packages by dotted name (a package by its `__init__`)."""
     found: dict[str, Path] = {}
@@ -119,9 +107,9 @@ def a_path(graph: Mapping[str, set[str]], component: frozenset[str]) -> list[str
 
 
 def test_no_import_circle() -> None:
-    """No product module reaches itself through imports, save the circles named in KNOWN_CIRCLES."""
+    """No product module reaches itself through imports."""
     graph = import_graph()
-    new = [c for c in circles(graph) if c not in KNOWN_CIRCLES]
+    new = circles(graph)
     assert not new, "import circles:\n" + "\n".join(
         " -> ".join(a_path(graph, component)) for component in new
     )

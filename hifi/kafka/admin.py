@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import structlog
 from aiokafka import errors as aiokafka_errors
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.protocol.group import LeaveGroupRequest
 
-from hifi import kafka
 from hifi.errors import BrokerRefused
+from hifi.kafka.admin_client import admin_client as _admin
+from hifi.kafka.admin_client import leave_group
+from hifi.kafka.clients import kafka_errors
+from hifi.kafka.consuming import consumer
 from hifi.kafka.settings import KafkaSettings
+
+__all__ = [
+    "GroupState",
+    "describe_group",
+    "ensure_topics",
+    "leave_group",
+    "list_topics",
+    "partitions_of",
+    "retention_ms",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -35,7 +46,7 @@ async def ensure_topics(
     """
     configs = {"retention.ms": str(retention_ms)} if retention_ms is not None else {}
     async with _admin(settings) as admin:
-        with kafka.kafka_errors(settings, "create topics"):
+        with kafka_errors(settings, "create topics"):
             existing = set(await admin.list_topics())
             missing = [name for name in names if name not in existing]
             if not missing:
@@ -61,7 +72,7 @@ async def ensure_topics(
 
 async def partitions_of(settings: KafkaSettings, topics: Sequence[str]) -> dict[str, list[int]]:
     """The partitions of each of `topics` that exists, from the cluster's metadata."""
-    async with kafka.consumer(settings, group_id=None) as reader:
+    async with consumer(settings, group_id=None) as reader:
         await reader.topics()
         return {topic: sorted(tp.partition for tp in reader.partitions(topic)) for topic in topics}
 
@@ -69,18 +80,8 @@ async def partitions_of(settings: KafkaSettings, topics: Sequence[str]) -> dict[
 async def list_topics(settings: KafkaSettings) -> set[str]:
     """Every topic of the cluster."""
     async with _admin(settings) as admin:
-        with kafka.kafka_errors(settings, "list topics"):
+        with kafka_errors(settings, "list topics"):
             return set(await admin.list_topics())
-
-
-@contextlib.asynccontextmanager
-async def _admin(settings: KafkaSettings) -> AsyncIterator[AIOKafkaAdminClient]:
-    admin = AIOKafkaAdminClient(**kafka.client_options(settings))
-    try:
-        await kafka.start_client(admin.start, settings, "connect admin client")
-        yield admin
-    finally:
-        await admin.close()
 
 
 async def retention_ms(settings: KafkaSettings, names: Sequence[str]) -> dict[str, int | None]:
@@ -88,7 +89,7 @@ async def retention_ms(settings: KafkaSettings, names: Sequence[str]) -> dict[st
     if not names:
         return {}
     async with _admin(settings) as admin:
-        with kafka.kafka_errors(settings, "describe topic configs"):
+        with kafka_errors(settings, "describe topic configs"):
             responses = await admin.describe_configs(
                 [ConfigResource(ConfigResourceType.TOPIC, name) for name in names]
             )
@@ -118,7 +119,7 @@ class GroupState:
 async def describe_group(settings: KafkaSettings, group_id: str) -> GroupState:
     """The state and member count of a consumer group (a group never used is Dead or Empty)."""
     async with _admin(settings) as admin:
-        with kafka.kafka_errors(settings, f"describe group {group_id}"):
+        with kafka_errors(settings, f"describe group {group_id}"):
             responses = await admin.describe_consumer_groups([group_id])
             for response in responses:
                 for group in response.groups:
@@ -129,14 +130,3 @@ async def describe_group(settings: KafkaSettings, group_id: str) -> GroupState:
                         raise aiokafka_errors.for_code(error_code)(f"group {group_id}")
                     return GroupState(group_id, state or "", len(members))
     return GroupState(group_id, "", 0)
-
-
-async def leave_group(settings: KafkaSettings, group_id: str, member_id: str) -> None:
-    """Send the LeaveGroup for `member_id`, a member of `group_id` that stopped: one request to
-    the group's coordinator; a refusal is a hifi error."""
-    async with _admin(settings) as admin:
-        with kafka.kafka_errors(settings, f"leave group {group_id}"):
-            node_id = await admin.find_coordinator(group_id)
-            response = await admin._send_request(LeaveGroupRequest(group_id, member_id), node_id)
-            if response.error_code:
-                raise aiokafka_errors.for_code(response.error_code)(f"group {group_id}")

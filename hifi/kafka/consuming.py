@@ -14,6 +14,7 @@ from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssigno
 from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 
 from hifi.errors import HifiError
+from hifi.kafka.admin_client import leave_group
 from hifi.kafka.clients import client_options, kafka_errors, running_client
 from hifi.kafka.settings import Assignor, KafkaSettings
 
@@ -287,8 +288,6 @@ def _first_generation_member(client: AIOKafkaConsumer) -> str | None:
 
 async def _leave(settings: KafkaSettings, group_id: str, member_id: str) -> None:
     """The LeaveGroup aiokafka skipped: best effort within `_LEAVE_TIMEOUT_S`, as aiokafka's own."""
-    from hifi.kafka import admin
-
     with contextlib.suppress(HifiError, TimeoutError):
         async with asyncio.timeout(_LEAVE_TIMEOUT_S):
-            await admin.leave_group(settings, group_id, member_id)
+            await leave_group(settings, group_id, member_id)
