@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import Literal, Self
 
 import httpx
+import msgspec
 import structlog
 from tenacity import (
     AsyncRetrying,
@@ -273,8 +274,8 @@ class TokenSource:
                 )
             )
         try:
-            body = response.json()
-        except ValueError:
+            body = msgspec.json.decode(response.content)
+        except msgspec.DecodeError:
             body = None
         value = body.get("access_token") if isinstance(body, dict) else None
         if not isinstance(value, str) or not value.strip():
@@ -331,8 +332,8 @@ def _through(proxy: str | None) -> str:
 def _oauth_error(response: httpx.Response) -> str:
     """`" (invalid_client: text)"` from an RFC 6749 5.2 error body, masked and shortened; or ''."""
     try:
-        body = response.json()
-    except ValueError:
+        body = msgspec.json.decode(response.content)
+    except msgspec.DecodeError:
         return ""
     if not isinstance(body, dict) or not isinstance(body.get("error"), str):
         return ""

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import msgspec
 
 from hifi.errors import ConfigError, HifiError
 from hifi.redaction import short_error
@@ -133,15 +134,15 @@ async def fetch_tables(
                 " is this an auditor's ops address?"
             )
     try:
-        found: Mapping[str, Any] = tables.json()
-        state = status.json()["dests"]
+        found: Mapping[str, Any] = msgspec.json.decode(tables.content)
+        state = msgspec.json.decode(status.content)["dests"]
         rows = list(found[dest]) if dest in found else None
         dest_state = state.get(dest, {})
         given = dest_state.get("health")
         health = None if given is None else DestinationHealth.from_status(given)
         counted_from = dest_state.get("counted_from_ms")
         counted_from_ms = None if counted_from is None else int(counted_from)
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (msgspec.DecodeError, ValueError, KeyError, TypeError, AttributeError):
         raise HifiError(f"{base}: the answer is not an auditor's tables") from None
     if rows is None:
         raise ConfigError(f"--dest {dest}: the auditor at {base} does not audit it")
