@@ -96,9 +96,7 @@ class Auditor:
             },
             log_context={"component": "auditor"},
         )
-        self.reach = KafkaReach("auditor")  # whether Kafka answers; not ready while it waits
-        if self.ops is not None:
-            self.ops.require(self.reach.readiness)
+        self.reach = KafkaReach("auditor", ops=self.ops)  # not ready while Kafka does not answer
         self._worker = PartitionWorker(settings, options, ops=self.ops, reach=self.reach)
         self.accounts: Accounts | None = None
         self._no_roll_after: asyncio.TimerHandle | None = None
@@ -128,10 +126,7 @@ class Auditor:
     async def run(self) -> None:
         """Run until stopped, waiting for Kafka while it does not answer (`KafkaReach`);
         raises `HifiError` on what waiting cannot mend (a configuration error, a refusal)."""
-        async with contextlib.AsyncExitStack() as stack:
-            if self.ops is not None:
-                await stack.enter_async_context(self.ops.running())
-            await self.reach.serving(self._session, stop=self._worker.stopping)
+        await self.reach.run_daemon(self.ops, self._session, stop=self._worker.stopping)
 
     async def _session(self) -> None:
         """Read the audit trail and the sources until stopped; Kafka not answering ends it."""

@@ -124,9 +124,7 @@ class Connector:
         self.limiter = Limiter.for_destination(dest)  # the in-flight bound, adapted per RTT
         self._rate_limits: RateLimits | None = None  # the deliverer's, once it runs
         options = worker_options(dest, until_idle_s=until_idle_s, limit=self._in_flight_bound)
-        self.reach = KafkaReach("connector")  # whether Kafka answers; not ready while it waits
-        if self.ops is not None:
-            self.ops.require(self.reach.readiness)
+        self.reach = KafkaReach("connector", ops=self.ops)  # not ready while Kafka does not answer
         self._worker = PartitionWorker(settings, options, ops=self.ops, reach=self.reach)
         self._stopping = asyncio.Event()
 
@@ -144,11 +142,8 @@ class Connector:
     async def run(self) -> None:
         """Run until stopped, waiting for Kafka while it does not answer (`KafkaReach`);
         raises `HifiError` on what waiting cannot mend (a configuration error, a refusal)."""
-        async with contextlib.AsyncExitStack() as stack:
-            stack.enter_context(structlog.contextvars.bound_contextvars(dest=self.dest.name))
-            if self.ops is not None:
-                await stack.enter_async_context(self.ops.running())
-            await self.reach.serving(self._session, stop=self._stopping)
+        with structlog.contextvars.bound_contextvars(dest=self.dest.name):
+            await self.reach.run_daemon(self.ops, self._session, stop=self._stopping)
 
     async def _session(self) -> None:
         """Start the clients, deliver until stopped; Kafka not answering ends it (run again)."""

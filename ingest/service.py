@@ -83,12 +83,12 @@ class IngestService:
         self._redis = redis
         self._stop = asyncio.Event()
         self.started = asyncio.Event()
-        self.reach = KafkaReach("ingest")  # whether Kafka answers its start; unready meanwhile
         self.ops = OpsServer.on_port(
             settings.metrics_port, host=settings.metrics_host, component="ingest"
         )
-        if self.ops is not None:
-            self.ops.require(self.reach.readiness)
+        self.reach = KafkaReach(
+            "ingest", ops=self.ops
+        )  # Kafka answering its start; unready meanwhile
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -97,10 +97,7 @@ class IngestService:
         """Serve until asked to stop, then drain and return. A Kafka that does not answer at
         start is waited for (`KafkaReach`), unready; once serving, a write it does not
         acknowledge in time is answered 503 with `Retry-After`."""
-        async with contextlib.AsyncExitStack() as stack:
-            if self.ops is not None:
-                await stack.enter_async_context(self.ops.running())
-            await self.reach.serving(self._session, stop=self._stop)
+        await self.reach.run_daemon(self.ops, self._session, stop=self._stop)
 
     async def _session(self) -> None:
         settings = self.settings

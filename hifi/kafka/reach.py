@@ -21,7 +21,7 @@ import prometheus_client
 import structlog
 
 from hifi.errors import BrokerUnavailable
-from hifi.ops_http import Readiness
+from hifi.ops_http import OpsServer, Readiness
 
 __all__ = ["BACKOFF_FIRST_S", "BACKOFF_MAX_S", "KafkaReach", "backoff_s"]
 
@@ -47,10 +47,14 @@ def backoff_s(attempt: int) -> float:
 class KafkaReach:
     """Which of a daemon's Kafka calls wait for Kafka now, since when, and why."""
 
-    def __init__(self, component: str | None = None) -> None:
+    def __init__(self, component: str | None = None, *, ops: OpsServer | None = None) -> None:
+        """`component`: exported as `hifi_kafka_reachable{component}`; `ops`: the daemon's ops
+        server, not ready while a call waits."""
         self._failing: dict[str, tuple[float, str]] = {}  # call -> (monotonic since, error)
         if component is not None:
             REACHABLE.labels(component).set_function(lambda: float(self.reachable))
+        if ops is not None:
+            ops.require(self.readiness)
 
     @property
     def reachable(self) -> bool:
@@ -116,6 +120,19 @@ class KafkaReach:
         except BaseException:
             self.forget(call)  # nobody waits on it any more
             raise
+
+    async def run_daemon(
+        self,
+        ops: OpsServer | None,
+        session: Callable[[], Awaitable[None]],
+        *,
+        stop: asyncio.Event,
+    ) -> None:
+        """A daemon's `run()`: its ops server up the whole time, its `session` run `serving()`."""
+        async with contextlib.AsyncExitStack() as stack:
+            if ops is not None:
+                await stack.enter_async_context(ops.running())
+            await self.serving(session, stop=stop)
 
     async def serving(self, session: Callable[[], Awaitable[None]], *, stop: asyncio.Event) -> None:
         """Run a daemon's `session` (its clients started, its worker run) until it returns; one
