@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
@@ -116,6 +117,41 @@ def parse_origin(raw: bytes | None) -> tuple[str, int, int] | None:
     if partition is None or offset is None:
         return None
     return (parts[0].decode("utf-8", errors="replace"), partition, offset)
+
+
+@dataclass(frozen=True, slots=True)
+class HandOff:
+    """The `hifi-*` headers of a handed-off record, read in one pass: each value None when the
+    header is absent or unreadable (its reader picks the fallback)."""
+
+    found: dict[str, bytes]  # every header by name, last value winning
+    attempt: int | None
+    first_failure_ms: int | None
+    handoff_ms: int | None
+    due_ms: int | None
+    origin: str | None  # `hifi-origin` as written
+    origin_parts: tuple[str, int, int] | None  # the same, when it reads as topic/partition/offset
+    event_id: str | None
+    event_time_ms: int | None
+    cause: bytes | None
+
+
+def read_hand_off(headers: Any) -> HandOff:
+    """The `hifi-*` headers of a record the connector handed off (or the retrier moved on)."""
+    found = header_map(headers)
+    origin, event_id = found.get(HDR_ORIGIN), found.get(HDR_EVENT_ID)
+    return HandOff(
+        found,
+        header_int(found.get(HDR_ATTEMPT)),
+        header_int(found.get(HDR_FIRST_FAILURE_MS)),
+        header_int(found.get(HDR_HANDOFF_MS)),
+        header_int(found.get(HDR_DUE_MS)),
+        origin.decode("utf-8", errors="replace") if origin else None,
+        parse_origin(origin),
+        event_id.decode("utf-8", errors="replace") if event_id else None,
+        header_int(found.get(HDR_EVENT_TIME_MS)),
+        found.get(HDR_CAUSE),
+    )
 
 
 def header_int(raw: bytes | None) -> int | None:

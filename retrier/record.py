@@ -13,19 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hifi.audit import Seen
-from hifi.headers import (
-    HDR_ATTEMPT,
-    HDR_CAUSE,
-    HDR_DUE_MS,
-    HDR_EVENT_ID,
-    HDR_EVENT_TIME_MS,
-    HDR_FIRST_FAILURE_MS,
-    HDR_HANDOFF_MS,
-    HDR_ORIGIN,
-    header_int,
-    header_map,
-    parse_origin,
-)
+from hifi.headers import read_hand_off
 from hifi.vocabulary import Reason
 from retrier.tiers import RetryState
 
@@ -45,52 +33,37 @@ class RetryRecord:
 
     @classmethod
     def read(cls, record: Any) -> RetryRecord:
-        """Read the record's headers; missing or unreadable values fall back to the record's
-        own timestamp and position (`retry_state`, `seen_of`, `expiry_reason`)."""
-        found = header_map(record.headers)
+        """Read the record's headers once. Missing or unreadable times fall back to the
+        record's own timestamp (the first failure to the hand-off), the attempt to 1, the
+        origin to the record's position, the event's id to none."""
+        hand_off = read_hand_off(record.headers)
         record_ms: int = record.timestamp
-        raw_origin = found.get(HDR_ORIGIN)
+        handoff_ms = hand_off.handoff_ms or record_ms
+        position = (record.topic, record.partition, record.offset)
         return cls(
             record,
-            found,
-            retry_state(found, record_ms=record_ms),
-            header_int(found.get(HDR_DUE_MS)) or record_ms,
-            expiry_reason(found),
-            seen_of(record, found),
-            raw_origin.decode("utf-8", errors="replace")
-            if raw_origin
-            else f"{record.topic}/{record.partition}/{record.offset}",
+            hand_off.found,
+            RetryState(
+                attempt=max(1, hand_off.attempt or 1),
+                first_failure_ms=hand_off.first_failure_ms or handoff_ms,
+                handoff_ms=handoff_ms,
+            ),
+            hand_off.due_ms or record_ms,
+            expiry_reason(hand_off.cause),
+            Seen(
+                hand_off.origin_parts or position,
+                hand_off.event_id,
+                hand_off.event_time_ms or record_ms,
+                0,
+            ),
+            hand_off.origin or "/".join(map(str, position)),
         )
 
 
-def seen_of(record: Any, found: Mapping[str, bytes]) -> Seen:
-    """A hand-off as its audit facts name it, from the headers the connector wrote: origin
-    (else this record's position), id (else none), event time (else the record's timestamp)."""
-    origin = parse_origin(found.get(HDR_ORIGIN))
-    event_id = found.get(HDR_EVENT_ID)
-    return Seen(
-        origin or (record.topic, record.partition, record.offset),
-        event_id.decode("utf-8", errors="replace") if event_id else None,
-        header_int(found.get(HDR_EVENT_TIME_MS)) or record.timestamp,
-        0,
-    )
-
-
-def expiry_reason(found: Mapping[str, bytes]) -> Reason:
+def expiry_reason(cause: bytes | None) -> Reason:
     """Why an event whose retries ran out is dead: the cause the connector gave at its last
     hand-off (`hifi-cause`, e.g. `unknown_tenant`) when it names a reason, else `expired`."""
-    cause = found.get(HDR_CAUSE)
     if cause:
         with contextlib.suppress(ValueError):
             return Reason(cause.decode("ascii", errors="replace"))
     return Reason.EXPIRED
-
-
-def retry_state(found: Mapping[str, bytes], *, record_ms: int) -> RetryState:
-    """The hand-off headers as a `RetryState`; missing or unreadable values fall back to `record_ms`."""
-    handoff_ms = header_int(found.get(HDR_HANDOFF_MS)) or record_ms
-    return RetryState(
-        attempt=max(1, header_int(found.get(HDR_ATTEMPT)) or 1),
-        first_failure_ms=header_int(found.get(HDR_FIRST_FAILURE_MS)) or handoff_ms,
-        handoff_ms=handoff_ms,
-    )

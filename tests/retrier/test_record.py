@@ -11,12 +11,13 @@ import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 
 import hifi.headers
-import retrier.record
 from config.destination import Destination
+from hifi.audit import Seen
 from hifi.kafka import Record
 from hifi.vocabulary import Outcome
 from retrier.daemon import _Routing
-from retrier.tiers import Source, tier_topic
+from retrier.record import RetryRecord
+from retrier.tiers import RetryState, Source, tier_topic
 from tests.helpers import make_destination
 from tests.retrier.support import handoff
 
@@ -42,7 +43,6 @@ def parses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         return header_map(headers)
 
     monkeypatch.setattr(hifi.headers, "header_map", counting)
-    monkeypatch.setattr(retrier.record, "header_map", counting)
     return counted
 
 
@@ -101,3 +101,33 @@ async def test_each_record_is_read_once_on_its_way_through_the_plan(
         assert outcomes == [Outcome.DEAD_LETTERED, *[Outcome.RE_OFFERED] * 3]
     finally:
         routing.drop({TopicPartition(tier, 0)})
+
+
+def _read(headers: dict[str, bytes], *, timestamp_ms: int = 999) -> RetryRecord:
+    found = list(headers.items())
+    return RetryRecord.read(
+        ConsumerRecord("d.retry_in", 1, 9, timestamp_ms, 0, b"k", b"{}", None, 1, 2, found)
+    )
+
+
+def test_handoff_headers_with_fallbacks() -> None:
+    """Hand-off headers are read as integers; missing or garbled ones fall back sensibly, a tier
+    record without a due time is due at once (its own timestamp)."""
+    full = {"hifi-attempt": b"3", "hifi-first-failure-ms": b"100", "hifi-handoff-ms": b"200"}
+    assert _read(full).state == RetryState(attempt=3, first_failure_ms=100, handoff_ms=200)
+    bare = _read({"hifi-attempt": b"x"})
+    assert bare.state == RetryState(attempt=1, first_failure_ms=999, handoff_ms=999)
+    assert _read({"hifi-attempt": b"0"}).state.attempt == 1
+    assert _read({"hifi-due-ms": b"1234"}, timestamp_ms=1).due_ms == 1234
+    assert _read({}, timestamp_ms=77).due_ms == 77
+
+
+def test_a_hand_off_without_the_connectors_headers_is_named_by_its_own_position() -> None:
+    """No readable hifi-origin, id or event time: the record's position, no id, its timestamp."""
+    bare = _read({}, timestamp_ms=4242)
+    assert (bare.seen, bare.origin) == (Seen(("d.retry_in", 1, 9), None, 4242, 0), "d.retry_in/1/9")
+    odd = {"hifi-origin": b"nowhere", "hifi-event-time-ms": b"soon", "hifi-event-id": b""}
+    assert _read(odd, timestamp_ms=4242).seen == Seen(("d.retry_in", 1, 9), None, 4242, 0)
+    assert _read(odd).origin == "nowhere"  # the log line says what the header said
+    found = {"hifi-origin": b"src/2/77", "hifi-event-id": b"e-1", "hifi-event-time-ms": b"1234"}
+    assert _read(found).seen == Seen(("src", 2, 77), "e-1", 1234, 0)

@@ -8,18 +8,15 @@ import time
 from pathlib import Path
 
 import pytest
-from aiokafka import ConsumerRecord
 
 from connector import Connector
 from devstack.destination import Reply, TestDestination
 from devstack.kafka_tools import produce_events
 from hifi import kafka
-from hifi.audit import Seen
 from hifi.headers import header_map
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from retrier import Retrier
-from retrier.record import seen_of
 from tests.helpers import events, make_destination, read_facts, running
 from tests.retrier.support import collect, create_topics, handoff, produce_all
 
@@ -175,13 +172,3 @@ async def test_a_retrier_of_destinations_that_do_not_audit_creates_no_audit_topi
     await asyncio.wait_for(retrier.run(), 120)
     assert len(await kafka.read_topic(kafka_settings, dest.retry_out_topic)) == 1
     assert audit not in await kafka_admin.list_topics(kafka_settings)
-
-
-def test_a_hand_off_without_the_connectors_headers_is_named_by_its_own_position() -> None:
-    """No readable hifi-origin, id or event time: the record's position, no id, its timestamp."""
-    bare = ConsumerRecord("d.retry_in", 1, 9, 4242, 0, b"k", b"{}", None, 1, 2, ())
-    assert seen_of(bare, {}) == Seen(("d.retry_in", 1, 9), None, 4242, 0)
-    odd = {"hifi-origin": b"nowhere", "hifi-event-time-ms": b"soon", "hifi-event-id": b""}
-    assert seen_of(bare, odd) == Seen(("d.retry_in", 1, 9), None, 4242, 0)
-    found = {"hifi-origin": b"src/2/77", "hifi-event-id": b"e-1", "hifi-event-time-ms": b"1234"}
-    assert seen_of(bare, found) == Seen(("src", 2, 77), "e-1", 1234, 0)
