@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import msgspec
 import orjson
 
 from hifi.vocabulary import Reason
@@ -165,17 +166,20 @@ def header_int(raw: bytes | None) -> int | None:
     return value if value >= 0 else None
 
 
+_history_entries = msgspec.json.Decoder(list[msgspec.Raw])
+
+
 def append_history(history: bytes | None, entry: dict[str, Any]) -> bytes:
     """The hifi-history header with one more failure appended (oldest dropped past 25)."""
     entries: list[Any] = []
     if history:
-        try:
-            loaded = orjson.loads(history)
-            entries = loaded if isinstance(loaded, list) else []
-        except orjson.JSONDecodeError:
+        try:  # the earlier failures pass on as they were written, unread
+            kept = _history_entries.decode(history)[1 - MAX_HISTORY_ENTRIES :]
+            entries = [orjson.Fragment(bytes(raw)) for raw in kept]
+        except (msgspec.DecodeError, RecursionError):  # not JSON, not a list, nested too deep
             entries = []
     entries.append(entry)
-    return orjson.dumps(entries[-MAX_HISTORY_ENTRIES:])
+    return orjson.dumps(entries)
 
 
 def failure_headers(

@@ -6,7 +6,7 @@ import orjson
 from aiokafka import ConsumerRecord, TopicPartition
 
 from hifi.envelope import Parsed, parse_records
-from hifi.headers import failure_headers, header_map
+from hifi.headers import append_history, failure_headers, header_map
 
 TP = TopicPartition("src", 3)
 KAFKA_TIMESTAMP_MS = 1_700_000_000_000
@@ -195,3 +195,17 @@ def test_a_retried_origin_is_read_in_parts_and_an_unreadable_one_falls_back() ->
     event = _parse(_record(5, b'{"id":"real","ts":1}', headers=forged)).events[0]
     assert event.user_headers == [("trace", b"t")]
     assert event.audit_id == "real"
+
+
+def test_the_history_keeps_the_last_25_failures_and_passes_earlier_ones_on_unread() -> None:
+    """Each failure appends one entry, the oldest drop past 25; earlier entries pass on as they
+    were written (even one orjson could not write back); a history that is not a JSON list
+    starts over."""
+    history = None
+    for at_ms in range(30):
+        history = append_history(history, {"at_ms": at_ms})
+    assert [entry["at_ms"] for entry in orjson.loads(history or b"")] == list(range(5, 30))
+    deep = b"[" * 300 + b"]" * 300
+    assert append_history(b"[" + deep + b"]", {"at_ms": 1}) == b"[" + deep + b',{"at_ms":1}]'
+    for odd in (b"nope", b'{"at_ms":0}', b"[" * 5000):
+        assert append_history(odd, {"at_ms": 1}) == b'[{"at_ms":1}]'
