@@ -13,6 +13,7 @@ from connector.http1 import MAX_BODY_BYTES, Http1Transport
 from connector.http1.connection import Http1Connection
 from devstack.destination import Reply, TestDestination
 from tests.connector.loopback_http import OK, RawServer, answer, reply_then_close, until_eof
+from tests.helpers import until
 
 JSON = {"Content-Type": "application/json"}
 
@@ -126,7 +127,7 @@ async def test_chunked_reply_is_read_whole_and_the_connection_kept() -> None:
             for piece in (b"5\r\nhello\r\n", b"6\r\n world\r\n", b"0\r\n\r\n"):
                 writer.write(piece)
                 await writer.drain()
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0.01)  # the behaviour: the reply arrives in pieces
 
     async with RawServer(handle) as server, _client(Http1Transport()) as client:
         first = await client.post(server.url, content=b"a")
@@ -245,14 +246,14 @@ async def test_idle_connection_closed_by_the_server_is_not_reused() -> None:
     out on a new connection, without an error."""
 
     async def close_soon() -> None:
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # the behaviour: the server closes it once it lies idle
 
     async with (
         RawServer(answer([OK], then=close_soon)) as server,
         _client(Http1Transport()) as client,
     ):
         await client.post(server.url, content=b"a")
-        await asyncio.sleep(0.2)
+        assert await until(lambda: server.open_now == 0, 30, interval_s=0.01)
         assert (await client.post(server.url, content=b"b")).status_code == 200
     assert server.opened == 2
 
@@ -261,18 +262,22 @@ async def test_bytes_sent_on_an_idle_connection_retire_it() -> None:
     """A server that writes on an idle connection (a late 408, say) is out of step: that
     connection is closed and the next request opens a new one."""
 
+    late = asyncio.Event()
+
     async def handle(
         reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer
     ) -> None:
         await server.read_request(reader)
         writer.write(OK)
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # the behaviour: the 408 comes once the connection is idle
         writer.write(b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        late.set()
         await until_eof(reader)
 
     async with RawServer(handle) as server, _client(Http1Transport()) as client:
         await client.post(server.url, content=b"a")
-        await asyncio.sleep(0.2)
+        await asyncio.wait_for(late.wait(), 30)
         second = await client.post(server.url, content=b"b")
     assert (second.status_code, server.opened) == (200, 2)
 
@@ -292,9 +297,9 @@ async def test_idle_connections_past_keepalive_expiry_are_closed_not_reused() ->
         await client.post(server.url, content=b"a")
         await client.post(server.url, content=b"b")
         assert server.opened == 1
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(0.6)  # the behaviour: the connection lies idle past the 0.3 s expiry
         await client.post(server.url, content=b"c")
-        await asyncio.sleep(0.05)
+        assert await until(lambda: server.eofs == 1, 30, interval_s=0.01)
         assert (server.opened, server.eofs) == (2, 1)
 
 
@@ -326,7 +331,7 @@ async def test_waiting_request_times_out_with_pool_timeout(destination: TestDest
     timeout = httpx.Timeout(5.0, pool=0.1)
     async with _client(transport, timeout=timeout) as client:
         busy = asyncio.ensure_future(client.post(destination.url, content=b"[]", headers=JSON))
-        await asyncio.sleep(0.05)
+        assert await until(lambda: transport.open_connections == 1, 30, interval_s=0.01)
         with pytest.raises(httpx.PoolTimeout):
             await client.post(destination.url, content=b"[]", headers=JSON)
         assert (await busy).status_code == 200
@@ -348,7 +353,7 @@ async def test_full_pool_closes_an_idle_connection_of_another_origin() -> None:
     async with RawServer(handle) as one, RawServer(handle) as other, _client(transport) as client:
         await client.post(one.url, content=b"a")
         await client.post(other.url, content=b"b")
-        await asyncio.sleep(0.05)
+        assert await until(lambda: one.eofs == 1, 30, interval_s=0.01)
         assert (one.eofs, transport.open_connections) == (1, 1)
 
 
@@ -359,7 +364,7 @@ async def test_aclose_closes_every_connection() -> None:
         reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer
     ) -> None:
         while await server.read_request(reader) is not None:
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # the behaviour: a slow reply, so the three overlap
             writer.write(OK)
 
     transport = Http1Transport()
@@ -368,8 +373,4 @@ async def test_aclose_closes_every_connection() -> None:
             await asyncio.gather(*(client.post(server.url, content=b"a") for _ in range(3)))
             assert transport.open_connections == 3
         assert transport.open_connections == 0
-        for _ in range(100):
-            if server.eofs == 3:
-                break
-            await asyncio.sleep(0.01)
-        assert server.eofs == 3
+        assert await until(lambda: server.eofs == 3, 30, interval_s=0.01)

@@ -19,7 +19,7 @@ from connector.rate_limits import RateLimits
 from connector.rebatch import Batch
 from connector.tenant_pending import TenantPending
 from hifi.errors import ConfigError
-from tests.helpers import FakeKafka, Sleeps, make_destination, make_event
+from tests.helpers import FakeKafka, Sleeps, make_destination, make_event, until
 from tests.tenants.support import route_of, tenant_events, write_tenant_destination
 
 URL = "https://collector.test/v1/events"
@@ -120,8 +120,7 @@ async def test_a_cancelled_wait_gives_its_tokens_back(catalog_dir: Path) -> None
     limits = RateLimits(dest)
     await limits.take(_batch(10))
     waiting = asyncio.create_task(limits.take(_batch(1000)))
-    await asyncio.sleep(0.01)
-    assert limits.describe()["waiting_requests"] == 1
+    assert await until(lambda: limits.describe()["waiting_requests"] == 1, 30, interval_s=0.01)
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting

@@ -16,6 +16,7 @@ from hifi.kafka.clients import Record
 from hifi.kafka.producing import Producer
 from hifi.kafka.reach import KafkaReach, backoff_s
 from hifi.kafka.settings import KafkaSettings
+from tests.helpers import until
 
 SETTINGS = KafkaSettings(bootstrap="broker.test:9092")
 RECORDS: list[Record] = [("t", None, b"v", [])]
@@ -80,8 +81,7 @@ async def test_with_a_reach_a_write_is_sent_again_until_acknowledged() -> None:
 async def test_while_a_write_waits_the_daemon_is_not_ready_and_names_it() -> None:
     client, reach = _Client(unacknowledged=10**6), KafkaReach()
     waiting = asyncio.create_task(_producer(client, reach).send_all(RECORDS))
-    while reach.reachable:
-        await asyncio.sleep(0.001)
+    assert await until(lambda: not reach.reachable, 30, interval_s=0.001)
     state = reach.readiness()
     assert not state.ready
     assert state.detail.startswith("kafka: waiting: produce for 0 s: kafka broker.test:9092")
@@ -112,8 +112,7 @@ async def test_a_stop_request_ends_the_wait_with_the_last_failure() -> None:
         raise BrokerUnavailable("kafka broker.test:9092: start consumer: refused")
 
     waiting = asyncio.create_task(reach.serving(unanswered, stop=stop))
-    while reach.reachable:
-        await asyncio.sleep(0.001)
+    assert await until(lambda: not reach.reachable, 30, interval_s=0.001)
     stop.set()
     await asyncio.wait_for(waiting, 5)  # returns: asked to stop while waiting
     with pytest.raises(BrokerUnavailable):
