@@ -16,7 +16,7 @@ from devstack.destination import TestDestination
 from devstack.kafka_tools import produce_events
 from hifi.kafka.settings import KafkaSettings
 from hifi.vocabulary import Outcome
-from tests.helpers import events, make_destination
+from tests.helpers import events, make_destination, until
 
 pytestmark = [pytest.mark.integration]
 
@@ -33,14 +33,12 @@ async def test_first_scrape_has_every_series_and_status_tells_the_story(
     after a run /status counts what was delivered and dead-lettered and lists the failure."""
     dest = make_destination(catalog_dir, unique, destination.url, unique, max_batch_records=10)
     connector = Connector(dest, kafka_settings, metrics_port=0)
-    assert connector.ops is not None
+    ops = connector.ops
+    assert ops is not None
     task = asyncio.create_task(connector.run())
     try:
-        for _ in range(1200):
-            if connector.ops.ready:
-                break
-            await asyncio.sleep(0.05)
-        base = f"http://127.0.0.1:{connector.ops.port}"
+        assert await until(lambda: ops.ready, 60, interval_s=0.05)
+        base = f"http://127.0.0.1:{ops.port}"
         first = (await _get(f"{base}/metrics")).text
         for outcome in ("delivered", "handed_off", "dead_lettered"):
             assert (
