@@ -68,9 +68,10 @@ async def test_a_connector_cut_from_kafka_waits_lets_go_and_resumes_losing_nothi
             metrics = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
             assert 'hifi_kafka_reachable{component="connector"} 0.0' in metrics
 
+            # the behaviour: the session runs out (SESSION_S) while Kafka is cut
             await asyncio.sleep(max(0.0, cut_at + SESSION_S + 1.5 - time.monotonic()))
             sent_once_lost = scene.destination.request_count
-            await asyncio.sleep(3)
+            await asyncio.sleep(3)  # the behaviour: nothing is sent during these 3 s
             assert scene.destination.request_count == sent_once_lost  # let go: sends nothing
             log = (tmp_path / f"connector-{name}.log").read_text()
             assert '"partitions_lost"' in log

@@ -91,7 +91,7 @@ async def test_a_wrong_path_costs_a_few_requests_and_leaves_the_rest_in_kafka(
     connector = Connector(dest, kafka_settings, metrics_port=0)
     async with running(connector):
         assert await until(lambda: _state(unique) == 2, 30)
-        await asyncio.sleep(2.5)
+        await asyncio.sleep(2.5)  # the behaviour: the breaker stays open during these 2.5 s
         assert _state(unique) in (1, 2)
     dead = await dead_letters(kafka_settings, unique)
     assert 0 < len(dead) <= AT_MOST_BATCHES * BATCH + 3
@@ -112,7 +112,7 @@ async def test_an_outage_hands_off_at_most_a_batch_per_slot(
     connector = Connector(dest, kafka_settings, metrics_port=0)
     async with running(connector):
         assert await until(lambda: _state(unique) == 2, 30)
-        await asyncio.sleep(4.0)
+        await asyncio.sleep(4.0)  # the behaviour: an outage of 4 s
         await destination.set_down(False)
         handed = {id_of(r) for r in await read_topic(kafka_settings, dest.retry_in_topic)}
         rest = [e["id"] for e in sent if e["id"] not in handed]

@@ -36,7 +36,7 @@ async def _run_sampling(
                 async with httpx.AsyncClient(timeout=10) as client:
                     got = await client.get(f"http://127.0.0.1:{connector.ops.port}/status")
                 pages.append(orjson.loads(got.content))
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0.005)  # the sampling period, not a wait for anything
 
     sampler = asyncio.create_task(sample())
     try:

@@ -123,7 +123,7 @@ async def _run(
         ids = [f"{tag}-{name}-{n}-{i}" for i in range(3)]
         body = orjson.dumps([{"id": event_id, "payload": "x" * 40} for event_id in ids])
         sent.append((ids, await attempt(client, server.url(name, tag), body)))
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # the behaviour: the next request races close_late's close
     return tag, name, sent
 
 

@@ -260,7 +260,7 @@ async def test_a_reply_trickled_past_the_deadline_ends_there(
         for _ in range(1000):
             writer.write(b"x")
             await writer.drain()
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # the behaviour: one byte every 0.1 s
 
     extensions = {"hifi.total_timeout_s": 0.8}
     async with RawServer(trickle) as server, _client(Http1Transport()) as client:

@@ -96,7 +96,7 @@ async def test_read_timeout_bounds_each_wait_not_the_whole_reply() -> None:
         await server.read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
         for _ in range(6):
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # the behaviour: a chunk every 0.1 s, each within `read`
             writer.write(b"1\r\nx\r\n")
         writer.write(b"0\r\n\r\n")
         await until_eof(reader)
@@ -116,7 +116,7 @@ async def test_request_not_taken_in_time_is_write_timeout() -> None:
     async def deaf(
         reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer
     ) -> None:
-        await asyncio.sleep(30)
+        await asyncio.sleep(30)  # the behaviour: reads nothing
 
     async with RawServer(deaf) as server, _client(timeout=httpx.Timeout(5.0, write=0.2)) as client:
         with pytest.raises(httpx.WriteTimeout):

@@ -286,7 +286,7 @@ async def test_the_connect_request_and_an_open_tunnel(
         seen.append(await reader.readuntil(b"\r\n\r\n"))
         writer.write(b"HTTP/1.0 200 Connection established\r\n\r\n")
         await writer.drain()
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # the behaviour: the destination speaks after the 200
         writer.write(b"server-first")
         await writer.drain()
         await reader.read()  # until the client closes

@@ -53,7 +53,7 @@ async def test_delivers_for_15_s_through_expiring_tokens_and_one_refusal(
             batch = events(EVENTS_PER_S, prefix=unique, start=second * EVENTS_PER_S)
             await produce_events(kafka_settings, unique, batch)
             sent += batch
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(1.0)  # the behaviour: a batch a second, across token expiries
         await asyncio.wait_for(running, 60)
     assert sorted(server.delivered_ids) == sorted(event["id"] for event in sent)
     assert await read_topic(kafka_settings, dest.dlq_topic) == []

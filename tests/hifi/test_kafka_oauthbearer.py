@@ -65,7 +65,7 @@ async def test_token_is_refreshed_before_it_expires(server: OAuth2Server) -> Non
     server.lifetime_s = 2
     provider = OAuthBearerTokens(_settings(server))
     first = await provider.token()
-    await asyncio.sleep(1.2)
+    await asyncio.sleep(1.2)  # the behaviour: past half the token's 2 s life
     second = await provider.token()
     assert second != first
     assert server.valid(second)

@@ -307,7 +307,7 @@ async def test_max_settling_bounds_the_units_waiting_to_settle_apart_from_the_sl
         await handler.changes.until(
             lambda: len(handler.units) == 5 and handler.unit(3).finished, "four units to run"
         )
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # the behaviour: the fifth does not start during this time
         assert not handler.unit(4).started  # the fifth waits
         assert not handler.settled
         handler.settle.setdefault(0, asyncio.Event()).set()

@@ -30,7 +30,7 @@ async def test_work_started_follows_a_moving_limit_under_the_ceiling() -> None:
     )
     async with running(worker, handler, [TOPIC]):
         await handler.changes.until(lambda: len(handler.started()) == 2, "two units running")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # the behaviour: no third unit starts during this time
         assert len(handler.started()) == 2  # and no more
         bound[0] = 5
         worker.wake()
