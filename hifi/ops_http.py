@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import prometheus_client
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from hifi.errors import ConfigError
@@ -120,10 +121,10 @@ class OpsServer:
         """404, or while the daemon starts a 503 to try again: the path may be one it mounts
         once it has connected (a poller of `/status` must not take "not found" for an answer)."""
         if self._started:
-            return JSONResponse({"error": f"no such page: {request.url.path}"}, status_code=404)
-        return JSONResponse(
+            return json_answer({"error": f"no such page: {request.url.path}"}, status=404)
+        return json_answer(
             {"error": "starting: not serving this page yet"},
-            status_code=503,
+            status=503,
             headers={"Retry-After": "1"},
         )
 
@@ -176,8 +177,17 @@ class OpsServer:
             sock.close()
 
 
+def json_answer(
+    document: Any, *, status: int = 200, headers: Mapping[str, str] | None = None
+) -> Response:
+    """A JSON answer, written by orjson (CONTRIBUTING.md, "JSON: one rule")."""
+    return Response(
+        orjson.dumps(document), status_code=status, media_type="application/json", headers=headers
+    )
+
+
 def _json_endpoint(provider: JsonProvider) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
-        return JSONResponse(await provider(request))
+        return json_answer(await provider(request))
 
     return endpoint

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
-import orjson
 import structlog
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
@@ -27,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 from config.destination import Destination
 from hifi.errors import ConfigError
 from hifi.kafka.settings import KafkaSettings
+from hifi.ops_http import json_answer
 from hifi.redaction import mask
 from retrier.dashboard.access import Access, Refused
 from retrier.dashboard.auditor_feed import AuditorFeed
@@ -294,13 +294,7 @@ def _json(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
 
 
 def _answer(document: Any, *, status: int = 200) -> Response:
-    """A JSON answer, written by orjson (CONTRIBUTING.md, "JSON: one rule")."""
-    return Response(
-        orjson.dumps(document),
-        status_code=status,
-        media_type="application/json",
-        headers=_SECURITY_HEADERS,
-    )
+    return json_answer(document, status=status, headers=_SECURITY_HEADERS)
 
 
 def _error(status: int, reason: str) -> Response:
