@@ -39,8 +39,9 @@ import orjson
 import pytest
 
 from auditor.archive.read import read_minutes
-from auditor.daemon import GROUP_ID, Auditor
-from connector import Connector
+from auditor.daemon import Auditor
+from auditor.defaults import GROUP_ID
+from connector.daemon import Connector
 from devstack.destination import Reply, TestDestination
 from devstack.kafka_tools import produce, produce_events
 from devstack.ports import free_port
@@ -51,7 +52,7 @@ from hifi.audit import AUDIT_TOPIC_ENV_VAR, HDR_FORMAT, Fact, Slice, encode_fact
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from hifi.vocabulary import Outcome, Reason
-from retrier import Retrier
+from retrier.daemon import Retrier
 from tests.auditor.support import (
     audited_destination,
     minute_start,

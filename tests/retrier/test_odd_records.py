@@ -10,7 +10,7 @@ import pytest
 from hifi import kafka
 from hifi.headers import header_map
 from hifi.kafka.settings import KafkaSettings
-from retrier import Retrier
+from retrier.daemon import Retrier
 from tests.helpers import make_destination
 from tests.retrier.support import create_topics
 

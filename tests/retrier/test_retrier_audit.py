@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from connector import Connector
+from connector.daemon import Connector
 from devstack.destination import Reply, TestDestination
 from devstack.kafka_tools import produce_events
 from hifi import kafka
 from hifi.headers import header_map
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
-from retrier import Retrier
+from retrier.daemon import Retrier
 from tests.helpers import events, make_destination, read_facts, running
 from tests.retrier.support import collect, create_topics, handoff, produce_all
 

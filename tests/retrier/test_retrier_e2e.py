@@ -12,11 +12,11 @@ import httpx
 import orjson
 import pytest
 
-from connector import Connector
+from connector.daemon import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import committed_offsets, produce_events, read_topic
 from hifi.kafka.settings import KafkaSettings
-from retrier import Retrier
+from retrier.daemon import Retrier
 from tests.helpers import events, make_destination, running
 from tests.retrier.support import (
     SLACK_MS,

@@ -13,7 +13,7 @@ import pytest
 
 from devstack.kafka_tools import committed_offsets, read_topic
 from hifi.kafka.settings import KafkaSettings
-from retrier import GROUP_ID
+from retrier.daemon import GROUP_ID
 from tests.helpers import make_destination, start_daemon, wait_exit, write_destination
 from tests.retrier.support import (
     RETRIER,

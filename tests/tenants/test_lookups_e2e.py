@@ -15,13 +15,13 @@ import redis
 from prometheus_client import REGISTRY
 
 from config.destination import Destination
-from connector import Connector
+from connector.daemon import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import produce_events
 from devstack.redis import RedisServer
 from hifi.kafka.settings import KafkaSettings
 from hifi.lookup_cache.redis_hash import RedisSettings
-from retrier import Retrier
+from retrier.daemon import Retrier
 from tests.helpers import read_facts, running, until
 from tests.retrier.support import collect, create_topics, headers_of, id_of
 from tests.tenants.support import TENANT_FIELD, entry, write_tenant_destination
