@@ -10,7 +10,7 @@ import structlog
 from prometheus_client import REGISTRY
 
 from auditor.daemon import Auditor
-from connector import Connector
+from connector.daemon import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import move_committed, produce_events
 from hifi.kafka import admin as kafka_admin

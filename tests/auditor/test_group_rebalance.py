@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from auditor.daemon import Auditor
-from connector import Connector
+from connector.daemon import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import produce_events
 from hifi.kafka.settings import KafkaSettings

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from prometheus_client import REGISTRY
 
-from connector import Connector
+from connector.daemon import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import produce, produce_events
 from hifi import kafka

@@ -15,9 +15,9 @@ import pytest
 from aiokafka import TopicPartition
 
 from config.parsing import parse
-from connector import Connector
 from connector.backfill.checkpoint import Checkpoint, Cursor, load, save
 from connector.backfill.reoffer import chunk_events
+from connector.daemon import Connector
 from connector.pacing import Pacer
 from devstack.destination import TestDestination
 from hifi import kafka

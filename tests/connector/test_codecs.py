@@ -28,7 +28,7 @@ import orjson
 import pytest
 
 from config.catalog import Catalog
-from connector import Connector
+from connector.daemon import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import committed_offsets
 from hifi import kafka

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import orjson
 
-from connector import Connector
+from connector.daemon import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import produce_events, read_topic
 from hifi.kafka.settings import KafkaSettings

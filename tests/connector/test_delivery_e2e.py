@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 from prometheus_client import REGISTRY
 
-from connector import Connector
+from connector.daemon import Connector
 from devstack.destination import Delivery, Reply, TestDestination
 from devstack.kafka_tools import committed_offsets, produce, produce_events, read_topic
 from hifi.headers import header_map

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from config.catalog import Catalog
-from connector import Connector
+from connector.daemon import Connector
 from devstack.kafka_tools import produce_events, read_topic
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings

@@ -10,7 +10,8 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
-from connector import Connector, metrics
+from connector import metrics
+from connector.daemon import Connector
 from connector.status_page import Progress, percentile_s
 from devstack.destination import TestDestination
 from devstack.kafka_tools import produce_events

@@ -8,7 +8,7 @@ import pytest
 import redis
 from prometheus_client import REGISTRY
 
-from connector import Connector
+from connector.daemon import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import dead_letters, produce_events, read_topic
 from hifi.kafka.settings import KafkaSettings

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import structlog
 
-from connector import Connector
+from connector.daemon import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import produce_events
 from hifi.kafka import admin as kafka_admin

@@ -13,7 +13,7 @@ import pytest
 
 from auditor.daemon import Auditor
 from config.streams import hash_token
-from connector import Connector
+from connector.daemon import Connector
 from devstack.destination import TestDestination
 from hifi.audit.accepted import AcceptedTrail, Seen
 from hifi.errors import BrokerRefused

@@ -10,7 +10,7 @@ import httpx
 import orjson
 import pytest
 
-from connector import Connector
+from connector.daemon import Connector
 from devstack.destination import TestDestination
 from hifi.kafka.settings import KafkaSettings
 from tests.helpers import make_destination

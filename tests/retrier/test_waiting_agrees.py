@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from auditor.daemon import Auditor
-from connector import Connector
+from connector.daemon import Connector
 from devstack.destination import Reply, TestDestination
 from devstack.kafka_tools import produce_events
 from devstack.ports import free_port

@@ -15,7 +15,7 @@ import pytest
 
 from auditor.daemon import Auditor
 from config.destination import Destination
-from connector import Connector
+from connector.daemon import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import move_committed, produce_events
 from hifi.kafka import admin as kafka_admin
