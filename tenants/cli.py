@@ -18,8 +18,9 @@ import click
 
 from hifi.cli import EXIT_FAILURE, Group, before_subcommand, run_command
 from hifi.cli_options import catalog_option, version_option
-from hifi.errors import ConfigError
+from hifi.errors import ConfigError, EntryRefused
 from hifi.redaction import mask
+from tenants.keys import tenants_key
 
 if TYPE_CHECKING:
     from config.destination import Destination
@@ -73,7 +74,6 @@ def push(dest: str, entries_file: Path, dry_run: bool, prune: bool, catalog: Pat
     import asyncio
 
     from hifi.lookup_cache import redis_hash
-    from tenants.keys import tenants_key
     from tenants.store import compare
 
     destination, settings = _configured(catalog, dest)
@@ -116,10 +116,8 @@ def get(dest: str, tenants: tuple[str, ...], catalog: Path | None) -> None:
 
     import orjson
 
-    from hifi.errors import EntryRefused
     from hifi.lookup_cache import redis_hash
     from tenants.entry import parse_entry
-    from tenants.keys import tenants_key
     from tenants.store import shown
 
     destination, settings = _configured(catalog, dest)
@@ -162,7 +160,6 @@ def diff(dest: str, entries_file: Path, catalog: Path | None) -> None:
     import asyncio
 
     from hifi.lookup_cache import redis_hash
-    from tenants.keys import tenants_key
     from tenants.store import compare
 
     destination, settings = _configured(catalog, dest)
@@ -207,8 +204,6 @@ def _file_entries(path: Path, dest: Destination) -> dict[str, bytes]:
 
 
 def _where(dest: Destination, settings: RedisSettings) -> str:
-    from tenants.keys import tenants_key
-
     return f"hash {tenants_key(dest.name)} at {settings.describe()}"
 
 
