@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from auditor.defaults import DEFAULT_ROLL_S, GROUP_ID
 from hifi.cli import STOP_SIGNALS, Group, parse_time, run_command, run_daemon
 from hifi.cli_options import (
     FINITE_POSITIVE_SECONDS,
-    INSTANCE_ID_FROM,
     DaemonFlags,
     daemon_options,
     instance_id_option,
@@ -32,8 +32,6 @@ if TYPE_CHECKING:
 PROG = "auditor"
 ARCHIVE_ENV_VAR = "HIFI_ARCHIVE_DIR"
 DEFAULT_ARCHIVE = "hifi-archive"
-GROUP_ID = "hifi.auditor"  # as auditor.daemon.GROUP_ID
-DEFAULT_ROLL_S = 60.0  # as auditor.daemon.DEFAULT_ROLL_S
 
 
 def _archive_default() -> Path:
@@ -118,12 +116,9 @@ def _serve(
     import asyncio
 
     from auditor.daemon import Auditor
-    from config.catalog import Catalog, default_catalog_dir
-    from hifi.kafka.settings import KafkaSettings
+    from config.daemon_start import load_daemon_inputs
 
-    catalog = Catalog(flags.catalog or default_catalog_dir(), for_delivery=False)
-    destinations = catalog.load_named(dests)
-    settings = KafkaSettings.from_env().as_static_member(instance_id, where=INSTANCE_ID_FROM)
+    destinations, settings = load_daemon_inputs(flags, dests, instance_id)
     if flags.check:
         report = _check(destinations, settings, archive_dir=archive, probe=flags.probe)
         asyncio.run(report).finish()

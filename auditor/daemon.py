@@ -29,6 +29,7 @@ from auditor.archive import (
     write_settings,
 )
 from auditor.assignor import shares_assignor
+from auditor.defaults import DEFAULT_ROLL_S, GROUP_ID
 from auditor.holdings import sampling
 from auditor.pages import Pages
 from auditor.progress import ProgressClock
@@ -44,8 +45,6 @@ from hifi.worker import PartitionWorker, WorkerOptions
 
 log = structlog.get_logger(__name__)
 
-GROUP_ID = "hifi.auditor"
-DEFAULT_ROLL_S = 60.0
 SHUTDOWN_TIMEOUT_S = 60.0  # the drain deadline: the last roll's writing and the final commit
 # A stop waits this long at most for the last roll to start (a rebalance can hold the loop);
 # without it the auditor stops as after a crash: the snapshot and the commits still agree.

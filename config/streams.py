@@ -30,9 +30,9 @@ from pydantic import (
 from config.catalog import read_text
 from config.destination import NAME_RE
 from config.problems import describe
+from hifi.environment import STREAMS_ENV_VAR
 from hifi.errors import ConfigError
 
-STREAMS_ENV_VAR = "HIFI_STREAMS_DIR"
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _SHA256_HEX_RE = re.compile(r"^[0-9a-f]{64}$")
 # every event must fit in one record of NAME.retry_in and NAME.dlq (as a destination's

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from connector.defaults import CHECKPOINT_EVERY_RECORDS, CHECKPOINT_EVERY_S, MAX_RATE_PER_S
 from hifi.cli import STOP_SIGNALS, Group, parse_time, run_command, run_daemon
 from hifi.cli_options import (
     INSTANCE_ID_FROM,
@@ -21,12 +22,10 @@ from hifi.errors import CommandFailed, ConfigError, HifiError
 
 if TYPE_CHECKING:
     from config.destination import Destination
-    from connector.backfill import BackfillRequest, BackfillResult
+    from connector.backfill.reoffer import BackfillRequest, BackfillResult
     from hifi.kafka.settings import KafkaSettings
 
 PROG = "connector"
-MAX_RATE_PER_S = 1_000_000.0  # as connector.pacing.MAX_RATE_PER_S, the highest --rate
-CHECKPOINT_EVERY_S = 10.0  # as connector.backfill.CHECKPOINT_EVERY_S, the default
 _TIME_HELP = "ISO 8601 (2026-01-31T08:00:00Z; UTC unless it says) or a duration ago (30m, 2h, 1d)."
 
 
@@ -199,7 +198,8 @@ def rewind(
     default=CHECKPOINT_EVERY_S,
     show_default=True,
     metavar="SECONDS",
-    help="Write the checkpoint at least this often (and every 10,000 records scanned).",
+    help="Write the checkpoint at least this often (and every"
+    f" {CHECKPOINT_EVERY_RECORDS:,} records scanned).",
 )
 @click.option("--restart", is_flag=True, help="Start over, replacing this backfill's checkpoint.")
 @catalog_option
@@ -255,8 +255,8 @@ def _backfill_request(
     dry_run: bool,
 ) -> BackfillRequest:
     """The backfill the flags describe: its range, its selection and its checkpoint file."""
-    from connector.backfill import BackfillRequest, backfill_key, time_key
     from connector.backfill import checkpoint as checkpoints
+    from connector.backfill.reoffer import BackfillRequest, backfill_key, time_key
     from connector.backfill.selection import Selection, read_missing
 
     from_text, to_text = span
@@ -309,7 +309,8 @@ async def _backfill(settings: KafkaSettings, request: BackfillRequest) -> Backfi
     import asyncio
     import signal
 
-    from connector.backfill import Backfill, views
+    from connector.backfill import views
+    from connector.backfill.reoffer import Backfill
 
     job = Backfill(settings, request)
     loop = asyncio.get_running_loop()
@@ -328,7 +329,8 @@ async def _backfill(settings: KafkaSettings, request: BackfillRequest) -> Backfi
 
 def _report(request: BackfillRequest, result: BackfillResult) -> None:
     """The per-partition table and the totals; a stopped backfill ends in one line, exit 1."""
-    from connector.backfill import Status, views
+    from connector.backfill import views
+    from connector.backfill.reoffer import Status
 
     state = result.state
     span = f"{state.dest} from {views.iso_ms(state.from_ms)} to {views.iso_ms(state.to_ms)}"

@@ -9,8 +9,6 @@ import asyncio
 import time
 from collections.abc import Callable
 
-MAX_RATE_PER_S = 1_000_000.0  # the highest --rate accepted
-
 
 class Pacer:
     """A token bucket: `rate_per_s` tokens a second, holding at most `burst`; None: unpaced.

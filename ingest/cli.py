@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING
 import click
 
 from hifi.cli import STOP_SIGNALS, Group, run_command, run_daemon
-from hifi.cli_options import FINITE_POSITIVE_SECONDS, LOG_LEVELS, METRICS_PORT_ENV, version_option
+from hifi.cli_options import (
+    FINITE_POSITIVE_SECONDS,
+    LOG_LEVELS,
+    METRICS_HOST,
+    METRICS_PORT_ENV,
+    version_option,
+)
+from hifi.environment import REDIS_URL_ENV_VAR, STREAMS_ENV_VAR
 from hifi.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -23,8 +30,6 @@ if TYPE_CHECKING:
     from ingest.service import ServiceSettings
 
 PROG = "ingest"
-STREAMS_ENV_VAR = "HIFI_STREAMS_DIR"  # as config.streams.STREAMS_ENV_VAR
-REDIS_URL_ENV_VAR = "HIFI_REDIS_URL"  # as hifi.lookup_cache.redis_hash.REDIS_URL_ENV_VAR
 _PORT = click.IntRange(0, 65535)
 
 
@@ -44,7 +49,7 @@ _PORT = click.IntRange(0, 65535)
 @click.option(
     "--metrics-host",
     envvar="HIFI_METRICS_HOST",
-    default="127.0.0.1",
+    default=METRICS_HOST,
     show_default=True,
     help="Address of the ops port ($HIFI_METRICS_HOST).",
 )

@@ -25,13 +25,14 @@ import click
 from hifi.cli import Group, parse_time, run_command
 from hifi.cli_options import version_option
 from hifi.errors import CommandFailed, ConfigError, HifiError
+from spark_batch.package import DRIVER_NAME, ZIP_NAME
+from spark_batch.package import package as build
+from spark_batch.session import DEFAULT_MASTER, spark_session
 
 if TYPE_CHECKING:
     from spark_batch.archive_input import Window
 
 PROG = "spark-batch"
-ZIP_NAME, DRIVER_NAME = "hifi-spark.zip", "spark_batch_driver.py"  # as spark_batch.package
-DEFAULT_MASTER = "local[*]"  # as spark_batch.session.DEFAULT_MASTER
 _DAY_MS = 86_400_000
 _MINUTE_MS = 60_000
 # the words Spark uses when a file of the input cannot be read (corrupt, truncated, not Parquet)
@@ -137,8 +138,6 @@ def package(out: Path) -> None:
     dependencies (pip install 'hifi-streams[spark]'). Then: spark-submit --master URL
     --py-files DIR/hifi-spark.zip DIR/spark_batch_driver.py reconcile ...
     """
-    from spark_batch.package import package as build
-
     built = build(out)
     click.echo(
         f"{PROG} package: wrote {built.zip_path} ({built.files} files,"
@@ -186,7 +185,6 @@ def _run(
     from spark_batch.archive_input import ArchiveInputError
     from spark_batch.outputs import summarize, write_outputs
     from spark_batch.reconcile import reconcile as rebuild
-    from spark_batch.session import spark_session
 
     try:
         with spark_session("hifi-reconcile", master=master) as started:

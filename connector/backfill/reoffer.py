@@ -33,17 +33,17 @@ from connector.backfill import positions
 from connector.backfill.checkpoint import Checkpoint, Cursor
 from connector.backfill.selection import Selection
 from connector.backfill.views import ShowProgress
+from connector.defaults import CHECKPOINT_EVERY_RECORDS, CHECKPOINT_EVERY_S
 from connector.pacing import Pacer
-from hifi import kafka
 from hifi.cli import parse_time
 from hifi.errors import BrokerUnavailable, ConfigError, HifiError
 from hifi.headers import reoffer_headers
+from hifi.kafka.consuming import Consumer
+from hifi.kafka.producing import Producer, producer
 from hifi.kafka.settings import KafkaSettings
 
 log = structlog.get_logger(__name__)
 
-CHECKPOINT_EVERY_RECORDS = 10_000  # records scanned between two checkpoints, at most
-CHECKPOINT_EVERY_S = 10.0  # seconds between two checkpoints, at most (the default)
 _FETCH_WAIT_MS = 500
 _FETCH_RECORDS = 1000  # records taken from the consumer per fetch, at most
 _IDLE_FETCHES = 60  # a scan that gets nothing in this many fetches (30 s) fails
@@ -195,19 +195,19 @@ class Backfill:
         )
 
     @contextlib.asynccontextmanager
-    async def _writer(self) -> AsyncIterator[kafka.Producer | None]:
+    async def _writer(self) -> AsyncIterator[Producer | None]:
         """The producer of the re-offers (acks=all); None on a dry run, which writes nothing."""
         if self._request.dry_run:
             yield None
             return
         await ensure_destination_topics(self._settings, self._request.dest)
-        async with kafka.producer(
+        async with producer(
             self._settings, linger_ms=0, max_batch_size=_PRODUCER_BATCH_BYTES
         ) as producer:
             yield producer
 
     async def _scan(
-        self, consumer: kafka.Consumer, producer: kafka.Producer | None, show: ShowProgress
+        self, consumer: Consumer, producer: Producer | None, show: ShowProgress
     ) -> None:
         state = self.state
         reading = {c.tp: c for c in state.cursors if not c.done}
@@ -239,7 +239,7 @@ class Backfill:
 
     async def _close_ended(
         self,
-        consumer: kafka.Consumer,
+        consumer: Consumer,
         reading: dict[TopicPartition, Cursor],
         fetched: dict[TopicPartition, list[Any]],
     ) -> None:
@@ -255,7 +255,7 @@ class Backfill:
         self,
         cursor: Cursor,
         records: Sequence[Any],
-        producer: kafka.Producer | None,
+        producer: Producer | None,
         show: ShowProgress,
     ) -> None:
         """Scan one partition's fetched records; re-offer the selected ones chunk by chunk, each
@@ -286,7 +286,7 @@ class Backfill:
         last_offset: int,
         scanned: int,
         chunk: list[Any],
-        producer: kafka.Producer | None,
+        producer: Producer | None,
     ) -> None:
         """Re-offer `chunk`, then move the cursor past `last_offset`."""
         reoffered = await self._reoffer(chunk, producer) if chunk else 0
@@ -294,7 +294,7 @@ class Backfill:
         self._scanned_since_save += scanned
         await self._maybe_save()
 
-    async def _reoffer(self, records: list[Any], producer: kafka.Producer | None) -> int:
+    async def _reoffer(self, records: list[Any], producer: Producer | None) -> int:
         """Write `records` to NAME.retry_out and await the broker's acknowledgement."""
         if self._stop.is_set():
             raise _Stopped
@@ -328,7 +328,7 @@ class Backfill:
         self._scanned_since_save = 0
 
 
-async def plan(consumer: kafka.Consumer, request: BackfillRequest) -> Checkpoint:
+async def plan(consumer: Consumer, request: BackfillRequest) -> Checkpoint:
     """A new backfill's state: per partition with something selected, the offsets from the
     first record at or after FROM to the first at or after TO (or the end offset now).
 

@@ -12,7 +12,6 @@ import msgspec
 from hifi.errors import ConfigError, HifiError
 from hifi.redaction import short_error
 
-AUDITOR_URL_ENV = "HIFI_AUDITOR_URL"
 HTTP_TIMEOUT_S = 10.0
 
 

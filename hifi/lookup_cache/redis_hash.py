@@ -22,9 +22,9 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from hifi import redaction
+from hifi.environment import REDIS_URL_ENV_VAR
 from hifi.errors import ConfigError, StoreUnavailable
 
-REDIS_URL_ENV_VAR = "HIFI_REDIS_URL"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 _SCHEMES = ("redis", "rediss", "unix")
 T = TypeVar("T")

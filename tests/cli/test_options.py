@@ -1,32 +1,77 @@
-"""The defaults the command lines repeat (so `--help` needs none of hifi's runtime) equal their sources."""
+"""The defaults and names the command lines show (so `--help` needs none of hifi's runtime) are the runtime's own."""
 
 from __future__ import annotations
 
-import auditor.cli
-import auditor.daemon
-import connector.backfill
-import connector.cli
-import connector.pacing
-import hifi.accounting.client
+import ast
+from pathlib import Path
+
 import hifi.cli_options
+import hifi.environment
+import hifi.kafka.settings
 import hifi.logging
 import hifi.ops_http
 import retrier.cli
-import spark_batch.cli
-import spark_batch.session
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCT_PACKAGES = (
+    "hifi",
+    "config",
+    "tenants",
+    "connector",
+    "auditor",
+    "retrier",
+    "spark_batch",
+    "ingest",
+)
+# each name a CLI shows and its runtime uses, and the one light module that defines it
+HOMES = {
+    "MAX_RATE_PER_S": "connector/defaults.py",
+    "CHECKPOINT_EVERY_S": "connector/defaults.py",
+    "CHECKPOINT_EVERY_RECORDS": "connector/defaults.py",
+    "GROUP_ID": "auditor/defaults.py",
+    "DEFAULT_ROLL_S": "auditor/defaults.py",
+    "ZIP_NAME": "spark_batch/package.py",
+    "DRIVER_NAME": "spark_batch/package.py",
+    "DEFAULT_MASTER": "spark_batch/session.py",
+    "STREAMS_ENV_VAR": "hifi/environment.py",
+    "REDIS_URL_ENV_VAR": "hifi/environment.py",
+}
+# names defined again elsewhere for another meaning (config.destination: a destination's rate
+# limits; retrier.daemon: the retrier's own group)
+OTHER_MEANINGS = {("MAX_RATE_PER_S", "config/destination.py"), ("GROUP_ID", "retrier/daemon.py")}
+
+
+def _module_constants(path: Path) -> set[str]:
+    """The names a module assigns at its top level."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        for target in targets:
+            elements = target.elts if isinstance(target, ast.Tuple) else [target]
+            names |= {element.id for element in elements if isinstance(element, ast.Name)}
+    return names
+
+
+def test_each_shown_default_is_defined_in_one_light_module() -> None:
+    """A default or variable name that a CLI shows in `--help` and the runtime uses is defined in
+    one module (the CLI and the runtime import it), never copied into the CLI."""
+    found: dict[str, list[str]] = {name: [] for name in HOMES}
+    for package in PRODUCT_PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            where = path.relative_to(ROOT).as_posix()
+            for name in _module_constants(path) & HOMES.keys():
+                if (name, where) not in OTHER_MEANINGS:
+                    found[name].append(where)
+    assert found == {name: [home] for name, home in HOMES.items()}
 
 
 def test_repeated_defaults_equal_the_modules_that_own_them() -> None:
-    """Each value a CLI module states for its flags is the one the runtime module uses."""
+    """Each value a CLI module still repeats for its flags is the one the runtime module uses."""
     pairs = [
         (hifi.cli_options.LOG_LEVELS, hifi.logging.LOG_LEVELS),
         (hifi.cli_options.METRICS_HOST, hifi.ops_http.DEFAULT_HOST),
-        (connector.cli.MAX_RATE_PER_S, connector.pacing.MAX_RATE_PER_S),
-        (connector.cli.CHECKPOINT_EVERY_S, connector.backfill.CHECKPOINT_EVERY_S),
-        (retrier.cli.AUDITOR_URL_ENV, hifi.accounting.client.AUDITOR_URL_ENV),
-        (auditor.cli.GROUP_ID, auditor.daemon.GROUP_ID),
-        (auditor.cli.DEFAULT_ROLL_S, auditor.daemon.DEFAULT_ROLL_S),
-        (spark_batch.cli.DEFAULT_MASTER, spark_batch.session.DEFAULT_MASTER),
+        (hifi.cli_options.INSTANCE_ID_ENV, hifi.kafka.settings.INSTANCE_ID_ENV),
+        (retrier.cli.AUDITOR_URL_ENV, hifi.environment.AUDITOR_URL_ENV),
     ]
     for stated, owned in pairs:
         assert stated == owned

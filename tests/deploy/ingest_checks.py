@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from config.streams import STREAMS_ENV_VAR, load_streams
-from hifi.lookup_cache.redis_hash import REDIS_URL_ENV_VAR, RedisSettings
+from config.streams import load_streams
+from hifi.environment import REDIS_URL_ENV_VAR, STREAMS_ENV_VAR
+from hifi.lookup_cache.redis_hash import RedisSettings
 from ingest.cli import cli as ingest_cli
 from tests.deploy.kubernetes_checks import (
     API_PORT,

@@ -1,0 +1,26 @@
+"""What a daemon over several destinations (auditor, retrier) loads at start: destinations, Kafka settings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from config.catalog import Catalog, default_catalog_dir
+from config.destination import Destination
+from hifi.cli_options import INSTANCE_ID_FROM
+from hifi.kafka.settings import KafkaSettings
+
+if TYPE_CHECKING:
+    from hifi.cli_options import DaemonFlags
+
+
+def load_daemon_inputs(
+    flags: DaemonFlags, dests: Sequence[str], instance_id: str | None
+) -> tuple[list[Destination], KafkaSettings]:
+    """The destinations named by `--dest` (every one in the catalog when none is), without their
+    HTTP secrets, which these daemons never use, and the Kafka settings from the environment,
+    as static member `instance_id` when there is one; a bad one is a `ConfigError`."""
+    catalog = Catalog(flags.catalog or default_catalog_dir(), for_delivery=False)
+    destinations = catalog.load_named(dests)
+    settings = KafkaSettings.from_env().as_static_member(instance_id, where=INSTANCE_ID_FROM)
+    return destinations, settings

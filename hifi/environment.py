@@ -1,0 +1,14 @@
+"""The names of the environment variables hifi's commands show in `--help` and its runtime reads, each defined once.
+
+Light on purpose: a command's `--help` imports this module, and the module that reads a variable
+imports its name from here (`config.streams`, `hifi.lookup_cache.redis_hash`).
+"""
+
+from __future__ import annotations
+
+#: the ingest streams' directory (`config.streams`; `ingest --streams`)
+STREAMS_ENV_VAR = "HIFI_STREAMS_DIR"
+#: where Redis is (`hifi.lookup_cache.redis_hash.RedisSettings.from_env`)
+REDIS_URL_ENV_VAR = "HIFI_REDIS_URL"
+#: a running auditor's ops address, for the retrier's dashboard (`retrier --auditor-url`)
+AUDITOR_URL_ENV = "HIFI_AUDITOR_URL"
