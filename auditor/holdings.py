@@ -29,8 +29,8 @@ import structlog
 from aiokafka import TopicPartition
 
 from config.destination import Destination
-from hifi import kafka
 from hifi.errors import HifiError
+from hifi.kafka.consuming import Consumer, open_consumer
 from hifi.kafka.settings import KafkaSettings
 
 log = structlog.get_logger(__name__)
@@ -84,7 +84,7 @@ class Holdings:
 
 
 async def sample(
-    reader: kafka.Consumer, groups: dict[str, kafka.Consumer], dests: Sequence[Destination]
+    reader: Consumer, groups: dict[str, Consumer], dests: Sequence[Destination]
 ) -> Sample:
     """One sample: the groups' committed offsets, then the log starts."""
     await reader.topics()  # fresh metadata: partitions added since are asked too
@@ -109,10 +109,10 @@ async def sampling(
     """`Holdings` sampled every `every_s` by one task that ends with the block."""
     holdings = Holdings()
     async with contextlib.AsyncExitStack() as stack:
-        reader = await stack.enter_async_context(kafka.consumer(settings, group_id=None))
+        reader = await stack.enter_async_context(open_consumer(settings, group_id=None))
         groups = {
             dest.name: await stack.enter_async_context(
-                kafka.consumer(settings, group_id=dest.connector_group)
+                open_consumer(settings, group_id=dest.connector_group)
             )
             for dest in dests
         }

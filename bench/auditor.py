@@ -56,9 +56,9 @@ from bench.auditor_process import AuditorProcess, write_catalog
 from bench.auditor_watch import Drain, Watch
 from bench.report import write_results
 from devstack.broker import LocalBroker
-from hifi import kafka
 from hifi.audit import AUDIT_RETENTION_MS, DEFAULT_AUDIT_TOPIC
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 from hifi.logging import configure_logging
 
@@ -261,7 +261,7 @@ async def _backlog_pair(plan: Plan, work: Path, index: int) -> Backlog:
         )
         if drained.delivered < events:
             raise RuntimeError(f"backlog: the connector delivered {drained.delivered} of {events}")
-        facts = len(await kafka.read_topic(settings, DEFAULT_AUDIT_TOPIC, timeout_s=60))
+        facts = len(await read_topic(settings, DEFAULT_AUDIT_TOPIC, timeout_s=60))
         read = await _audit(
             work / f"backlog{index}",
             broker.bootstrap,

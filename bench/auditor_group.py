@@ -21,9 +21,9 @@ from bench import load, phases
 from bench.auditor_process import AuditorProcess, write_catalog
 from bench.measure import read_cpu_s
 from devstack.broker import LocalBroker
-from hifi import kafka
 from hifi.audit import DEFAULT_AUDIT_TOPIC
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 
 DEST = "bench"
@@ -98,7 +98,7 @@ async def group_phase(
         )
         if drained.delivered < events:
             raise RuntimeError(f"group: the connector delivered {drained.delivered} of {events}")
-        await kafka.read_topic(settings, DEFAULT_AUDIT_TOPIC, timeout_s=60)
+        await read_topic(settings, DEFAULT_AUDIT_TOPIC, timeout_s=60)
         write_catalog(work / "group-catalog", dest=DEST, topic=topic, settle_s=settle_s)
         one = await _members(work, broker.bootstrap, topic, 1, "bench.one", events, timeout_s)
         for attempt in range(1, _PAIR_ATTEMPTS + 1):

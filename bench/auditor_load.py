@@ -21,8 +21,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from hifi import kafka
 from hifi.audit import FORMAT_MAJOR, FORMAT_MINOR, HDR_FORMAT, Seen, build_facts, encode_fact
+from hifi.kafka.clients import client_options
 from hifi.kafka.settings import KafkaSettings
 from hifi.vocabulary import Outcome
 
@@ -133,7 +133,7 @@ class _Sender:
 
 def _producer(settings: KafkaSettings) -> AIOKafkaProducer:
     return AIOKafkaProducer(
-        **kafka.client_options(settings),
+        **client_options(settings),
         acks="all",
         linger_ms=5,
         max_batch_size=1024 * 1024,

@@ -8,7 +8,7 @@ from aiokafka import TopicPartition
 
 from bench.catalog import bench_destination
 from connector.intake import consumer_options, intake_limit
-from hifi import kafka
+from hifi.kafka.consuming import open_consumer
 from hifi.kafka.settings import KafkaSettings
 
 _POLL_TIMEOUT_MS = 200
@@ -26,7 +26,7 @@ async def consume_and_commit(
     dest = bench_destination(topic)
     max_records = intake_limit(dest)
     loop = asyncio.get_running_loop()
-    async with kafka.consumer(settings, group_id=group_id, **consumer_options(dest)) as consumer:
+    async with open_consumer(settings, group_id=group_id, **consumer_options(dest)) as consumer:
         consumer.subscribe([topic])
         deadline = loop.time() + timeout_s
         seen, first_count = 0, 0

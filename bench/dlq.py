@@ -45,8 +45,9 @@ from config.catalog import Catalog
 from config.topics import ensure_destination_topics
 from devstack.broker import LocalBroker
 from devstack.ports import free_port
-from hifi import kafka
 from hifi.headers import header_map
+from hifi.kafka.producing import open_producer
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 
 DEST = "benchdlq"
@@ -80,7 +81,7 @@ async def _fill(settings: KafkaSettings, topic: str, count: int, newest: int, no
     """Write `count` letters; returns a time after which exactly the last `newest` were written
     (NAME.dlq keeps the broker's append time: the time a letter was dead-lettered)."""
     sent, boundary_ms = 0, 0
-    async with kafka.producer(settings) as producer:
+    async with open_producer(settings) as producer:
         for chunk in letters(count, now_ms=now_ms):
             for start in range(0, len(chunk), _SEND_CHUNK):
                 part = chunk[start : start + _SEND_CHUNK]
@@ -229,7 +230,7 @@ async def _replay_during_tiers(
     start_ms = int(time.time() * 1000) + 1500
     first_handoff_ms = start_ms - int(TIER_DELAY_S * 1000)
     spread_ms = int(_REPLAY_WINDOW_S * 1000)
-    async with kafka.producer(settings) as producer:
+    async with open_producer(settings) as producer:
         await producer.send_all(
             [_handoff(i, first_handoff_ms + spread_ms * i // handoffs) for i in range(handoffs)]
         )
@@ -246,9 +247,7 @@ async def _replay_during_tiers(
     if job["state"] != "done":
         raise click.ClickException(f"replay {job['state']}: {job['error']}")
     await asyncio.sleep(_REPLAY_WINDOW_S)  # the hand-offs due after the replay, for the count
-    records = await kafka.read_topic(
-        settings, f"{DEST}.retry_out", at_least=job["total"] + handoffs
-    )
+    records = await read_topic(settings, f"{DEST}.retry_out", at_least=job["total"] + handoffs)
     delays: list[int] = []
     late: list[tuple[int, int]] = []  # (due after the replay's start, delay), both in ms
     replayed = 0

@@ -21,7 +21,7 @@ from aiokafka import TopicPartition
 from bench.catalog import bench_destination
 from config.parsing import parse
 from connector.intake import consumer_options, intake_limit
-from hifi import kafka
+from hifi.kafka.consuming import open_consumer
 from hifi.kafka.settings import KafkaSettings
 
 READY_LINE = "floor consumer ready"
@@ -36,7 +36,7 @@ async def consume(bootstrap: str, topic: str, deliveries: Path) -> None:
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     settings = KafkaSettings(bootstrap=bootstrap)
     dest = bench_destination(topic)
-    async with kafka.consumer(
+    async with open_consumer(
         settings, group_id=f"bench.floor.{topic}", **consumer_options(dest)
     ) as consumer:
         consumer.subscribe([topic])

@@ -18,8 +18,8 @@ import orjson
 from devstack.ports import free_port
 from devstack.processes import start_daemon
 from devstack.readiness import until_ready
-from hifi import kafka
 from hifi.kafka.clients import Record
+from hifi.kafka.producing import open_producer
 from hifi.kafka.settings import KafkaSettings
 
 STREAM = "bench"
@@ -119,7 +119,7 @@ async def producer_ceiling(
     generator's size to `topic`, keyed by id, as fast as they are acknowledged."""
     values = [event_bytes(label, i, pad_bytes) for i in range(events)]
     records: list[Record] = [(topic, f"{label}-{i}".encode(), v, []) for i, v in enumerate(values)]
-    async with kafka.producer(settings) as producer:
+    async with open_producer(settings) as producer:
         await producer.send_all(records[:10])  # metadata and connections before the clock starts
         pending: list[Awaitable[object]] = []
         started = time.monotonic()

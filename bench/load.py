@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
 
-from hifi import kafka
+from hifi.kafka.clients import client_options
 from hifi.kafka.settings import KafkaSettings
 
 EVENT_BYTES = 1024
@@ -75,7 +75,7 @@ class Offered:
 
 def _producer(settings: KafkaSettings) -> AIOKafkaProducer:
     return AIOKafkaProducer(
-        **kafka.client_options(settings),
+        **client_options(settings),
         acks="all",
         linger_ms=2,
         max_batch_size=1024 * 1024,

@@ -12,7 +12,7 @@ from aiokafka import TopicPartition
 
 from connector.rebatch import Batch
 from hifi.envelope import Event
-from hifi.kafka import Record
+from hifi.kafka.clients import Record
 
 
 class RefusingProducer:

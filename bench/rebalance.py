@@ -36,8 +36,8 @@ from aiokafka import TopicPartition
 from bench import machine
 from bench.report import say, write_results
 from devstack.broker import LocalBroker
-from hifi import kafka
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.consuming import open_consumer
 from hifi.kafka.settings import Assignor, KafkaSettings
 
 RESULTS_DIR = Path(__file__).parent / "results"
@@ -143,7 +143,7 @@ class Member:
         async def revoked(tps: set[TopicPartition]) -> None:
             ownership.release(name, {tp.partition for tp in tps}, revoked=True)
 
-        async with kafka.consumer(
+        async with open_consumer(
             self._settings,
             group_id=self._group,
             session_timeout_ms=self.session_timeout_ms,

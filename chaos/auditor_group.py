@@ -32,9 +32,9 @@ from chaos.scenarios import Result, Size
 from devstack.destination import Reply
 from devstack.kafka_tools import move_committed
 from devstack.ports import free_port
-from hifi import kafka
 from hifi.audit import AUDIT_TOPIC_ENV_VAR
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.producing import open_producer
 
 PARTITIONS = 6
 GAP_PARTITION = 1
@@ -139,7 +139,7 @@ async def _gap(stage: Stage, name: str, topic: str) -> dict[str, int]:
         (topic, None, orjson.dumps({"id": f"{name}-gap-{i}", "event_time": event_ms}), [])
         for i in range(GAP_EVENTS)
     ]
-    async with kafka.producer(stage.settings) as producer:
+    async with open_producer(stage.settings) as producer:
         written = await producer.send_all(records, partition=GAP_PARTITION)
     await move_committed(
         stage.settings, f"hifi.connector.{name}", topic, GAP_PARTITION, written[-1].offset + 1
@@ -190,7 +190,7 @@ async def _produce(
     """`count` events keyed by id (spread over the partitions) at `rate_per_s`."""
     ids: dict[str, int] = {}
     per_tick = max(1, int(rate_per_s // 10))
-    async with kafka.producer(stage.settings) as producer:
+    async with open_producer(stage.settings) as producer:
         for start in range(0, count, per_tick):
             tick_started = time.monotonic()
             records: list[Any] = []

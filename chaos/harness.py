@@ -19,7 +19,8 @@ from devstack.destination import TestDestination
 from devstack.ports import free_port
 from devstack.readiness import until_ready
 from devstack.tcp_proxy import TcpProxy
-from hifi import kafka
+from hifi.kafka.producing import open_producer
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 
 _RESTART_DELAY_S = 0.5
@@ -184,7 +185,7 @@ class Stage:
     async def produce(self, topic: str, values: Sequence[bytes]) -> dict[str, int]:
         """Produce with acks=all; returns each record's origin (topic/partition/offset) and its
         Kafka timestamp (epoch ms)."""
-        async with kafka.producer(self.settings) as producer:
+        async with open_producer(self.settings) as producer:
             metadata = await producer.send_all([(topic, None, value, []) for value in values])
         return {f"{m.topic}/{m.partition}/{m.offset}": m.timestamp for m in metadata}
 
@@ -194,7 +195,7 @@ class Stage:
 
     async def handed_off(self, name: str) -> int:
         """Records the connector handed to the retrier (NAME.retry_in), an event once per hand-off."""
-        return len(await kafka.read_topic(self.settings, f"{name}.retry_in", timeout_s=60.0))
+        return len(await read_topic(self.settings, f"{name}.retry_in", timeout_s=60.0))
 
 
 @contextlib.asynccontextmanager

@@ -17,9 +17,9 @@ from chaos.accounting import Account, settle
 from chaos.harness import Daemon, Stage, now_ms
 from devstack.destination import Reply
 from devstack.ports import free_port
-from hifi import kafka
 from hifi.audit import AUDIT_TOPIC_ENV_VAR
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.producing import open_producer
 
 
 @dataclass(frozen=True)
@@ -297,7 +297,7 @@ async def _produce_paced(
     ids: dict[str, int] = {}
     poison: set[str] = set()
     per_tick = max(1, int(run.rate_per_s // 10))
-    async with kafka.producer(run.stage.settings) as producer:
+    async with open_producer(run.stage.settings) as producer:
         for start in range(0, run.size.events, per_tick):
             tick_started = time.monotonic()
             records: list[tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]]]] = []

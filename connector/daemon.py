@@ -21,8 +21,9 @@ from connector.handler import DeliveryHandler
 from connector.http_client import http_client
 from connector.intake import consumer_options
 from connector.rate_limits import RateLimits
-from hifi import audit, kafka
+from hifi import audit
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.producing import Producer, open_producer
 from hifi.kafka.reach import KafkaReach
 from hifi.kafka.settings import KafkaSettings
 from hifi.lookup_cache import redis_hash
@@ -49,7 +50,7 @@ SETTLING_PER_SLOT = 4  # units awaiting their facts' acknowledgement, per in-fli
 
 def _producer(
     settings: KafkaSettings, reach: KafkaReach
-) -> contextlib.AbstractAsyncContextManager[kafka.Producer]:
+) -> contextlib.AbstractAsyncContextManager[Producer]:
     """The connector's producer, for hand-offs, dead letters and audit facts.
 
     Hand-offs, dead letters and a partial batch's audit facts are awaited inside a unit of work
@@ -60,7 +61,7 @@ def _producer(
     1 MiB: at aiokafka's 16 KiB a fact of 500 events did not fit beside another, so the facts
     of concurrent units waited for each other's sends (`docs/performance.md` has the figures).
     """
-    return kafka.producer(settings, reach=reach, linger_ms=0, max_batch_size=_PRODUCER_BATCH_BYTES)
+    return open_producer(settings, reach=reach, linger_ms=0, max_batch_size=_PRODUCER_BATCH_BYTES)
 
 
 def worker_options(
@@ -221,7 +222,7 @@ class Connector:
             log.info("lookups_loaded", detail=routes.readiness().detail)
         return routes.loaded.is_set()
 
-    async def _audit_trail(self, producer: kafka.Producer) -> audit.AuditTrail | None:
+    async def _audit_trail(self, producer: Producer) -> audit.AuditTrail | None:
         """The destination's audit trail on the connector's producer, its topic created when
         missing (an existing one keeps its configuration); None with `audit = false`."""
         if self.audit_topic is None:

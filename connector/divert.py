@@ -26,7 +26,8 @@ from hifi.headers import (
     origin_parts_of,
     passthrough_headers,
 )
-from hifi.kafka import MAX_REQUEST_BYTES, Headers, Record, RecordWriter
+from hifi.kafka.clients import MAX_REQUEST_BYTES, Headers, Record
+from hifi.kafka.producing import RecordWriter
 from hifi.vocabulary import Outcome, Reason
 
 # A dead letter is one Kafka record: the producer takes at most 16 MiB per request. A record that

@@ -36,10 +36,10 @@ from devstack.destination import Reply, TestDestination
 from devstack.ports import free_port
 from devstack.processes import start_daemon
 from devstack.readiness import until_ready
-from hifi import kafka
 from hifi.accounting.tables import parse_minute, render
 from hifi.errors import HifiError
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.producing import open_producer
 from hifi.kafka.settings import KafkaSettings
 
 DEST = "demo"
@@ -100,7 +100,7 @@ def sample_event(seq: int, prefix: str = "evt") -> dict[str, object]:
 
 async def produce(settings: KafkaSettings, tally: Tally, events: int = EVENTS) -> None:
     """Produce `events` events at RATE_PER_S, plus a few malformed records."""
-    async with kafka.producer(settings) as producer:
+    async with open_producer(settings) as producer:
         written = await producer.send_all(
             [(TOPIC, None, b"this is not json", []) for _ in range(MALFORMED)]
         )
@@ -513,7 +513,7 @@ async def produce_more(settings: KafkaSettings, count: int) -> int:
     """Produce `count` more sample events (ids `moreHHMMSS-NNNNNN`) to the demo's topic."""
     prefix = "more" + time.strftime("%H%M%S")
     batch = [sample_event(seq, prefix) for seq in range(1, count + 1)]
-    async with kafka.producer(settings) as producer:
+    async with open_producer(settings) as producer:
         for start in range(0, count, 1000):
             await producer.send_all(
                 [

@@ -9,8 +9,11 @@ import msgspec
 import orjson
 from aiokafka import TopicPartition
 
-from hifi import kafka
 from hifi.headers import HDR_ORIGIN, HDR_REASON, header_map
+from hifi.kafka import reading
+from hifi.kafka.clients import Record
+from hifi.kafka.consuming import open_consumer
+from hifi.kafka.producing import open_producer
 from hifi.kafka.settings import KafkaSettings
 
 
@@ -24,7 +27,7 @@ async def produce(
 ) -> int:
     """Produce raw values with acks=all and return how many were acknowledged."""
     records = [(topic, key, value, list(headers)) for value in values]
-    async with kafka.producer(settings) as producer:
+    async with open_producer(settings) as producer:
         await producer.send_all(records)
     return len(records)
 
@@ -33,17 +36,17 @@ async def produce_events(
     settings: KafkaSettings, topic: str, events: Iterable[dict[str, Any]]
 ) -> int:
     """Produce JSON events, keyed by their `id` so one id always lands on one partition."""
-    records: list[kafka.Record] = [
+    records: list[Record] = [
         (topic, str(event.get("id", "")).encode(), orjson.dumps(event), []) for event in events
     ]
-    async with kafka.producer(settings) as producer:
+    async with open_producer(settings) as producer:
         await producer.send_all(records)
     return len(records)
 
 
 async def read_topic(settings: KafkaSettings, topic: str, *, timeout_s: float = 30.0) -> list[Any]:
     """Every record of `topic` from the beginning to its end."""
-    return await kafka.read_topic(settings, topic, timeout_s=timeout_s)
+    return await reading.read_topic(settings, topic, timeout_s=timeout_s)
 
 
 async def ids_in(settings: KafkaSettings, topic: str) -> set[str]:
@@ -55,7 +58,7 @@ async def committed_offsets(
     settings: KafkaSettings, group_id: str, topic: str
 ) -> dict[int, int | None]:
     """Committed offsets of a consumer group, read through a consumer (works on Tansu too)."""
-    return await kafka.committed_offsets(settings, group_id, topic)
+    return await reading.committed_offsets(settings, group_id, topic)
 
 
 async def dead_letters(
@@ -64,7 +67,7 @@ async def dead_letters(
     """Event id -> hifi-reason for every record in `dest`.dlq; records that are not JSON objects
     with an id are keyed by their hifi-origin (topic/partition/offset)."""
     found: dict[str, str] = {}
-    for record in await kafka.read_topic(settings, f"{dest}.dlq", timeout_s=timeout_s):
+    for record in await read_topic(settings, f"{dest}.dlq", timeout_s=timeout_s):
         headers = header_map(record.headers)
         reason = headers.get(HDR_REASON, b"?").decode()
         try:
@@ -82,7 +85,7 @@ async def move_committed(
     with kafka-consumer-groups --reset-offsets: a plain consumer joins the group, takes every
     partition (no other member runs) and commits the offset."""
     tp = TopicPartition(topic, partition)
-    async with kafka.consumer(settings, group_id=group_id) as consumer:
+    async with open_consumer(settings, group_id=group_id) as consumer:
         consumer.subscribe([topic])
         for _ in range(100):
             if tp in consumer.assignment():

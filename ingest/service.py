@@ -18,10 +18,11 @@ import structlog
 import uvicorn
 
 from config.streams import Stream
-from hifi import audit, kafka
+from hifi import audit
 from hifi.audit.accepted import AcceptedTrail
 from hifi.errors import ConfigError, HifiError
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.producing import Producer, open_producer
 from hifi.kafka.reach import KafkaReach
 from hifi.kafka.settings import KafkaSettings
 from hifi.lookup_cache.redis_hash import RedisSettings
@@ -103,7 +104,7 @@ class IngestService:
         settings = self.settings
         async with contextlib.AsyncExitStack() as stack:
             producer = await stack.enter_async_context(
-                kafka.producer(self._kafka, request_timeout_ms=round(settings.ack_timeout_s * 1000))
+                open_producer(self._kafka, request_timeout_ms=round(settings.ack_timeout_s * 1000))
             )
             trail = await self._accepted_trail(producer)
             await self._say_missing_topics()
@@ -158,7 +159,7 @@ class IngestService:
             sock.close()
             log.info("ingest_stopped")
 
-    async def _accepted_trail(self, producer: kafka.Producer) -> AcceptedTrail | None:
+    async def _accepted_trail(self, producer: Producer) -> AcceptedTrail | None:
         """The accepted trail on the service's producer, its topic created when missing (an
         existing one keeps its configuration); None when every stream has `audit = false`."""
         if self.audit_topic is None:

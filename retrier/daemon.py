@@ -18,10 +18,11 @@ from starlette.routing import BaseRoute
 from config.destination import Destination
 from config.retry_age import tiers_warning
 from config.topics import ensure_destination_topics
-from hifi import audit, kafka
+from hifi import audit
 from hifi.audit import Seen
 from hifi.errors import ConfigError
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.producing import Producer, RecordWriter, open_producer
 from hifi.kafka.reach import KafkaReach
 from hifi.kafka.settings import KafkaSettings
 from hifi.ops_http import DEFAULT_HOST, JsonProvider, OpsServer
@@ -132,7 +133,7 @@ class Retrier:
             existing = await self._create_topics()
             sources = sources_for(self.dests.values(), existing)
             producer = await stack.enter_async_context(
-                kafka.producer(self._settings, reach=self.reach)
+                open_producer(self._settings, reach=self.reach)
             )
             routing = _Routing(
                 sources,
@@ -201,7 +202,7 @@ class Retrier:
             )
         return existing
 
-    def _audit_trails(self, producer: kafka.Producer) -> dict[str, audit.AuditTrail]:
+    def _audit_trails(self, producer: Producer) -> dict[str, audit.AuditTrail]:
         """An audit trail per destination that audits (`[accounting] audit`), on one producer."""
         node = audit.node_name("retrier")
         return {
@@ -217,7 +218,7 @@ class _Routing(PartitionHandler):
     def __init__(
         self,
         sources: Mapping[str, Source],
-        producer: kafka.RecordWriter,
+        producer: RecordWriter,
         wake: Callable[[], None],
         max_in_flight_records: int,
         *,

@@ -13,7 +13,7 @@ from hifi.headers import (
     HDR_REASON,
     HIFI_HEADERS,
 )
-from hifi.kafka import Headers
+from hifi.kafka.clients import Headers
 from hifi.vocabulary import Reason
 
 # A replayed dead letter starts over as a fresh event: it keeps only where it came from, for whom,

@@ -10,7 +10,7 @@ from aiokafka import TopicPartition
 
 from config.destination import Destination
 from hifi.audit import Seen
-from hifi.kafka import Headers
+from hifi.kafka.clients import Headers
 from hifi.vocabulary import Outcome, Reason
 from retrier import headers, metrics
 from retrier.holds import Head

@@ -32,9 +32,10 @@ import orjson
 import structlog
 
 from config.destination import Destination
-from hifi import kafka
 from hifi.errors import ConfigError, ReplayRecordRefused
-from hifi.kafka import Record, RecordWriter
+from hifi.kafka.clients import Record
+from hifi.kafka.producing import RecordWriter
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 
 log = structlog.get_logger(__name__)
@@ -185,7 +186,7 @@ async def record_replay(
     at_ms: int | None = None,
 ) -> list[ReplayRecord]:
     """Write the record(s) of one replay to NAME.dlq_replays; returns once the broker has
-    acknowledged them (a `kafka.producer()` writes with acks=all). The topic must exist
+    acknowledged them (a `producer()` writes with acks=all). The topic must exist
     (`config.topics.ensure_destination_topics` creates it)."""
     when_ms = int(time.time() * 1000) if at_ms is None else at_ms
     replays = build_replay_records(
@@ -272,7 +273,7 @@ class ReplayMarks:
 async def read_replay_marks(settings: KafkaSettings, dest: Destination) -> ReplayMarks:
     """The marks of every replay recorded for `dest` (none when NAME.dlq_replays does not exist);
     records that cannot be used are skipped with one warning line."""
-    marks = ReplayMarks.from_records(await kafka.read_topic(settings, dest.dlq_replays_topic))
+    marks = ReplayMarks.from_records(await read_topic(settings, dest.dlq_replays_topic))
     if marks.skipped:
         first = marks.skipped[0]
         log.warning(

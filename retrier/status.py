@@ -14,9 +14,9 @@ from typing import Any
 
 import structlog
 
-from hifi import kafka
 from hifi.errors import HifiError
 from hifi.headers import HDR_ERROR, HDR_STATUS
+from hifi.kafka.consuming import Consumer, open_consumer
 from hifi.kafka.settings import KafkaSettings
 from hifi.redaction import mask, short_error
 from retrier import metrics
@@ -122,14 +122,12 @@ async def measuring(
     backlog = Backlog()
     async with contextlib.AsyncExitStack() as stack:
         probe = await stack.enter_async_context(
-            kafka.consumer(
-                settings, group_id=group_id, max_partition_fetch_bytes=_PROBE_FETCH_BYTES
-            )
+            open_consumer(settings, group_id=group_id, max_partition_fetch_bytes=_PROBE_FETCH_BYTES)
         )
         readers = {group_id: probe}
         for group in sorted({m.group for m in topics.values() if m.group is not None} - {group_id}):
             readers[group] = await stack.enter_async_context(
-                kafka.consumer(settings, group_id=group)
+                open_consumer(settings, group_id=group)
             )
         probe.assign(tp for topic in topics for tp in probe.partitions(topic))
 
@@ -148,8 +146,8 @@ async def measuring(
 
 
 async def _refresh(
-    probe: kafka.Consumer,
-    readers: Mapping[str, kafka.Consumer],
+    probe: Consumer,
+    readers: Mapping[str, Consumer],
     topics: Mapping[str, Measured],
     backlog: Backlog,
 ) -> None:

@@ -19,11 +19,11 @@ from aiokafka import ConsumerRecord, TopicPartition
 from config.catalog import Catalog
 from config.destination import Destination
 from devstack.processes import start_daemon
-from hifi import kafka
 from hifi.audit import decode_fact
 from hifi.envelope import Event, parse_records
 from hifi.errors import BrokerUnavailable
-from hifi.kafka import Headers
+from hifi.kafka.clients import Headers
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 from hifi.ops_http import OpsServer
 
@@ -203,7 +203,7 @@ class Named:
 async def read_facts(settings: KafkaSettings, topic: str) -> list[Named]:
     """Every event named by the facts of an audit topic, fact by fact, in the topic's order."""
     named: list[Named] = []
-    for record in await kafka.read_topic(settings, topic):
+    for record in await read_topic(settings, topic):
         fact = decode_fact(record.value, record.headers)
         for part in fact.slices:
             for offset, event_id, event_time_ms, taken_ms in zip(

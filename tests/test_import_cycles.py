@@ -26,6 +26,7 @@ PRODUCT_PACKAGES = (
     "ingest",
 )
 
+
 def module_files() -> dict[str, Path]:
     """Every module of the product packages by dotted name (a package by its `__init__`)."""
     found: dict[str, Path] = {}

@@ -27,8 +27,8 @@ from aiokafka import TopicPartition
 
 from config.destination import Destination
 from connector.intake import FETCH_MAX_WAIT_MS
-from hifi import kafka
 from hifi.errors import BrokerUnavailable, UnknownTopic
+from hifi.kafka.consuming import Consumer, open_consumer
 from hifi.kafka.settings import KafkaSettings
 
 _PROBE_WAIT_MS = 200  # one fetch of a probe
@@ -48,15 +48,15 @@ class Position:
 
 
 @contextlib.asynccontextmanager
-async def reader(settings: KafkaSettings) -> AsyncIterator[kafka.Consumer]:
+async def reader(settings: KafkaSettings) -> AsyncIterator[Consumer]:
     """A consumer outside any group, for probes and scans; it never commits."""
-    async with kafka.consumer(
+    async with open_consumer(
         settings, group_id=None, fetch_max_wait_ms=FETCH_MAX_WAIT_MS
     ) as consumer:
         yield consumer
 
 
-async def source_partitions(consumer: kafka.Consumer, dest: Destination) -> list[TopicPartition]:
+async def source_partitions(consumer: Consumer, dest: Destination) -> list[TopicPartition]:
     """Every partition of `dest`'s source topics; a topic that does not exist is an error."""
     await consumer.topics()
     found: list[TopicPartition] = []
@@ -72,7 +72,7 @@ async def source_partitions(consumer: kafka.Consumer, dest: Destination) -> list
 
 
 async def offsets_at(
-    consumer: kafka.Consumer, partitions: Sequence[TopicPartition], time_ms: int
+    consumer: Consumer, partitions: Sequence[TopicPartition], time_ms: int
 ) -> dict[TopicPartition, Position]:
     """Per partition, the first record whose timestamp is at or after `time_ms` (epoch ms)."""
     if not partitions:
@@ -95,7 +95,7 @@ async def offsets_at(
 class _Probe:
     """Single-record reads of one partition between `begin` and `end`."""
 
-    def __init__(self, consumer: kafka.Consumer, tp: TopicPartition, *, begin: int, end: int):
+    def __init__(self, consumer: Consumer, tp: TopicPartition, *, begin: int, end: int):
         self._consumer = consumer
         self._tp = tp
         self._begin = begin

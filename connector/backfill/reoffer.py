@@ -39,7 +39,7 @@ from hifi.cli import parse_time
 from hifi.errors import BrokerUnavailable, ConfigError, HifiError
 from hifi.headers import reoffer_headers
 from hifi.kafka.consuming import Consumer
-from hifi.kafka.producing import Producer, producer
+from hifi.kafka.producing import Producer, open_producer
 from hifi.kafka.settings import KafkaSettings
 
 log = structlog.get_logger(__name__)
@@ -201,7 +201,7 @@ class Backfill:
             yield None
             return
         await ensure_destination_topics(self._settings, self._request.dest)
-        async with producer(
+        async with open_producer(
             self._settings, linger_ms=0, max_batch_size=_PRODUCER_BATCH_BYTES
         ) as producer:
             yield producer

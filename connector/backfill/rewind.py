@@ -14,10 +14,10 @@ from aiokafka import TopicPartition
 
 from config.destination import Destination
 from connector.backfill import positions
-from hifi import kafka
 from hifi.errors import BrokerRefused, GroupActive
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.admin import GroupState
+from hifi.kafka.consuming import open_consumer
 from hifi.kafka.settings import KafkaSettings
 
 
@@ -92,7 +92,7 @@ async def plan_rewind(settings: KafkaSettings, dest: Destination, to_ms: int) ->
     async with positions.reader(settings) as consumer:
         partitions = await positions.source_partitions(consumer, dest)
         found = await positions.offsets_at(consumer, partitions, to_ms)
-    async with kafka.consumer(settings, group_id=dest.connector_group) as member:
+    async with open_consumer(settings, group_id=dest.connector_group) as member:
         committed = {tp: await member.committed(tp) for tp in partitions}
     moves = [Move(found[tp], committed[tp]) for tp in partitions]
     return RewindPlan(dest, to_ms, group, moves)
@@ -104,7 +104,7 @@ async def commit_rewind(settings: KafkaSettings, plan: RewindPlan) -> None:
     kept other offsets."""
     check_idle(await kafka_admin.describe_group(settings, plan.dest.connector_group), plan.dest)
     offsets = plan.offsets()
-    async with kafka.consumer(settings, group_id=plan.dest.connector_group) as member:
+    async with open_consumer(settings, group_id=plan.dest.connector_group) as member:
         member.assign(offsets)
         await member.commit(offsets)
         kept = {tp: await member.committed(tp) for tp in offsets}

@@ -28,7 +28,7 @@ from hifi.audit.facts import (
     fact_records,
     node_name,
 )
-from hifi.kafka import RecordWriter
+from hifi.kafka.producing import RecordWriter
 from hifi.vocabulary import Outcome
 
 __all__ = ["AcceptedTrail", "Seen", "accepted_event", "accepted_facts", "stream_dest"]

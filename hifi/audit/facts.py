@@ -46,7 +46,8 @@ from prometheus_client import Counter
 from hifi.audit.columns import Observed, Slice, slices_of
 from hifi.audit.keys import chunks_of, origin_key
 from hifi.errors import HifiError
-from hifi.kafka import Record, RecordWriter
+from hifi.kafka.clients import Record
+from hifi.kafka.producing import RecordWriter
 from hifi.redaction import shorten
 from hifi.vocabulary import Outcome, Reason
 

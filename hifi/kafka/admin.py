@@ -14,7 +14,7 @@ from hifi.errors import BrokerRefused
 from hifi.kafka.admin_client import admin_client as _admin
 from hifi.kafka.admin_client import leave_group
 from hifi.kafka.clients import kafka_errors
-from hifi.kafka.consuming import consumer
+from hifi.kafka.consuming import open_consumer
 from hifi.kafka.settings import KafkaSettings
 
 __all__ = [
@@ -72,7 +72,7 @@ async def ensure_topics(
 
 async def partitions_of(settings: KafkaSettings, topics: Sequence[str]) -> dict[str, list[int]]:
     """The partitions of each of `topics` that exists, from the cluster's metadata."""
-    async with consumer(settings, group_id=None) as reader:
+    async with open_consumer(settings, group_id=None) as reader:
         await reader.topics()
         return {topic: sorted(tp.partition for tp in reader.partitions(topic)) for topic in topics}
 

@@ -204,7 +204,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 @contextlib.asynccontextmanager
-async def consumer(
+async def open_consumer(
     settings: KafkaSettings, *, group_id: str | None, **overrides: Any
 ) -> AsyncIterator[Consumer]:
     """A started consumer with manual commits only, stopped when the block exits; in a group,

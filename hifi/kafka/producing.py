@@ -174,7 +174,7 @@ def _key_hash(key: bytes) -> int:
 
 
 @contextlib.asynccontextmanager
-async def producer(
+async def open_producer(
     settings: KafkaSettings, *, reach: KafkaReach | None = None, **overrides: Any
 ) -> AsyncIterator[Producer]:
     """A started `Producer` (acks=all) that is flushed and stopped on exit; with `reach`, its

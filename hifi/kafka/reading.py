@@ -8,7 +8,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from hifi.kafka.consuming import Consumer, consumer
+from hifi.kafka.consuming import Consumer, open_consumer
 from hifi.kafka.settings import KafkaSettings
 
 _SEEK_GAP_RECORDS = 1000  # read_at seeks over a gap wider than this
@@ -23,7 +23,7 @@ async def read_topic(
     Reads without a consumer group, so it never disturbs one; a topic that does not exist has
     no records. Raises `TimeoutError` if neither is reached in `timeout_s`.
     """
-    async with consumer(settings, group_id=None, isolation_level="read_uncommitted") as reader:
+    async with open_consumer(settings, group_id=None, isolation_level="read_uncommitted") as reader:
         tps = reader.partitions(topic)
         if not tps and not at_least:
             return []
@@ -67,7 +67,7 @@ async def read_at(
     skipped. Raises `TimeoutError` when a partition makes no progress for `timeout_s`. Close it
     (`contextlib.aclosing`) when leaving before the end.
     """
-    async with consumer(
+    async with open_consumer(
         settings,
         group_id=None,
         isolation_level="read_uncommitted",
@@ -137,5 +137,5 @@ async def committed_offsets(
 ) -> dict[int, int | None]:
     """Committed offsets of a consumer group for `topic`, read through a consumer of that group
     that never joins it (works on brokers without the admin offsets API)."""
-    async with consumer(settings, group_id=group_id) as reader:
+    async with open_consumer(settings, group_id=group_id) as reader:
         return {tp.partition: await reader.committed(tp) for tp in reader.partitions(topic)}

@@ -42,8 +42,8 @@ from typing import Any
 import structlog
 from aiokafka import TopicPartition
 
-from hifi import kafka
 from hifi.errors import HifiError
+from hifi.kafka.consuming import open_consumer
 from hifi.kafka.reach import KafkaReach
 from hifi.kafka.settings import KafkaSettings
 from hifi.offsets import OffsetTracker
@@ -80,7 +80,7 @@ class PartitionWorker:
         consumer: ConsumerOpener | None = None,
         reach: KafkaReach | None = None,
     ) -> None:
-        """`consumer`: opens the group member to poll; by default a `kafka.consumer` of
+        """`consumer`: opens the group member to poll; by default an `open_consumer` of
         `settings` with `options.consumer_options` (tests pass a fake, see `hifi.worker.seams`).
         `reach`: the daemon's, whose producer waits for Kafka too."""
         self.options = options
@@ -143,7 +143,7 @@ class PartitionWorker:
 
     def _kafka_consumer(self) -> contextlib.AbstractAsyncContextManager[GroupConsumer]:
         options = self.options
-        return kafka.consumer(self._settings, group_id=options.group_id, **options.consumer_options)
+        return open_consumer(self._settings, group_id=options.group_id, **options.consumer_options)
 
 
 class _Membership:

@@ -9,8 +9,8 @@ import msgspec
 import orjson
 
 from config.destination import Destination
-from hifi import kafka
 from hifi.headers import HDR_HISTORY
+from hifi.kafka.reading import read_at
 from hifi.kafka.settings import KafkaSettings
 from hifi.redaction import excerpt, mask, short_error
 
@@ -24,7 +24,7 @@ async def open_letter(
 ) -> dict[str, Any] | None:
     """The letter at `partition`/`offset` of NAME.dlq as the page shows it; None when the topic
     no longer holds it."""
-    reading = kafka.read_at(settings, dest.dlq_topic, {partition: [offset]}, timeout_s=10)
+    reading = read_at(settings, dest.dlq_topic, {partition: [offset]}, timeout_s=10)
     async with contextlib.aclosing(reading) as chunks:
         async for chunk in chunks:
             return describe(chunk[0])

@@ -15,8 +15,8 @@ import structlog
 from aiokafka import TopicPartition
 
 from config.destination import Destination
-from hifi import kafka
 from hifi.errors import HifiError, ReplayRecordRefused
+from hifi.kafka.consuming import Consumer, open_consumer
 from hifi.kafka.settings import KafkaSettings
 from retrier.dlq.index import DeadLetterIndex
 from retrier.replays import decode_replay
@@ -48,7 +48,7 @@ async def _follow_forever(settings: KafkaSettings, by_topic: Mapping[str, DeadLe
     positions: dict[TopicPartition, int] = {}
     while True:
         try:
-            async with kafka.consumer(
+            async with open_consumer(
                 settings,
                 group_id=None,
                 isolation_level="read_uncommitted",
@@ -61,7 +61,7 @@ async def _follow_forever(settings: KafkaSettings, by_topic: Mapping[str, DeadLe
 
 
 async def _follow(
-    reader: kafka.Consumer,
+    reader: Consumer,
     by_topic: Mapping[str, DeadLetterIndex],
     positions: dict[TopicPartition, int],
 ) -> None:

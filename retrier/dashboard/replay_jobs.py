@@ -21,8 +21,9 @@ import msgspec
 import structlog
 
 from config.destination import Destination
-from hifi import kafka
 from hifi.errors import HifiError
+from hifi.kafka.producing import open_producer
+from hifi.kafka.reading import read_at
 from hifi.kafka.settings import KafkaSettings
 from hifi.redaction import short_error
 from retrier.dlq import DeadLetter, replay_with
@@ -144,8 +145,8 @@ class ReplayJobs:
         dest = self.dests[job.dest]
         mark = self.mark(job.dest)
         try:
-            async with kafka.producer(self.settings) as producer:
-                reading = kafka.read_at(
+            async with open_producer(self.settings) as producer:
+                reading = read_at(
                     self.settings, dest.dlq_topic, coordinates, chunk_records=self.chunk_records
                 )
                 async with contextlib.aclosing(reading) as chunks:

@@ -13,9 +13,10 @@ from typing import Any
 
 from config.destination import Destination
 from config.topics import ensure_destination_topics
-from hifi import kafka
 from hifi.headers import HDR_ERROR, HDR_ORIGIN, HDR_REASON, HDR_STATUS, header_map
-from hifi.kafka import Headers, RecordWriter
+from hifi.kafka.clients import Headers
+from hifi.kafka.producing import RecordWriter, open_producer
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 from hifi.redaction import mask, short_error, shorten
 from retrier import headers
@@ -95,7 +96,7 @@ async def read_dead_letters(
     since_ms: int | None = None,
 ) -> list[DeadLetter]:
     """The dead letters of `dest` matching the filters, oldest first."""
-    fetched = await kafka.read_topic(settings, dest.dlq_topic)
+    fetched = await read_topic(settings, dest.dlq_topic)
     letters = sorted((DeadLetter.from_record(r) for r in fetched), key=lambda d: d.dead_ms)
     return [
         letter
@@ -152,7 +153,7 @@ async def replay(
     """Re-inject dead letters into NAME.retry_out as fresh events (attempt 0) and record the
     replay in NAME.dlq_replays; returns how many."""
     await ensure_destination_topics(settings, dest)
-    async with kafka.producer(settings) as producer:
+    async with open_producer(settings) as producer:
         await replay_with(producer, dest, letters, by=by, filter=filter)
     return len(letters)
 

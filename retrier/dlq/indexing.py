@@ -21,8 +21,8 @@ import structlog
 from aiokafka import TopicPartition
 
 from config.destination import Destination
-from hifi import kafka
 from hifi.errors import HifiError
+from hifi.kafka.consuming import Consumer, open_consumer
 from hifi.kafka.settings import KafkaSettings
 from retrier.dlq.index import DeadLetterIndex
 
@@ -80,7 +80,7 @@ async def _tail_forever(settings: KafkaSettings, indexes: Mapping[str, DeadLette
     while True:
         tail = _Tail(indexes)
         try:
-            async with kafka.consumer(
+            async with open_consumer(
                 settings,
                 group_id=None,
                 metadata_max_age_ms=int(DISCOVER_EVERY_S * 1000),
@@ -118,7 +118,7 @@ class _Tail:
         self._discovered = False
         self.indexed = 0
 
-    async def run(self, reader: kafka.Consumer) -> None:
+    async def run(self, reader: Consumer) -> None:
         loop = asyncio.get_running_loop()
         next_discovery = loop.time()
         while True:
@@ -135,7 +135,7 @@ class _Tail:
             if self._behind:
                 await self._note_progress(reader)
 
-    async def _discover(self, reader: kafka.Consumer) -> None:
+    async def _discover(self, reader: Consumer) -> None:
         """Assign every partition of the DLQs, new ones from their beginning, the others from
         the letter after the last indexed."""
         existing = await reader.topics()
@@ -159,7 +159,7 @@ class _Tail:
             self._behind = waiting
             await self._note_progress(reader)
 
-    async def _note_progress(self, reader: kafka.Consumer) -> None:
+    async def _note_progress(self, reader: Consumer) -> None:
         """Learn the ends from the fetch responses; set `expected` once all of an index's are
         known and `ready` once its partitions all reached them."""
         for tp in list(self._behind):
@@ -188,7 +188,7 @@ class _Tail:
         return total
 
 
-def _fetched_end(reader: kafka.Consumer, tp: TopicPartition) -> int | None:
+def _fetched_end(reader: Consumer, tp: TopicPartition) -> int | None:
     """The partition's end in the last fetch response: its last stable offset, else its
     high watermark (None before a response)."""
     stable = reader.last_stable_offset(tp)

@@ -45,11 +45,11 @@ from connector.daemon import Connector
 from devstack.destination import Reply, TestDestination
 from devstack.kafka_tools import produce, produce_events
 from devstack.ports import free_port
-from hifi import kafka
 from hifi.accounting.buckets import MINUTE_MS
 from hifi.accounting.tables import iso_minute
 from hifi.audit import AUDIT_TOPIC_ENV_VAR, HDR_FORMAT, Fact, Slice, encode_fact
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.producing import open_producer
 from hifi.kafka.settings import KafkaSettings
 from hifi.vocabulary import Outcome, Reason
 from retrier.daemon import Retrier
@@ -159,7 +159,7 @@ def _final(rows: list[dict[str, Any]] | None, minute: str) -> dict[str, Any] | N
 async def _produce_with_origins(
     settings: KafkaSettings, topic: str, values: list[bytes]
 ) -> list[tuple[int, int]]:
-    async with kafka.producer(settings) as producer:
+    async with open_producer(settings) as producer:
         metadata = await producer.send_all([(topic, None, value, []) for value in values])
     return [(m.partition, m.offset) for m in metadata]
 

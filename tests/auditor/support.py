@@ -21,10 +21,10 @@ from auditor.daemon import Auditor
 from auditor.progress import ProgressClock
 from config.catalog import Catalog
 from config.destination import Destination
-from hifi import kafka
 from hifi.accounting.buckets import MINUTE_MS
 from hifi.accounting.tables import report_row
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.clients import client_options, kafka_errors, start_client
 from hifi.kafka.settings import KafkaSettings
 from tests.helpers import write_destination
 
@@ -205,10 +205,10 @@ def sample(name: str, labels: Mapping[str, str]) -> float:
 
 async def recreate_topic(settings: KafkaSettings, topic: str, partitions: int = 1) -> None:
     """Delete `topic` and create it again under its name: its offsets start over at 0."""
-    admin = AIOKafkaAdminClient(**kafka.client_options(settings))  # security settings too
+    admin = AIOKafkaAdminClient(**client_options(settings))  # security settings too
     try:
-        await kafka.start_client(admin.start, settings, "connect admin client")
-        with kafka.kafka_errors(settings, f"delete topic {topic}"):
+        await start_client(admin.start, settings, "connect admin client")
+        with kafka_errors(settings, f"delete topic {topic}"):
             await admin.delete_topics([topic])
     finally:
         await admin.close()

@@ -12,10 +12,10 @@ from prometheus_client import REGISTRY
 from auditor.archive.read import read_minutes
 from auditor.daemon import Auditor
 from devstack.kafka_tools import produce
-from hifi import kafka
 from hifi.audit import HDR_FORMAT, AuditTrail, Fact, Seen, encode_fact
 from hifi.audit.accepted import AcceptedTrail, accepted_event
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.producing import open_producer
 from hifi.kafka.settings import KafkaSettings
 from hifi.vocabulary import Outcome
 from tests.auditor.support import (
@@ -50,7 +50,7 @@ async def test_accepted_events_are_counted_per_destination_and_loss_from_them(
     plain = audited_destination(catalog_dir, f"{unique}-plain", url, other, **keys)
     at_ms = minute_ms + 30_000
     values = [orjson.dumps({"id": f"a-{i}", "event_time": at_ms}) for i in range(5)]
-    async with kafka.producer(kafka_settings) as producer:
+    async with open_producer(kafka_settings) as producer:
         written = await producer.send_all([(stream, None, v, []) for v in values])
         offsets = [m.offset for m in written]
         await produce(kafka_settings, other, [orjson.dumps({"id": "p-0", "event_time": at_ms})])

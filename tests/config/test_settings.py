@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 
 from hifi import redaction
 from hifi.errors import ConfigError
-from hifi.kafka import client_options
+from hifi.kafka.clients import client_options
 from hifi.kafka.settings import KafkaSettings
 
 

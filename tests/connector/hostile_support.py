@@ -22,9 +22,11 @@ import redis
 
 from devstack.hostile import BEHAVIOURS, Expect, HostileServer
 from devstack.ports import free_port
-from hifi import kafka
 from hifi.headers import HDR_CAUSE, HDR_ERROR, HDR_REASON, header_map
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.clients import Record
+from hifi.kafka.producing import open_producer
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 from hifi.vocabulary import Reason
 
@@ -171,13 +173,13 @@ async def _produce(
     settings: KafkaSettings, names: dict[str, str], by_run: dict[str, list[Case]]
 ) -> None:
     now_ms = int(time.time() * 1000)
-    records: list[kafka.Record] = []
+    records: list[Record] = []
     for run, dest in names.items():
         for case in by_run[run]:
             for event_id in case.ids:
                 event = {"id": event_id, "customer": f"t-{case.name}", "event_time": now_ms}
                 records.append((dest, event_id.encode(), orjson.dumps(event), []))
-    async with kafka.producer(settings) as producer:
+    async with open_producer(settings) as producer:
         await producer.send_all(records)
 
 
@@ -235,13 +237,13 @@ async def _read_outcomes(
     handoffs: dict[str, list[tuple[str, str]]] = defaultdict(list)
     dead: dict[str, list[str]] = defaultdict(list)
     for dest in names.values():
-        for record in await kafka.read_topic(settings, f"{dest}.retry_in"):
+        for record in await read_topic(settings, f"{dest}.retry_in"):
             headers = header_map(record.headers)
             cause = headers.get(HDR_CAUSE, b"").decode()
             handoffs[orjson.loads(record.value)["id"]].append(
                 (cause, headers.get(HDR_ERROR, b"").decode(errors="replace"))
             )
-        for record in await kafka.read_topic(settings, f"{dest}.dlq"):
+        for record in await read_topic(settings, f"{dest}.dlq"):
             reason = header_map(record.headers).get(HDR_REASON, b"?").decode()
             dead[orjson.loads(record.value)["id"]].append(reason)
     outcomes.handoffs, outcomes.dead = dict(handoffs), dict(dead)

@@ -15,8 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from aiokafka import TopicPartition
 
-from hifi import kafka
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.clients import Record
+from hifi.kafka.consuming import open_consumer
+from hifi.kafka.producing import open_producer
 from hifi.kafka.settings import KafkaSettings
 
 CONNECTOR = [sys.executable, "-m", "connector"]
@@ -49,9 +51,9 @@ async def seed(settings: KafkaSettings, topic: str, *, partitions: int, per_part
     """`per_partition` events on each partition of a new topic; record i carries the explicit
     timestamp BASE_MS + i s (its event time too) and a user header."""
     await kafka_admin.ensure_topics(settings, [topic], partitions=partitions)
-    async with kafka.producer(settings) as producer:
+    async with open_producer(settings) as producer:
         for partition in range(partitions):
-            records: list[kafka.Record] = [
+            records: list[Record] = [
                 (
                     topic,
                     f"key-{partition}-{i}".encode(),
@@ -70,7 +72,7 @@ async def commit_offsets(
     settings: KafkaSettings, group_id: str, offsets: dict[TopicPartition, int]
 ) -> None:
     """Commit offsets for a group that has no members, as a stopped connector left them."""
-    async with kafka.consumer(settings, group_id=group_id) as member:
+    async with open_consumer(settings, group_id=group_id) as member:
         member.assign(offsets)
         await member.commit(offsets)
 

@@ -15,9 +15,9 @@ from prometheus_client import REGISTRY
 from connector.daemon import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import produce, produce_events
-from hifi import kafka
 from hifi.audit import AUDIT_RETENTION_MS
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 from tests.helpers import events, make_destination, read_facts
 
@@ -29,7 +29,7 @@ async def _run(connector: Connector, timeout_s: float = 60.0) -> None:
 async def _positions(settings: KafkaSettings, topic: str) -> dict[tuple[str, int, int], Any]:
     """Every record of `topic` by its position: the event's id and time, or the raw value."""
     found: dict[tuple[str, int, int], Any] = {}
-    for record in await kafka.read_topic(settings, topic):
+    for record in await read_topic(settings, topic):
         try:
             event = orjson.loads(record.value)
             found[(topic, record.partition, record.offset)] = (event["id"], event["event_time"])
@@ -61,7 +61,7 @@ async def test_every_delivered_event_is_named_once_by_a_delivered_fact(
     assert all(started_ms <= n.taken_ms <= int(time.time() * 1000) for n in named)
     assert {(n.dest, n.status, n.reason) for n in named} == {(unique, 200, None)}
     assert {n.node.split("@")[0] for n in named} == {"connector"}
-    facts = len(await kafka.read_topic(kafka_settings, audit))
+    facts = len(await read_topic(kafka_settings, audit))
     assert _audit_metric("hifi_audit_events_total", unique, "delivered") == 300
     assert _audit_metric("hifi_audit_facts_total", unique, "delivered") == facts
     assert facts >= 300 // 40  # one per request, not one per event
@@ -103,7 +103,7 @@ async def test_malformed_records_are_accounted_by_origin(
     dest = make_destination(catalog_dir, unique, destination.url, unique, max_batch_bytes=2048)
     audit = f"{unique}.audit"
     await _run(Connector(dest, kafka_settings, until_idle_s=1.5, audit_topic=audit))
-    records = await kafka.read_topic(kafka_settings, unique)
+    records = await read_topic(kafka_settings, unique)
     timestamps = {(unique, r.partition, r.offset): r.timestamp for r in records}
     named = await read_facts(kafka_settings, audit)
     dead = sorted(
@@ -132,7 +132,7 @@ async def test_audit_false_writes_no_fact_and_creates_no_audit_topic(
     assert connector.audit_topic is None
     await _run(connector)
     assert len(destination.delivered_ids()) == 19
-    assert len(await kafka.read_topic(kafka_settings, dest.dlq_topic)) == 1
+    assert len(await read_topic(kafka_settings, dest.dlq_topic)) == 1
     assert audit not in await kafka_admin.list_topics(kafka_settings)
     assert _audit_metric("hifi_audit_events_total", unique, "delivered") is None
 

@@ -20,8 +20,8 @@ from connector.backfill.reoffer import chunk_events
 from connector.daemon import Connector
 from connector.pacing import Pacer
 from devstack.destination import TestDestination
-from hifi import kafka
 from hifi.errors import ConfigError
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 from tests.connector.replay_support import (
     at,
@@ -55,7 +55,7 @@ def _args(name: str, catalog_dir: Path, *more: str) -> list[str]:
 
 async def _retry_out(settings: KafkaSettings, name: str, *, at_least: int = 0) -> list[Any]:
     """NAME.retry_out to its end; with `at_least`, as soon as that many records are there."""
-    return await kafka.read_topic(settings, f"{name}.retry_out", at_least=at_least)
+    return await read_topic(settings, f"{name}.retry_out", at_least=at_least)
 
 
 async def test_backfill_reoffers_the_range_as_fresh_events(

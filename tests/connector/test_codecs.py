@@ -31,9 +31,9 @@ from config.catalog import Catalog
 from connector.daemon import Connector
 from devstack.destination import TestDestination
 from devstack.kafka_tools import committed_offsets
-from hifi import kafka
 from hifi.errors import BrokerRefused
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 from tests.helpers import events, make_destination, start_daemon, wait_exit, write_destination
 
@@ -137,9 +137,9 @@ async def test_librdkafka_batches_stay_compressed_on_tansu(
     await asyncio.to_thread(_produce_with_librdkafka, kafka_settings.bootstrap, unique, sent, codec)
     monkeypatch.setattr(aiokafka.codec, f"has_{codec}", lambda: False)
     with pytest.raises(BrokerRefused, match=f"{codec} compression codec not found"):
-        await kafka.read_topic(kafka_settings, unique, timeout_s=20)
+        await read_topic(kafka_settings, unique, timeout_s=20)
     monkeypatch.undo()
-    assert len(await kafka.read_topic(kafka_settings, unique, timeout_s=20)) == len(sent)
+    assert len(await read_topic(kafka_settings, unique, timeout_s=20)) == len(sent)
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 from connector.daemon import Connector
 from devstack.destination import Reply, TestDestination
 from devstack.kafka_tools import committed_offsets, produce_events
-from hifi import kafka
+from hifi.kafka.producing import open_producer
 from hifi.kafka.settings import KafkaSettings
 from tests.helpers import events, make_destination, ops_status, running, until
 
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.integration]
 async def _produce_one_by_one(settings: KafkaSettings, topic: str, sent: Iterable[Any]) -> None:
     """Each event its own batch: Tansu 0.6 answers a paused partition's end with its last batch
     counted as one record (`hifi/worker/ends.py`)."""
-    async with kafka.producer(settings) as producer:
+    async with open_producer(settings) as producer:
         for event in sent:
             await producer.send_all([(topic, event["id"].encode(), orjson.dumps(event), [])])
 

@@ -9,9 +9,11 @@ import orjson
 import pytest
 
 from devstack.destination import TestDestination
-from hifi import kafka
 from hifi.headers import header_map
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.clients import Record
+from hifi.kafka.producing import open_producer
+from hifi.kafka.reading import committed_offsets, read_topic
 from hifi.kafka.settings import KafkaSettings
 from tests.helpers import make_destination, start_daemon, wait_exit
 
@@ -70,10 +72,10 @@ async def test_odd_records_never_stop_a_partition(
     exits 0 only when idle, and every partition's committed offset reaches its end."""
     await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=PARTITIONS)
     sent: dict[str, tuple[int, bytes | None]] = {}  # origin -> (partition, value)
-    async with kafka.producer(kafka_settings, max_request_size=HUGE_BYTES + 1024 * 1024) as out:
+    async with open_producer(kafka_settings, max_request_size=HUGE_BYTES + 1024 * 1024) as out:
         for partition in range(PARTITIONS):
             for kind, value, headers in _odd_records(partition):
-                records: list[kafka.Record] = [(unique, kind.encode(), value, headers)]
+                records: list[Record] = [(unique, kind.encode(), value, headers)]
                 (written,) = await out.send_all(records, partition=partition)
                 sent[f"{unique}/{partition}/{written.offset}"] = (partition, value)
         (huge,) = await out.send_all(
@@ -97,7 +99,7 @@ async def test_odd_records_never_stop_a_partition(
     assert any(line["event"] == "malformed_dead_lettered" for line in log_lines)
 
     bodies = b"\x00".join(r.body for r in destination.requests if r.status < 300)
-    dead = await kafka.read_topic(kafka_settings, dest.dlq_topic, timeout_s=60)
+    dead = await read_topic(kafka_settings, dest.dlq_topic, timeout_s=60)
     dead_by_origin = {header_map(r.headers)["hifi-origin"].decode(): r for r in dead}
     for origin, (_, value) in sent.items():
         if value and value in bodies:  # delivered unaltered
@@ -117,7 +119,7 @@ async def test_odd_records_never_stop_a_partition(
     forged = [r for r in dead if b"forged" in (r.value or b"")]
     assert forged == []  # forged hifi-* headers change nothing: the event is delivered
     assert b'{"id":"forged-0"}' in bodies
-    committed = await kafka.committed_offsets(kafka_settings, dest.connector_group, unique)
+    committed = await committed_offsets(kafka_settings, dest.connector_group, unique)
     ends = {
         p: 1 + max(int(o.rsplit("/", 1)[1]) for o in sent if f"/{p}/" in o)
         for p in range(PARTITIONS)

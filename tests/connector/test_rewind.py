@@ -10,7 +10,8 @@ from aiokafka import TopicPartition
 
 from connector.backfill import positions
 from devstack.destination import TestDestination
-from hifi import kafka
+from hifi.kafka.consuming import open_consumer
+from hifi.kafka.reading import committed_offsets
 from hifi.kafka.settings import KafkaSettings
 from tests.connector.replay_support import (
     BASE_MS,
@@ -35,7 +36,7 @@ async def _setup(settings: KafkaSettings, catalog_dir: Path, name: str) -> list[
 
 
 async def _committed(settings: KafkaSettings, name: str) -> dict[int, int | None]:
-    return await kafka.committed_offsets(settings, f"hifi.connector.{name}", f"{name}.src")
+    return await committed_offsets(settings, f"hifi.connector.{name}", f"{name}.src")
 
 
 async def _rewind(
@@ -134,7 +135,7 @@ async def test_refuses_while_a_member_of_the_group_is_active(
     group = f"hifi.connector.{unique}"
     await commit_offsets(kafka_settings, group, dict.fromkeys(tps, 45))
     # Tansu completes a join after half the session timeout: a short one keeps the test quick
-    async with kafka.consumer(
+    async with open_consumer(
         kafka_settings, group_id=group, session_timeout_ms=2000, heartbeat_interval_ms=300
     ) as member:
         member.subscribe([f"{unique}.src"])
@@ -160,7 +161,7 @@ async def test_rewinds_once_the_connector_stopped_cleanly(
     expires no session): the rewind then moves the offsets."""
     tps = await _setup(kafka_settings, catalog_dir, unique)
     group = f"hifi.connector.{unique}"
-    async with kafka.consumer(kafka_settings, group_id=group) as member:
+    async with open_consumer(kafka_settings, group_id=group) as member:
         member.subscribe([f"{unique}.src"])
         for _ in range(100):
             if member.assignment():

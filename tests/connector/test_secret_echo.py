@@ -25,9 +25,9 @@ import pytest
 
 from devstack.destination import Echo, Reply, TestDestination
 from devstack.kafka_tools import produce_events
-from hifi import kafka
 from hifi.headers import header_map
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 from tests.helpers import all_headers, events, leaks, make_destination, wait_exit
 from tests.retrier.support import run_retrier_command
@@ -160,7 +160,7 @@ async def test_rejection_echoing_the_bare_token_is_dead_lettered_masked(
         log_level=log_level,
     )
 
-    (letter,) = await kafka.read_topic(kafka_settings, f"{unique}.dlq", at_least=1)
+    (letter,) = await read_topic(kafka_settings, f"{unique}.dlq", at_least=1)
     out, err = await dlq_list(kafka_settings, unique, catalog_dir)
 
     assert destination.requests[0].headers["authorization"] == f"Bearer {token}"
@@ -213,7 +213,7 @@ async def test_unavailable_echoing_the_header_is_handed_off_masked(
         log_format=log_format,
         log_level=log_level,
     )
-    (handoff,) = await kafka.read_topic(kafka_settings, f"{unique}.retry_in", at_least=1)
+    (handoff,) = await read_topic(kafka_settings, f"{unique}.retry_in", at_least=1)
     port = free_port()
     retrier = start(
         "retrier",
@@ -263,7 +263,7 @@ async def test_redirect_to_a_location_with_the_token_is_handed_off_masked(
     log = await run_connector_until_idle(
         kafka_settings, unique, catalog_dir, tmp_path / "connector.log", processes
     )
-    (handed,) = await kafka.read_topic(kafka_settings, f"{unique}.retry_in", at_least=1)
+    (handed,) = await read_topic(kafka_settings, f"{unique}.retry_in", at_least=1)
 
     assert leaks(token, all_headers(handed), log) == []
     headers = header_map(handed.headers)
@@ -320,13 +320,13 @@ async def test_token_split_across_two_failures_is_masked_in_each(
         assert await destination.wait_for_requests(1, 60)
         destination.echo(Echo(text=f"{tail} is not a valid credential", raw_body=True))
         status = await status_with_failures(port, unique)
-        (letter,) = await kafka.read_topic(kafka_settings, f"{unique}.dlq", at_least=1)
+        (letter,) = await read_topic(kafka_settings, f"{unique}.dlq", at_least=1)
     finally:
         for process in (connector, retrier):
             process.send_signal(signal.SIGTERM)
         for process in (connector, retrier):
             assert await wait_exit(process, 60) == 0
-    (handoff,) = await kafka.read_topic(kafka_settings, f"{unique}.retry_in", at_least=1)
+    (handoff,) = await read_topic(kafka_settings, f"{unique}.retry_in", at_least=1)
     out, err = await dlq_list(kafka_settings, unique, catalog_dir)
     logs = [read(tmp_path / name) for name in ("connector.log", "retrier.log")]
     history = orjson.loads(header_map(letter.headers)["hifi-history"])

@@ -18,8 +18,8 @@ import pytest
 from devstack import demo
 from devstack.broker import LocalBroker, metadata_answers
 from devstack.destination import TestDestination
-from hifi import kafka
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -150,11 +150,11 @@ async def test_pasted_hints_list_dead_letters_and_produce_more(
     # As in the demo, the topic exists (and `read_topic` of a missing topic trips an aiokafka
     # race: its consumer's close() re-raises the cancellation of a task that never started).
     await kafka_admin.ensure_topics(kafka_settings, [demo.TOPIC], partitions=4)
-    before = len(await kafka.read_topic(kafka_settings, demo.TOPIC))
+    before = len(await read_topic(kafka_settings, demo.TOPIC))
     produced = _run_pasted([*_command(hints, "more events")[:-1], "30"])
     assert produced.returncode == 0, produced.stderr
     assert "produced 30 events" in produced.stdout
-    assert len(await kafka.read_topic(kafka_settings, demo.TOPIC)) == before + 30
+    assert len(await read_topic(kafka_settings, demo.TOPIC)) == before + 30
 
 
 @pytest.mark.integration

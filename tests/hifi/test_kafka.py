@@ -10,8 +10,11 @@ import orjson
 from aiokafka import TopicPartition
 from aiokafka.partitioner import murmur2
 
-from hifi import kafka
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.clients import Record
+from hifi.kafka.consuming import open_consumer
+from hifi.kafka.producing import open_producer
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 
 
@@ -19,11 +22,11 @@ async def test_produce_consume_round_trip(kafka_settings: KafkaSettings, unique:
     """Records written with acks=all come back with key, value and headers through a group consumer."""
     await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=2)
     await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=2)  # idempotent
-    async with kafka.producer(kafka_settings) as producer:
+    async with open_producer(kafka_settings) as producer:
         await producer.send_all(
             [(unique, f"k{i}".encode(), orjson.dumps({"id": i}), [("h", b"v")]) for i in range(50)]
         )
-    async with kafka.consumer(kafka_settings, group_id=f"{unique}.g") as consumer:
+    async with open_consumer(kafka_settings, group_id=f"{unique}.g") as consumer:
         consumer.subscribe([unique])
         seen: list[Any] = []
         while len(seen) < 50:
@@ -36,8 +39,8 @@ async def test_produce_consume_round_trip(kafka_settings: KafkaSettings, unique:
         await consumer.commit(offsets)
         for tp, offset in offsets.items():
             assert await consumer.committed(tp) == offset
-    assert len(await kafka.read_topic(kafka_settings, unique)) == 50
-    assert len(await kafka.read_topic(kafka_settings, unique, at_least=10)) >= 10
+    assert len(await read_topic(kafka_settings, unique)) == 50
+    assert len(await read_topic(kafka_settings, unique, at_least=10)) >= 10
 
 
 async def test_concurrent_sends_never_interleave_within_a_partition(
@@ -48,17 +51,17 @@ async def test_concurrent_sends_never_interleave_within_a_partition(
     read in due order, so an interleaved tier would hold early events behind late ones)."""
     await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=2)
     body = b"x" * 200
-    async with kafka.producer(kafka_settings, max_batch_size=1024) as producer:
+    async with open_producer(kafka_settings, max_batch_size=1024) as producer:
         await asyncio.gather(
             *(producer.send_all(_alternating(unique, call, body, 60)) for call in "ab")
         )
-    written = await kafka.read_topic(kafka_settings, unique, at_least=120)
+    written = await read_topic(kafka_settings, unique, at_least=120)
     for partition in (0, 1):
         calls = [r.key[:1] for r in written if r.partition == partition]
         assert calls in ([b"a"] * 30 + [b"b"] * 30, [b"b"] * 30 + [b"a"] * 30), calls
 
 
-def _alternating(topic: str, call: str, body: bytes, count: int) -> list[kafka.Record]:
+def _alternating(topic: str, call: str, body: bytes, count: int) -> list[Record]:
     """`count` records of one call whose keys land alternately in partitions 0 and 1."""
     keys: dict[int, list[bytes]] = {0: [], 1: []}
     for i in itertools.count():
@@ -78,7 +81,7 @@ async def test_a_stop_interrupted_by_an_internal_cancellation_still_closes_the_c
     closed all the same, or it refreshes metadata for the life of the process."""
     from hifi.kafka.clients import stop_client as _stop
 
-    async with kafka.consumer(kafka_settings, group_id=f"{unique}.g") as consumer:
+    async with open_consumer(kafka_settings, group_id=f"{unique}.g") as consumer:
         client = consumer._client  # the aiokafka consumer under hifi's
         network = client._client
         assert network._sync_task is not None  # the metadata task runs

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import trustme
 
-from hifi.kafka import admin, consuming, oauthbearer, producing, reading
+from hifi.kafka import admin, admin_client, consuming, oauthbearer, producing, reading
 from hifi.kafka.settings import KafkaSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,7 +86,7 @@ def built(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
 
     monkeypatch.setattr(consuming, "AIOKafkaConsumer", recorder("consumer"))
     monkeypatch.setattr(producing, "AIOKafkaProducer", recorder("producer"))
-    monkeypatch.setattr(admin, "AIOKafkaAdminClient", recorder("admin"))
+    monkeypatch.setattr(admin_client, "AIOKafkaAdminClient", recorder("admin"))
     return records
 
 
@@ -133,8 +133,8 @@ def _uses(settings: KafkaSettings) -> dict[str, Callable[[], Any]]:
         await reading.committed_offsets(settings, "g", "t")
 
     uses: dict[str, Callable[[], Coroutine[Any, Any, Any] | AsyncIterator[Any] | Any]] = {
-        "group consumer": lambda: consuming.consumer(settings, group_id="g"),
-        "producer": lambda: producing.producer(settings),
+        "group consumer": lambda: consuming.open_consumer(settings, group_id="g"),
+        "producer": lambda: producing.open_producer(settings),
         "admin: list topics": lambda: admin.list_topics(settings),
         "admin: ensure topics": lambda: admin.ensure_topics(settings, ["t"], partitions=1),
         "read a topic (dlq list, rewind)": lambda: reading.read_topic(settings, "t"),
@@ -198,7 +198,7 @@ async def test_hostname_verification_off_only_when_asked(
         }
     )
     with pytest.raises(_Built):
-        await _enter(lambda: producing.producer(settings))
+        await _enter(lambda: producing.open_producer(settings))
     context = built[0][1]["ssl_context"]
     assert context.check_hostname is False
     assert context.verify_mode == ssl.CERT_REQUIRED  # the chain is still verified

@@ -8,7 +8,7 @@ import pytest
 from aiokafka import errors as aiokafka_errors
 
 from hifi.errors import BrokerAuthFailed, BrokerRefused, BrokerUnavailable, UnknownTopic
-from hifi.kafka import kafka_errors
+from hifi.kafka.clients import kafka_errors
 from hifi.kafka.settings import KafkaSettings
 
 SCRAM = KafkaSettings(

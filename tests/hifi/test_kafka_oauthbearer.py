@@ -15,7 +15,7 @@ from aiokafka.abc import AbstractTokenProvider
 
 from hifi import redaction
 from hifi.errors import ConfigError, TokenRefused
-from hifi.kafka import client_options
+from hifi.kafka.clients import client_options
 from hifi.kafka.oauthbearer import OAuthBearerTokens
 from hifi.kafka.settings import KafkaSettings
 from tests.hifi.oauth2_server import OAuth2Server

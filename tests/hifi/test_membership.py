@@ -20,10 +20,10 @@ import auditor.cli
 import connector.cli
 import hifi.cli_options
 import retrier.cli
-from hifi import kafka
 from hifi.errors import ConfigError
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka import consuming
+from hifi.kafka.consuming import Consumer, open_consumer
 from hifi.kafka.settings import INSTANCE_ID_ENV, KafkaSettings
 from tests.helpers import write_destination
 
@@ -35,7 +35,7 @@ class _Built(Exception):
 def _consumer_kwargs(
     monkeypatch: pytest.MonkeyPatch, settings: KafkaSettings, **kwargs: Any
 ) -> dict[str, Any]:
-    """The keyword arguments `kafka.consumer` gives aiokafka's consumer (which never starts)."""
+    """The keyword arguments `consumer` gives aiokafka's consumer (which never starts)."""
     seen: dict[str, Any] = {}
 
     def build(**options: Any) -> None:
@@ -45,7 +45,7 @@ def _consumer_kwargs(
     monkeypatch.setattr(consuming, "AIOKafkaConsumer", build)
 
     async def open_it() -> None:
-        async with kafka.consumer(settings, **kwargs):
+        async with open_consumer(settings, **kwargs):
             pass
 
     with pytest.raises(_Built):
@@ -190,15 +190,15 @@ def test_each_daemon_checks_its_instance_id_from_flag_and_environment(
 
 
 @contextlib.asynccontextmanager
-async def _member(settings: KafkaSettings, group: str, topic: str) -> AsyncIterator[kafka.Consumer]:
-    async with kafka.consumer(
+async def _member(settings: KafkaSettings, group: str, topic: str) -> AsyncIterator[Consumer]:
+    async with open_consumer(
         settings, group_id=group, session_timeout_ms=6000, heartbeat_interval_ms=500
     ) as member:
         member.subscribe([topic])
         yield member
 
 
-async def _settled(members: list[kafka.Consumer], partitions: int) -> list[set[int]]:
+async def _settled(members: list[Consumer], partitions: int) -> list[set[int]]:
     """Poll every member until each owns some partitions and together they own each once."""
     async with asyncio.timeout(60):
         while True:

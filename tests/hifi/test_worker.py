@@ -11,8 +11,10 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 
-from hifi import kafka
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.clients import Record
+from hifi.kafka.producing import open_producer
+from hifi.kafka.reading import committed_offsets
 from hifi.kafka.settings import KafkaSettings
 from hifi.ops_http import OpsServer
 from hifi.worker import PartitionWorker, Work
@@ -41,12 +43,12 @@ async def produce(
         key = f"k{i}".encode()
         keys.setdefault(DefaultPartitioner()(key, list(range(width)), []), key)
         i += 1
-    records: list[kafka.Record] = [
+    records: list[Record] = [
         (topic, keys[p], f'{{"p":{p},"n":{n}}}'.encode(), [])
         for p, count in sorted(counts.items())
         for n in range(count)
     ]
-    async with kafka.producer(settings) as producer:
+    async with open_producer(settings) as producer:
         await producer.send_all(records)
 
 
@@ -121,7 +123,7 @@ async def test_stop_lets_work_finish_within_the_deadline_and_cancels_the_rest(
         kafka_settings, options(unique, max_in_flight=3, shutdown_timeout_s=1.0)
     )
     await stop_mid_work(worker, handler, unique)
-    assert await kafka.committed_offsets(kafka_settings, unique, unique) == {0: 2}
+    assert await committed_offsets(kafka_settings, unique, unique) == {0: 2}
 
 
 async def test_idle_exit_after_the_topic_is_drained_but_not_while_work_runs(
@@ -141,7 +143,7 @@ async def test_idle_exit_after_the_topic_is_drained_but_not_while_work_runs(
         handler.unit(1).release.set()
         await asyncio.wait_for(task, WAIT_S)
     assert [u.finished for u in handler.units] == [True, True]
-    assert await kafka.committed_offsets(kafka_settings, unique, unique) == {0: 2}
+    assert await committed_offsets(kafka_settings, unique, unique) == {0: 2}
 
 
 class Assignments(OpsServer):
@@ -212,7 +214,7 @@ async def test_commit_watermark_stops_at_first_unfinished_record(
     )
 
     async def committed() -> int | None:
-        return (await kafka.committed_offsets(kafka_settings, unique, unique))[0]
+        return (await committed_offsets(kafka_settings, unique, unique))[0]
 
     await finish_out_of_order(worker, handler, unique, committed)
 
@@ -270,7 +272,7 @@ async def test_a_settling_unit_gives_its_slot_to_the_next_and_is_done_once_settl
     async def committed_after_two_commits() -> int | None:
         seen = len(handler.commits)
         await handler.changes.until(lambda: len(handler.commits) >= seen + 2, "two commits")
-        return (await kafka.committed_offsets(kafka_settings, unique, unique)).get(0)
+        return (await committed_offsets(kafka_settings, unique, unique)).get(0)
 
     async with running(worker, handler, [unique]):
         # one slot: 0 runs, gives it up to settle, then 1 does the same
@@ -338,7 +340,7 @@ async def test_failing_unit_stops_the_worker_after_the_others_drain(
         (False, False),
         (True, False),
     ]
-    assert await kafka.committed_offsets(kafka_settings, unique, unique) == {0: 1}
+    assert await committed_offsets(kafka_settings, unique, unique) == {0: 1}
 
 
 async def test_no_room_pauses_intake_until_room_returns(

@@ -10,9 +10,9 @@ import structlog
 from aiokafka import TopicPartition
 
 from devstack.kafka_tools import move_committed
-from hifi import kafka
 from hifi.errors import BrokerUnavailable
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.producing import open_producer
 from hifi.kafka.settings import KafkaSettings
 from hifi.offsets import OffsetTracker
 from hifi.worker import PartitionWorker
@@ -25,7 +25,7 @@ ENDS_EVERY_S = 0.2
 async def _produce_one_by_one(settings: KafkaSettings, topic: str, count: int) -> None:
     """`count` records to partition 0, each its own batch: Tansu 0.6 answers ListOffsets with a
     partition's last batch counted as one record (`hifi.worker.ends`), so each batch is one here."""
-    async with kafka.producer(settings) as producer:
+    async with open_producer(settings) as producer:
         for n in range(count):
             await producer.send_all([(topic, None, f'{{"n":{n}}}'.encode(), [])])
 

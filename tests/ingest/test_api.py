@@ -13,7 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from hifi.kafka import read_topic
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 from ingest.service import IngestService
 from tests.ingest.support import OTHER_TOKEN, auth, make_topic, serving, streams_dir, url

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from devstack.redis import RedisServer
-from hifi.kafka import read_topic
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 from hifi.lookup_cache.redis_hash import RedisSettings
 from ingest.service import IngestService

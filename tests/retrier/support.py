@@ -14,9 +14,10 @@ import orjson
 import pytest
 
 from config.destination import Destination
-from hifi import kafka
 from hifi.headers import header_map
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.producing import open_producer
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 
 SLACK_MS = 3000  # "within 1 s after due", plus room for a loaded two-core machine
@@ -71,7 +72,7 @@ async def produce_all(
     settings: KafkaSettings,
     records: Iterable[tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]]]],
 ) -> None:
-    async with kafka.producer(settings) as producer:
+    async with open_producer(settings) as producer:
         await producer.send_all(list(records))
 
 
@@ -82,7 +83,7 @@ async def collect(
 
     Waits on the broker's long polls, not on sleeps; returns what it has at the deadline.
     """
-    return await kafka.read_topic(settings, topic, at_least=count, timeout_s=timeout_s)
+    return await read_topic(settings, topic, at_least=count, timeout_s=timeout_s)
 
 
 def id_of(record: Any) -> str:

@@ -13,7 +13,9 @@ import httpx
 import pytest
 
 from config.destination import Destination
-from hifi import kafka, redaction
+from hifi import redaction
+from hifi.kafka.producing import open_producer
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 from retrier.daemon import DashboardOptions, Retrier
 from retrier.dlq import read_dead_letters, replay_with
@@ -144,7 +146,7 @@ async def test_dashboard_api_end_to_end(
 
         # a replay from the command line (another process) shows on the page too
         letters = await read_dead_letters(kafka_settings, dest, reason="expired")
-        async with kafka.producer(kafka_settings) as producer:
+        async with open_producer(kafka_settings) as producer:
             await replay_with(producer, dest, letters[:4], by="carol", filter=ReplayFilter())
         for _ in range(100):
             marked = (
@@ -165,12 +167,12 @@ async def test_dashboard_api_end_to_end(
         assert missing.status_code == 404
         assert "no dead letter at" in missing.json()["error"]
 
-    reoffered = await kafka.read_topic(kafka_settings, dest.retry_out_topic, at_least=14)
+    reoffered = await read_topic(kafka_settings, dest.retry_out_topic, at_least=14)
     by_dashboard = sorted(
         id_of(r) for r in reoffered if id_of(r) in {f"ev-{i}" for i in range(0, 30, 3)}
     )
     assert by_dashboard == sorted(f"ev-{i}" for i in range(0, 30, 3))
-    replays = await kafka.read_topic(kafka_settings, dest.dlq_replays_topic, at_least=1)
+    replays = await read_topic(kafka_settings, dest.dlq_replays_topic, at_least=1)
     assert replays
 
 

@@ -21,8 +21,8 @@ from playwright.async_api import expect
 from devstack.destination import TestDestination
 from devstack.ports import free_port
 from devstack.processes import start_daemon
-from hifi import kafka
 from hifi.audit import AUDIT_TOPIC_ENV_VAR
+from hifi.kafka.producing import open_producer
 from hifi.kafka.settings import KafkaSettings
 from retrier.dashboard.access import TOKEN_ENV
 from tests.helpers import make_destination, until, wait_exit
@@ -43,7 +43,7 @@ async def browser() -> AsyncIterator[Any]:
 
 
 async def _produce(settings: KafkaSettings, topic: str, ids: list[str]) -> None:
-    async with kafka.producer(settings) as producer:
+    async with open_producer(settings) as producer:
         await producer.send_all(
             [(topic, None, orjson.dumps(event), []) for event in events_of(ids)]
         )

@@ -15,7 +15,8 @@ from aiokafka.structs import ConsumerRecord
 from structlog.testing import capture_logs
 
 from config.catalog import Catalog
-from hifi import kafka, redaction
+from hifi import redaction
+from hifi.kafka.producing import open_producer
 from hifi.kafka.settings import KafkaSettings
 from retrier.dlq import indexing as dlq_indexing
 from retrier.dlq.index import REASONS, UNKNOWN, Cursor, DeadLetterIndex, LetterFilter, LetterRow
@@ -329,7 +330,7 @@ async def test_indexing_reaches_ready_and_follows_new_letters(
             letter(i % 2, i, dead_ms=T0 + i, event_id=f"id-{i}")
             for i in range(start, start + count)
         ]
-        async with kafka.producer(kafka_settings) as producer:
+        async with open_producer(kafka_settings) as producer:
             await producer.send_all(
                 [(dest.dlq_topic, r.key, r.value, list(r.headers)) for r in records]
             )
@@ -363,7 +364,7 @@ async def test_a_dlq_created_later_is_ready_at_once_and_indexed_once_found(
         await asyncio.wait_for(index.ready.wait(), 30)
         assert (len(index), index.expected) == (0, 0)
         await create_topics(kafka_settings, dest)
-        async with kafka.producer(kafka_settings) as producer:
+        async with open_producer(kafka_settings) as producer:
             record = letter(0, 0, dead_ms=T0, event_id="late-1")
             await producer.send_all([(dest.dlq_topic, None, record.value, list(record.headers))])
         assert await until(lambda: len(index) == 1, 30)

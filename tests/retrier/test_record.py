@@ -13,7 +13,7 @@ from aiokafka import ConsumerRecord, TopicPartition
 import hifi.headers
 from config.destination import Destination
 from hifi.audit import Seen
-from hifi.kafka import Record
+from hifi.kafka.clients import Record
 from hifi.vocabulary import Outcome
 from retrier.daemon import _Routing
 from retrier.record import RetryRecord

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from config.destination import Destination
-from hifi import kafka
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 from retrier.replays import ReplayFilter, decode_replay, read_replay_marks
 from tests.helpers import make_destination
@@ -76,9 +76,9 @@ async def test_replay_marks_letters_and_a_second_replay_skips_them(
         f"replayed 3 {route}",
         "skipped 0 dead letters replayed before (--again replays them)",
     ]
-    (record,) = await kafka.read_topic(kafka_settings, dest.dlq_replays_topic)
+    (record,) = await read_topic(kafka_settings, dest.dlq_replays_topic)
     first = decode_replay(record.value)
-    letters = await kafka.read_topic(kafka_settings, dest.dlq_topic)
+    letters = await read_topic(kafka_settings, dest.dlq_topic)
     assert sorted(first.coordinates()) == sorted((r.partition, r.offset) for r in letters)
     assert (first.by, first.filter, first.parts) == ("alice", ReplayFilter(reason="expired"), 1)
     assert before_ms <= first.at_ms <= int(time.time() * 1000)
@@ -102,11 +102,10 @@ async def test_replay_marks_letters_and_a_second_replay_skips_them(
     )
     assert (code, out.splitlines()[0]) == (0, f"replayed 4 {route}"), err
 
-    reoffered = await kafka.read_topic(kafka_settings, dest.retry_out_topic)
+    reoffered = await read_topic(kafka_settings, dest.retry_out_topic)
     assert sorted(id_of(r) for r in reoffered) == sorted("abcd" * 2)
     replays = [
-        decode_replay(r.value)
-        for r in await kafka.read_topic(kafka_settings, dest.dlq_replays_topic)
+        decode_replay(r.value) for r in await read_topic(kafka_settings, dest.dlq_replays_topic)
     ]
     assert sorted((r.by, len(list(r.coordinates())), r.filter.again) for r in replays) == sorted(
         [("alice", 3, False), (getpass.getuser(), 1, False), ("carol", 4, True)]

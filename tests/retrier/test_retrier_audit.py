@@ -12,9 +12,9 @@ import pytest
 from connector.daemon import Connector
 from devstack.destination import Reply, TestDestination
 from devstack.kafka_tools import produce_events
-from hifi import kafka
 from hifi.headers import header_map
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 from retrier.daemon import Retrier
 from tests.helpers import events, make_destination, read_facts, running
@@ -50,9 +50,7 @@ async def test_a_503_outage_is_handed_off_re_offered_then_delivered_by_origin(
         await collect(kafka_settings, dest.retry_in_topic, len(sent))  # every event handed off
         destination.reset_script()  # before the first re-offer is due
         assert await destination.wait_for_ids([e["id"] for e in sent], 60)
-    source = {
-        (unique, r.partition, r.offset): r for r in await kafka.read_topic(kafka_settings, unique)
-    }
+    source = {(unique, r.partition, r.offset): r for r in await read_topic(kafka_settings, unique)}
     named = await read_facts(kafka_settings, audit)
     by_outcome = collections.defaultdict(list)
     for n in named:
@@ -143,7 +141,7 @@ async def test_only_destinations_that_audit_have_retrier_facts(
         audit_topic=audit,
     )
     await asyncio.wait_for(retrier.run(), 120)
-    assert len(await kafka.read_topic(kafka_settings, quiet.retry_out_topic)) == 5
+    assert len(await read_topic(kafka_settings, quiet.retry_out_topic)) == 5
     named = await read_facts(kafka_settings, audit)
     assert {(n.dest, n.outcome) for n in named} == {(loud.name, "re_offered")}
     assert sorted(n.id or "" for n in named) == [f"{loud.name}-{i}" for i in range(5)]
@@ -170,5 +168,5 @@ async def test_a_retrier_of_destinations_that_do_not_audit_creates_no_audit_topi
         [dest], kafka_settings, group_id=f"hifi.r.{unique}", until_idle_s=2, audit_topic=audit
     )
     await asyncio.wait_for(retrier.run(), 120)
-    assert len(await kafka.read_topic(kafka_settings, dest.retry_out_topic)) == 1
+    assert len(await read_topic(kafka_settings, dest.retry_out_topic)) == 1
     assert audit not in await kafka_admin.list_topics(kafka_settings)

@@ -23,9 +23,9 @@ from devstack.kafka_tools import produce_events
 from devstack.ports import free_port
 from devstack.processes import start_daemon
 from devstack.redis import RedisServer
-from hifi import kafka
 from hifi.headers import header_map
 from hifi.kafka import admin as kafka_admin
+from hifi.kafka.reading import read_topic
 from hifi.kafka.settings import KafkaSettings
 from tests.helpers import all_headers, leaks, wait_exit
 from tests.tenants.support import TENANT_FIELD, entry, write_tenant_destination
@@ -107,8 +107,8 @@ async def test_entry_secrets_are_masked_everywhere(
     assert await wait_exit(process, 60) == 0, log_path.read_text()[-3000:]
     log = log_path.read_text()
 
-    (letter,) = await kafka.read_topic(kafka_settings, f"{unique}.dlq", at_least=1)
-    handed = await kafka.read_topic(kafka_settings, f"{unique}.retry_in", at_least=2)
+    (letter,) = await read_topic(kafka_settings, f"{unique}.dlq", at_least=1)
+    handed = await read_topic(kafka_settings, f"{unique}.retry_in", at_least=2)
     headers = [all_headers(record) for record in [letter, *handed]]
     assert destination.requests[0].headers["x-api-key"] == key
     assert leaks(key, log, status, *headers) == []
