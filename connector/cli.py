@@ -134,10 +134,11 @@ def rewind(
     """
     import asyncio
 
+    from config.daemon_start import load_without_secrets
     from connector.backfill import views
     from connector.backfill.rewind import RewindPlan, check_idle, commit_rewind, plan_rewind
 
-    destination, settings = _configured(catalog or group_catalog, dest)
+    destination, settings = load_without_secrets(catalog or group_catalog, dest)
     to_ms = _time(to_text, "--to")
 
     async def work() -> RewindPlan:
@@ -227,7 +228,9 @@ def backfill(
     command started again resumes there, and does nothing once the backfill has finished.
     SIGTERM or Ctrl-C stops after the write in flight and saves the checkpoint.
     """
-    destination, settings = _configured(catalog or group_catalog, dest)
+    from config.daemon_start import load_without_secrets
+
+    destination, settings = load_without_secrets(catalog or group_catalog, dest)
     request = _backfill_request(
         destination,
         (from_text, to_text),
@@ -365,16 +368,6 @@ def _report(request: BackfillRequest, result: BackfillResult) -> None:
 
 def _param(ctx: click.Context, name: str) -> click.Parameter:
     return next(param for param in ctx.command.params if param.name == name)
-
-
-def _configured(catalog_dir: Path | None, name: str) -> tuple[Destination, KafkaSettings]:
-    """The destination (without its HTTP secrets, which rewind and backfill never use) and the
-    Kafka settings; a bad one is a `ConfigError`."""
-    from config.catalog import Catalog, default_catalog_dir
-    from hifi.kafka.settings import KafkaSettings
-
-    destination = Catalog(catalog_dir or default_catalog_dir(), for_delivery=False).load(name)
-    return destination, KafkaSettings.from_env()
 
 
 def _time(text: str, flag: str) -> int:
