@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from auditor.defaults import DEFAULT_ROLL_S, GROUP_ID
+from hifi.accounting.buckets import MINUTE_MS
 from hifi.cli import STOP_SIGNALS, Group, parse_time, run_command, run_daemon
 from hifi.cli_options import (
     FINITE_POSITIVE_SECONDS,
@@ -19,6 +21,7 @@ from hifi.cli_options import (
     instance_id_option,
     version_option,
 )
+from hifi.durations import for_people
 from hifi.errors import ConfigError, HifiError
 
 if TYPE_CHECKING:
@@ -142,7 +145,6 @@ async def _check(
     archive, and with `probe` Kafka, the source topics and the audit topic's retention."""
     from hifi.audit import AUDIT_RETENTION_MS, audit_topic
     from hifi.check import CheckReport, probe_kafka
-    from hifi.durations import for_people
 
     report = CheckReport(PROG)
     for dest in destinations:
@@ -276,8 +278,6 @@ def _show_table(dest: str, fmt: str, rows: list[dict[str, Any]]) -> None:
 
 
 def _console() -> Console:
-    import sys
-
     from rich.console import Console
 
     return Console(width=None if sys.stdout.isatty() else 160)
@@ -320,7 +320,6 @@ def _from_archive(
     root: Path, dest: str, from_ms: int | None, to_ms: int | None, now_ms: int
 ) -> tuple[list[dict[str, Any]], int | None]:
     from auditor.archive.read import read_minutes, read_settings
-    from hifi.accounting.buckets import MINUTE_MS
     from hifi.accounting.tables import report_row
 
     if not root.is_dir():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -310,7 +311,6 @@ def _run_backfill(settings: KafkaSettings, request: BackfillRequest) -> Backfill
 async def _backfill(settings: KafkaSettings, request: BackfillRequest) -> BackfillResult:
     """Prepare and run one backfill; SIGTERM and SIGINT stop it at the next write."""
     import asyncio
-    import signal
 
     from connector.backfill import views
     from connector.backfill.reoffer import Backfill
