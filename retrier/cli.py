@@ -13,14 +13,16 @@ from click.core import ParameterSource
 
 from hifi.cli import STOP_SIGNALS, Group, parse_time, run_command, run_daemon
 from hifi.cli_options import (
-    INSTANCE_ID_FROM,
     DaemonFlags,
     catalog_option,
     daemon_options,
     instance_id_option,
     version_option,
 )
+from hifi.environment import AUDITOR_URL_ENV
+from hifi.errors import ConfigError
 from hifi.vocabulary import Reason
+from retrier.dashboard.runbook import RUNBOOK_URL_ENV, runbook_base
 
 if TYPE_CHECKING:
     from config.destination import Destination
@@ -28,8 +30,6 @@ if TYPE_CHECKING:
     from hifi.kafka.settings import KafkaSettings
 
 PROG = "retrier"
-AUDITOR_URL_ENV = "HIFI_AUDITOR_URL"  # as hifi.accounting.client.AUDITOR_URL_ENV
-RUNBOOK_URL_ENV = "HIFI_RUNBOOK_URL"  # as retrier.dashboard.runbook.RUNBOOK_URL_ENV
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -40,9 +40,6 @@ class _RunbookUrl(click.ParamType[str]):
     name = "url"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from hifi.errors import ConfigError
-        from retrier.dashboard.runbook import runbook_base
-
         from_env = (
             ctx is not None
             and param is not None
@@ -151,14 +148,11 @@ def _serve(
     """Load the destinations and run the retrier (or `--check` it) until a signal stops it."""
     import asyncio
 
-    from config.catalog import Catalog, default_catalog_dir
-    from hifi.kafka.settings import KafkaSettings
+    from config.daemon_start import load_daemon_inputs
     from retrier.daemon import DashboardOptions, Retrier
     from retrier.dashboard.access import read_token
 
-    catalog = Catalog(flags.catalog or default_catalog_dir(), for_delivery=False)
-    destinations = catalog.load_named(dests)
-    settings = KafkaSettings.from_env().as_static_member(instance_id, where=INSTANCE_ID_FROM)
+    destinations, settings = load_daemon_inputs(flags, dests, instance_id)
     if flags.check:
         asyncio.run(_check(destinations, settings, probe=flags.probe)).finish()
     retrier = Retrier(
@@ -250,9 +244,10 @@ def dlq_list(
     last replay (`replayed=TIME by WHO`, from NAME.dlq_replays) if any, body."""
     import asyncio
 
+    from config.daemon_start import load_without_secrets
     from retrier.dlq import read_marked_letters, select_marked
 
-    destination, settings = _configured(catalog or group_catalog, dest)
+    destination, settings = load_without_secrets(catalog or group_catalog, dest)
     letters, marks = asyncio.run(read_marked_letters(settings, destination, reason=reason))
     if replayed is not None:
         letters = select_marked(letters, marks, replayed=replayed)
@@ -304,10 +299,11 @@ def dlq_replay(
     """
     import asyncio
 
+    from config.daemon_start import load_without_secrets
     from retrier.dlq import plan_replay, read_marked_letters, replay
     from retrier.replays import ReplayFilter, checked_operator
 
-    destination, settings = _configured(catalog or group_catalog, dest)
+    destination, settings = load_without_secrets(catalog or group_catalog, dest)
     since_ms = parse_time(since, now_ms=int(time.time() * 1000)) if since else None
     operator = checked_operator(by or _os_user())
     letters, marks = asyncio.run(
@@ -334,15 +330,6 @@ def _os_user() -> str:
         return getpass.getuser()
     except (OSError, KeyError):
         return f"uid {os.getuid()}"
-
-
-def _configured(catalog_dir: Path | None, name: str) -> tuple[Destination, KafkaSettings]:
-    """The destination (without its HTTP secrets) and the Kafka settings."""
-    from config.catalog import Catalog, default_catalog_dir
-    from hifi.kafka.settings import KafkaSettings
-
-    destination = Catalog(catalog_dir or default_catalog_dir(), for_delivery=False).load(name)
-    return destination, KafkaSettings.from_env()
 
 
 def main() -> None:

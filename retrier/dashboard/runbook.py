@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from hifi.errors import ConfigError
 
-RUNBOOK_URL_ENV = "HIFI_RUNBOOK_URL"  # as retrier.cli.RUNBOOK_URL_ENV
+RUNBOOK_URL_ENV = "HIFI_RUNBOOK_URL"  # the base, as the retrier takes it from the environment
 OPTION = "--runbook-url"
 #: a panel of the page -> the anchor of its alert's entry in docs/alerts.md
 ANCHORS = {
