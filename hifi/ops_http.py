@@ -182,7 +182,10 @@ def json_answer(
 ) -> Response:
     """A JSON answer, written by orjson (CONTRIBUTING.md, "JSON: one rule")."""
     return Response(
-        orjson.dumps(document), status_code=status, media_type="application/json", headers=headers
+        orjson.dumps(document, option=orjson.OPT_NON_STR_KEYS),
+        status_code=status,
+        media_type="application/json",
+        headers=headers,
     )
 
 

@@ -21,6 +21,19 @@ def test_no_product_module_is_over_400_lines() -> None:
     assert {path: lines for path, lines in sizes.items() if lines > MODULE_LINES_MAX} == {}
 
 
+def test_every_product_folder_of_modules_is_a_package() -> None:
+    """A folder of modules without `__init__.py` is a namespace package: setuptools leaves it
+    out of the wheel and a zip import (the Spark job's executors) does not find it."""
+    folders = {
+        path.parent.relative_to(ROOT).as_posix()
+        for package in PRODUCT
+        for path in (ROOT / package).rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
+    assert len(folders) > 10
+    assert sorted(f for f in folders if not (ROOT / f / "__init__.py").exists()) == []
+
+
 def test_the_readme_stays_a_front_page() -> None:
     """What hifi is, the chain, the quickstart, the keys most used and a table of `docs/`, in at
     most 150 lines; every document it links exists."""

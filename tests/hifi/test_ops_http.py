@@ -7,7 +7,7 @@ import httpx
 import prometheus_client
 from starlette.requests import Request
 
-from hifi.ops_http import OpsServer
+from hifi.ops_http import OpsServer, json_answer
 
 
 async def test_unmounted_pages_are_starting_until_the_daemon_is_ready_then_not_found() -> None:
@@ -28,3 +28,11 @@ async def test_unmounted_pages_are_starting_until_the_daemon_is_ready_then_not_f
         assert (missing.status_code, missing.json()) == (404, {"error": "no such page: /nowhere"})
         ops.ready = False  # draining: a page that does not exist is still not found
         assert (await http.get("/nowhere")).status_code == 404
+
+
+def test_a_json_answer_writes_what_the_pages_hold() -> None:
+    """Integer keys (partitions), tuples and None, as `/status` and `/tables` hold them."""
+    answer = json_answer({"shares": {0: (1, 2)}, "lag": None}, status=503, headers={"X-A": "1"})
+    assert answer.body == b'{"shares":{"0":[1,2]},"lag":null}'
+    assert (answer.status_code, answer.headers["x-a"]) == (503, "1")
+    assert answer.media_type == "application/json"
