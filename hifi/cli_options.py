@@ -18,14 +18,14 @@ import click
 from click.core import ParameterSource
 
 from hifi.cli import STOP_SIGNALS, before_subcommand
+from hifi.defaults import LOG_LEVELS, METRICS_HOST
+from hifi.environment import INSTANCE_ID_ENV
 
 if TYPE_CHECKING:
     from hifi.logging import LogFormat
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # as hifi.logging.LOG_LEVELS
-METRICS_HOST = "127.0.0.1"  # as hifi.ops_http.DEFAULT_HOST
 #: The environment variable of `--metrics-port`: one port per daemon (unit, instance).
 METRICS_PORT_ENV = "HIFI_METRICS_PORT"
 
@@ -235,7 +235,6 @@ def _log_and_check_options(probe_help: str) -> list[Callable[[F], F]]:
     ]
 
 
-INSTANCE_ID_ENV = "HIFI_INSTANCE_ID"  # as hifi.kafka.settings.INSTANCE_ID_ENV
 INSTANCE_ID_FROM = f"--instance-id (or ${INSTANCE_ID_ENV})"  # where a bad id came from
 
 

@@ -12,3 +12,5 @@ STREAMS_ENV_VAR = "HIFI_STREAMS_DIR"
 REDIS_URL_ENV_VAR = "HIFI_REDIS_URL"
 #: a running auditor's ops address, for the retrier's dashboard (`retrier --auditor-url`)
 AUDITOR_URL_ENV = "HIFI_AUDITOR_URL"
+#: a daemon's static group membership (`--instance-id`; never read by `KafkaSettings.from_env`)
+INSTANCE_ID_ENV = "HIFI_INSTANCE_ID"

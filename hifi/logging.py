@@ -16,7 +16,6 @@ import structlog
 from hifi.redaction import mask_event
 
 LogFormat = Literal["auto", "json", "console"]
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _LIBRARIES = ("aiokafka", "uvicorn", "uvicorn.error", "uvicorn.access", "httpx", "httpcore")
 
 

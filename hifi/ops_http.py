@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from hifi.defaults import METRICS_HOST
 from hifi.errors import ConfigError
 from hifi.redaction import mask
 from hifi.version import VERSION
@@ -40,7 +41,7 @@ class QuietServer(uvicorn.Server):
         yield
 
 
-DEFAULT_HOST = "127.0.0.1"  # reachable from outside only when asked (--metrics-host)
+DEFAULT_HOST = METRICS_HOST  # reachable from outside only when asked (--metrics-host)
 
 BUILD_INFO = prometheus_client.Gauge(
     "hifi_build_info",

@@ -12,11 +12,10 @@ import click
 from hifi.cli import STOP_SIGNALS, Group, run_command, run_daemon
 from hifi.cli_options import (
     FINITE_POSITIVE_SECONDS,
-    LOG_LEVELS,
-    METRICS_HOST,
     METRICS_PORT_ENV,
     version_option,
 )
+from hifi.defaults import LOG_LEVELS, METRICS_HOST
 from hifi.environment import REDIS_URL_ENV_VAR, STREAMS_ENV_VAR
 from hifi.errors import ConfigError
 

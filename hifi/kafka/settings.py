@@ -41,7 +41,6 @@ ENV_KEYS = {
     "session_timeout_s": "HIFI_KAFKA_SESSION_TIMEOUT_S",
 }
 _SECRET_FIELDS = ("password", "key_password", "oauth_client_secret")
-INSTANCE_ID_ENV = "HIFI_INSTANCE_ID"  # read by the daemons' --instance-id, never by from_env
 
 #: How a group's leader spreads partitions over the members (aiokafka's assignors; it has no
 #: cooperative-sticky one, aio-libs/aiokafka#1126). roundrobin is aiokafka's own default.
