@@ -116,6 +116,18 @@ async def until(condition: Callable[[], bool], timeout_s: float, interval_s: flo
     return True
 
 
+def until_blocking(
+    condition: Callable[[], bool], timeout_s: float, interval_s: float = 0.05
+) -> bool:
+    """`until` for a test without an event loop (a child process polled over blocking HTTP)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval_s)
+    return True
+
+
 async def ops_status(ops: OpsServer | None) -> dict[str, Any]:
     """The `/status` document of a daemon running in this process (its ops server)."""
     assert ops is not None, "the daemon serves no ops port"

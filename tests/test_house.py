@@ -4,10 +4,9 @@ at most 400 lines (the README's Development section); the README stays a front p
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("hifi", "config", "tenants", "connector", "auditor", "retrier", "spark_batch", "ingest")
+from tests.product import PRODUCT, ROOT
+
 MODULE_LINES_MAX = 400
 
 

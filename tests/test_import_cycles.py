@@ -14,23 +14,13 @@ import ast
 from collections.abc import Mapping
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-PRODUCT_PACKAGES = (
-    "hifi",
-    "config",
-    "tenants",
-    "connector",
-    "auditor",
-    "retrier",
-    "spark_batch",
-    "ingest",
-)
+from tests.product import PRODUCT, ROOT
 
 
 def module_files() -> dict[str, Path]:
     """Every module of the product packages by dotted name (a package by its `__init__`)."""
     found: dict[str, Path] = {}
-    for package in PRODUCT_PACKAGES:
+    for package in PRODUCT:
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
             if parts[-1] == "__init__":

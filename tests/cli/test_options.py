@@ -5,17 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-PRODUCT_PACKAGES = (
-    "hifi",
-    "config",
-    "tenants",
-    "connector",
-    "auditor",
-    "retrier",
-    "spark_batch",
-    "ingest",
-)
+from tests.product import PRODUCT, ROOT
+
 # each name a CLI shows and its runtime uses, and the one light module that defines it
 HOMES = {
     "MAX_RATE_PER_S": "connector/defaults.py",
@@ -54,7 +45,7 @@ def test_each_shown_default_is_defined_in_one_light_module() -> None:
     """A default or variable name that a CLI shows in `--help` and the runtime uses is defined in
     one module (the CLI and the runtime import it), never copied into the CLI."""
     found: dict[str, list[str]] = {name: [] for name in HOMES}
-    for package in PRODUCT_PACKAGES:
+    for package in PRODUCT:
         for path in sorted((ROOT / package).rglob("*.py")):
             where = path.relative_to(ROOT).as_posix()
             for name in _module_constants(path) & HOMES.keys():

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,6 +27,7 @@ from tests.deploy.test_alert_incidents import (
     key,
     route,
 )
+from tests.helpers import until_blocking
 
 pytestmark = pytest.mark.integration
 
@@ -106,16 +106,15 @@ def alertmanager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Cli
     )
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
-            deadline = time.monotonic() + 30
-            while True:
+
+            def ready() -> bool:
                 assert process.poll() is None, "prometheus-alertmanager exited"
                 try:
-                    if client.get("/-/ready").status_code == 200:
-                        break
+                    return client.get("/-/ready").status_code == 200
                 except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "prometheus-alertmanager not ready in 30 s"
-                time.sleep(0.05)
+                    return False
+
+            assert until_blocking(ready, 30), "prometheus-alertmanager not ready in 30 s"
             yield client
     finally:
         process.terminate()
@@ -154,10 +153,8 @@ def test_alertmanager_holds_what_the_model_holds(alertmanager: httpx.Client, tit
     }
     post(alertmanager, alerts, datetime.now(UTC) + timedelta(hours=1))
     try:
-        deadline = time.monotonic() + 10
-        while (found := held(alertmanager)) != expected and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert found == expected
+        until_blocking(lambda: held(alertmanager) == expected, 10)
+        assert held(alertmanager) == expected
     finally:
         post(alertmanager, alerts, datetime.now(UTC) - timedelta(seconds=1))
         wait_resolved(alertmanager, incident)
@@ -165,6 +162,4 @@ def test_alertmanager_holds_what_the_model_holds(alertmanager: httpx.Client, tit
 
 def wait_resolved(client: httpx.Client, incident: Incident) -> None:
     """Until the incident's alerts no longer show as active (the next one starts clean)."""
-    deadline = time.monotonic() + 10
-    while set(held(client)) & set(incident.firing) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    until_blocking(lambda: not set(held(client)) & set(incident.firing), 10)

@@ -8,12 +8,9 @@ feature it guards is deleted.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
@@ -39,9 +36,9 @@ from tests.deploy.kubernetes_checks import (
     ops_port_problems,
     scaling_problems,
 )
+from tests.deploy.schema_checks import assert_valid_and_strict, keda_validator
 
 KUBERNETES_VERSION = "1.31.0"
-KEDA_SCHEMA = Path(__file__).parent / "schemas" / "keda-scaledobject-2.19.0.json"
 
 
 #: Files of a kustomization's directory that are deliberately not resources.
@@ -78,31 +75,10 @@ def test_core_kinds_validate_against_kubernetes_schemas() -> None:
         kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
 
 
-def strict(schema: Any) -> Any:
-    """The schema with unknown fields refused where the API server would prune them silently."""
-    if isinstance(schema, dict):
-        schema = {k: strict(v) for k, v in schema.items()}
-        if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
-            schema.setdefault("additionalProperties", False)
-    elif isinstance(schema, list):
-        schema = [strict(v) for v in schema]
-    return schema
-
-
-def keda_validator() -> jsonschema.Draft7Validator:
-    return jsonschema.Draft7Validator(strict(json.loads(KEDA_SCHEMA.read_text())))
-
-
 def test_scaled_objects_validate_against_the_keda_schema() -> None:
     """Every ScaledObject is valid against KEDA 2.19's CRD schema, misspelt fields refused."""
     scaled = list(of_kind(load_installed(), "ScaledObject"))
-    assert scaled
-    validator = keda_validator()
-    for doc in scaled:
-        validator.validate(doc)
-    misspelt = copy.deepcopy(scaled[0])
-    misspelt["spec"]["fallbak"] = misspelt["spec"].pop("fallback")
-    assert not validator.is_valid(misspelt)
+    assert_valid_and_strict(keda_validator(), scaled, "fallback", "fallbak")
 
 
 def test_the_ops_ports_agree() -> None:

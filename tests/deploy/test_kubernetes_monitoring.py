@@ -12,7 +12,6 @@ fails the test rather than being guessed).
 from __future__ import annotations
 
 import copy
-import json
 import re
 import shutil
 import subprocess
@@ -20,16 +19,14 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]
 import pytest
 import yaml
 
 from tests.deploy.kubernetes_checks import BASE, ROOT, Doc, load_base, of_kind, read_yaml
 from tests.deploy.metric_names import RULES
-from tests.deploy.test_kubernetes import strict
+from tests.deploy.schema_checks import assert_valid_and_strict, podmonitor_validator
 
 MONITORING = BASE / "monitoring"
-PODMONITOR_SCHEMA = Path(__file__).parent / "schemas" / "prometheus-operator-podmonitor-0.93.0.json"
 EXAMPLE_CONFIG = RULES.parent / "prometheus.example.yml"
 NAMESPACE = "hifi"
 
@@ -38,11 +35,6 @@ def load_monitoring() -> list[Doc]:
     kustomization = yaml.safe_load((MONITORING / "kustomization.yaml").read_text())
     assert set(kustomization) == {"apiVersion", "kind", "resources"}
     return [d for name in kustomization["resources"] for d in read_yaml(MONITORING / name)]
-
-
-def podmonitor_validator() -> jsonschema.Draft7Validator:
-    """prometheus-operator 0.93.0's PodMonitor schema, unknown fields refused."""
-    return jsonschema.Draft7Validator(strict(json.loads(PODMONITOR_SCHEMA.read_text())))
 
 
 def expected_jobs() -> dict[int, str]:
@@ -111,13 +103,7 @@ def job_problems(monitors: list[Doc], base: list[Doc]) -> list[str]:
 def test_the_podmonitor_validates_against_its_crd_schema() -> None:
     """Every PodMonitor is valid against prometheus-operator 0.93.0's CRD, misspelt fields refused."""
     monitors = list(of_kind(load_monitoring(), "PodMonitor"))
-    assert monitors
-    validator = podmonitor_validator()
-    for monitor in monitors:
-        validator.validate(monitor)
-    misspelt = copy.deepcopy(monitors[0])
-    misspelt["spec"]["jobLabels"] = misspelt["spec"].pop("jobLabel")
-    assert not validator.is_valid(misspelt)
+    assert_valid_and_strict(podmonitor_validator(), monitors, "jobLabel", "jobLabels")
 
 
 def test_each_daemon_is_scraped_under_the_job_the_rules_name() -> None:

@@ -9,26 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 
 from aiokafka import TopicPartition
 
 from hifi.kafka.reach import KafkaReach
 from hifi.kafka.settings import KafkaSettings
 from hifi.worker import PartitionWorker
+from tests.helpers import until
 from tests.hifi.fake_group import FakeGroup
 from tests.hifi.worker_support import WAIT_S, Units, options, running
 
 TOPIC = "src"
 P0 = TopicPartition(TOPIC, 0)
 NEVER_DIALED = KafkaSettings()
-
-
-async def _eventually(condition: Callable[[], bool], what: str) -> None:
-    async with asyncio.timeout(WAIT_S):
-        while not condition():
-            await asyncio.sleep(0.02)
-    assert condition(), what
 
 
 async def _quiet(handler: Units, seconds: float) -> list[tuple[int, int]]:
@@ -48,7 +41,7 @@ async def test_half_a_session_of_silence_starts_no_new_work_and_kafka_answering_
     async with running(worker, handler, [TOPIC]):
         await handler.changes.until(lambda: len(handler.started()) == 3, "three units run")
         group.silent_since = time.monotonic() - 6  # half of the fake's 10 s session, and more
-        await _eventually(lambda: not reach.reachable, "the worker sees the silence")
+        assert await until(lambda: not reach.reachable, WAIT_S), "the worker sees the silence"
         assert "group" in reach.readiness().detail
         group.append(0, 2)
         assert await _quiet(handler, 0.5) == []  # fetched, taken in, not started
