@@ -29,6 +29,7 @@ import structlog
 from aiokafka import TopicPartition
 
 from config.destination import Destination
+from hifi.background import in_background
 from hifi.errors import HifiError
 from hifi.kafka.consuming import Consumer, open_consumer
 from hifi.kafka.settings import KafkaSettings
@@ -136,10 +137,5 @@ async def sampling(
                         )
                 await asyncio.sleep(every_s)
 
-        task = asyncio.create_task(sample_forever(), name="auditor-holdings")
-        try:
+        async with in_background(sample_forever(), name="auditor-holdings"):
             yield holdings
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task

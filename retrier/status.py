@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 
+from hifi.background import in_background
 from hifi.errors import HifiError
 from hifi.headers import HDR_ERROR, HDR_STATUS
 from hifi.kafka.consuming import Consumer, open_consumer
@@ -136,13 +137,8 @@ async def measuring(
                 await _refresh(probe, readers, topics, backlog)
                 await asyncio.sleep(every_s)
 
-        task = asyncio.create_task(refresh_forever(), name="retrier-backlog")
-        try:
+        async with in_background(refresh_forever(), name="retrier-backlog"):
             yield backlog
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 async def _refresh(

@@ -15,6 +15,7 @@ import structlog
 from aiokafka import TopicPartition
 
 from config.destination import Destination
+from hifi.background import in_background
 from hifi.errors import HifiError, ReplayRecordRefused
 from hifi.kafka.consuming import Consumer, open_consumer
 from hifi.kafka.settings import KafkaSettings
@@ -35,13 +36,8 @@ async def following_marks(
     """Apply every replay record of the destinations' NAME.dlq_replays to their indexes, by a
     task that ends with the block."""
     by_topic = {dest.dlq_replays_topic: indexes[dest.name] for dest in dests}
-    task = asyncio.create_task(_follow_forever(settings, by_topic), name="retrier-replay-marks")
-    try:
+    async with in_background(_follow_forever(settings, by_topic), name="retrier-replay-marks"):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def _follow_forever(settings: KafkaSettings, by_topic: Mapping[str, DeadLetterIndex]) -> None:

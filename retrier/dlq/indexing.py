@@ -21,6 +21,7 @@ import structlog
 from aiokafka import TopicPartition
 
 from config.destination import Destination
+from hifi.background import in_background
 from hifi.errors import HifiError
 from hifi.kafka.consuming import Consumer, open_consumer
 from hifi.kafka.settings import KafkaSettings
@@ -57,14 +58,11 @@ async def indexing(
                 DeadLetterIndex(dest.dlq_topic, spill_dir=directory)
             )
         by_topic = {index.topic: index for index in indexes.values()}
-        task = asyncio.create_task(_tail_forever(settings, by_topic), name="retrier-dlq-index")
-        task.add_done_callback(_report_stop)
-        try:
+        async with in_background(
+            _tail_forever(settings, by_topic), name="retrier-dlq-index"
+        ) as task:
+            task.add_done_callback(_report_stop)
             yield indexes
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 def _report_stop(task: asyncio.Task[None]) -> None:
