@@ -35,7 +35,7 @@ from auditor.legacy import LegacySnapshot
 from auditor.missing import Resolve, missing_ids, unnamed
 from auditor.progress import ProgressClock
 from auditor.settling import Settling
-from auditor.shares import Share, snapshot_digest, snapshot_name, write_share_snapshot
+from auditor.shares import Books, Share, snapshot_digest, snapshot_name, write_share_snapshot
 from config.destination import Destination
 from hifi.accounting.incarnations import Incarnations
 from hifi.accounting.tables import iso_minute
@@ -84,17 +84,14 @@ class Accounts(PartitionHandler):
         self.incarnations = Incarnations()
         self._epochs = Epochs(self.incarnations, clock, now_ms)
         self._audit = AuditReading(self.shares, clock)
+        books = Books(dests, self.shares, archive)
         self.intake = Intake(
-            dests,
-            self.shares,
-            archive,
+            books,
             epochs=self._epochs,
             incarnations=self.incarnations,
             now_ms=now_ms,
         )
-        self.settling = Settling(
-            dests, self.shares, archive, self.intake, group_id=group_id, member=member
-        )
+        self.settling = Settling(books, self.intake, group_id=group_id, member=member)
         self.settling.holdings, self.settling.incarnations = holdings, self.incarnations
         self.settling.know_partitions(partitions)
         self._legacy: LegacySnapshot | None = None

@@ -12,7 +12,7 @@ its own share (other members take the other slices).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from operator import attrgetter
 from typing import Any
 
@@ -21,11 +21,10 @@ import structlog
 from aiokafka import TopicPartition
 
 from auditor import metrics
-from auditor.archive import Archive
 from auditor.entered import entered_columns
 from auditor.epochs import Epochs
 from auditor.health import Health
-from auditor.shares import Share
+from auditor.shares import Books, Share
 from config.destination import Destination
 from config.parsing import parse
 from hifi.accounting.buckets import MINUTE_MS, Problem
@@ -45,25 +44,21 @@ class Intake:
 
     def __init__(
         self,
-        dests: Mapping[str, Destination],
-        shares: dict[TopicPartition, Share],
-        archive: Archive,
+        books: Books,
         *,
         epochs: Epochs,
         incarnations: Incarnations,
         now_ms: Callable[[], int],
     ) -> None:
-        self._dests = dests
-        self._shares = shares  # the member's, as assigned (the same dict: `Accounts` holds it)
-        self._archive = archive
+        self._dests, self._shares, self._archive = books.dests, books.shares, books.archive
         self._epochs = epochs
         self._incarnations = incarnations
         self._now_ms = now_ms
         self.readers: dict[str, list[Destination]] = defaultdict(list)
-        for dest in dests.values():
+        for dest in self._dests.values():
             for topic in dest.source_topics:
                 self.readers[topic].append(dest)
-        self.health = {name: Health() for name in dests}
+        self.health = {name: Health() for name in self._dests}
         self.refused: dict[str, int] = defaultdict(int)
         self._refusal_logged: set[str] = set()
         # per share and destination, the final minutes a late outcome changed: when

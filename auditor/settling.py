@@ -16,15 +16,13 @@ import structlog
 from aiokafka import TopicPartition
 
 from auditor import metrics
-from auditor.archive import Archive
 from auditor.board import board_dir, post, read_board
 from auditor.holdings import Holdings
 from auditor.intake import Intake
 from auditor.lead import final_file, read_final_rows, serve, write_final_rows
 from auditor.merged import DestinationView, share_entry
 from auditor.missing import Resolve, missing_origins
-from auditor.shares import Share
-from config.destination import Destination
+from auditor.shares import Books, Share
 from hifi.accounting.incarnations import Incarnations, key
 from hifi.accounting.ledger import Ledger
 
@@ -34,22 +32,11 @@ log = structlog.get_logger(__name__)
 class Settling:
     """The settling, posting and lead duties of one member; fed by its event loop only."""
 
-    def __init__(
-        self,
-        dests: Mapping[str, Destination],
-        shares: dict[TopicPartition, Share],
-        archive: Archive,
-        intake: Intake,
-        *,
-        group_id: str,
-        member: str,
-    ) -> None:
-        self._dests = dests
-        self._shares = shares  # the member's (the same dict: `Accounts` holds it)
-        self._archive = archive
+    def __init__(self, books: Books, intake: Intake, *, group_id: str, member: str) -> None:
+        self._dests, self._shares, self._archive = books.dests, books.shares, books.archive
         self._intake = intake
         self.member = member
-        self.board = board_dir(archive.root, group_id)
+        self.board = board_dir(books.archive.root, group_id)
         self.views: dict[str, DestinationView] = {}
         self._final_mtime: dict[str, float] = {}
         self.holdings: Holdings | None = None  # None: no event is held (`auditor/holdings.py`)

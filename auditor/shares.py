@@ -22,7 +22,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from auditor.archive import write_snapshot
+from auditor.archive import Archive, write_snapshot
 from config.destination import Destination
 from hifi.accounting.ledger import Ledger
 
@@ -102,3 +102,13 @@ class Share:
         # absent from snapshots written before it: their audit topic is taken as the same one
         self.audit_stamps = {int(p): int(ms) for p, ms in state.get("audit_stamps", ())}
         self.lead = dict(state.get("lead") or {})
+
+
+@dataclass(frozen=True, slots=True)
+class Books:
+    """What one member's intake and settling both keep: its destinations, its shares as
+    assigned (the same dict `Accounts` holds), and the archive they are written to."""
+
+    dests: Mapping[str, Destination]
+    shares: dict[TopicPartition, Share]
+    archive: Archive

@@ -25,7 +25,6 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Literal, Self
 
 import httpx
@@ -146,12 +145,7 @@ class TokenSource:
         )
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         client, self._client = self._client, None
         if self._fetching is not None and not self._fetching.done():
             self._fetching.cancel()

@@ -21,7 +21,7 @@ from auditor.epochs import Epochs
 from auditor.intake import Intake
 from auditor.merged import DestinationView, share_entry
 from auditor.progress import ProgressClock
-from auditor.shares import Share
+from auditor.shares import Books, Share
 from config.destination import Destination
 from hifi.accounting.buckets import MINUTE_MS
 from hifi.accounting.incarnations import Incarnations
@@ -152,9 +152,7 @@ def _member(
     incarnations = Incarnations()
     epochs = Epochs(incarnations, ProgressClock(lambda tp: None, now), now)
     intake = Intake(
-        {dest.name: dest},
-        shares,
-        Archive(root),
+        Books({dest.name: dest}, shares, Archive(root)),
         epochs=epochs,
         incarnations=incarnations,
         now_ms=now,
