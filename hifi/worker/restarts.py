@@ -76,31 +76,30 @@ class StartOvers:
         ]
 
 
+@dataclass(eq=False, slots=True)
 class RestartWatch:
     """Per owned partition of one run: how far the member read it, and whether it started over."""
 
-    def __init__(
-        self,
-        consumer: GroupConsumer,
-        handler: PartitionHandler,
-        tracker: OffsetTracker,
-        history: StartOvers,
-        confirm_s: float,
-        log: Any,
-    ) -> None:
-        self._consumer = consumer
-        self._handler = handler
-        self._tracker = tracker
-        self._history = history
-        self._confirm_s = confirm_s
-        self._log = log
-        self._read_to: dict[TopicPartition, int] = {}  # the next offset, as this member read it
-        self._rereads: set[TopicPartition] = set()  # the handler read the record there before
-        self._suspected: dict[TopicPartition, float] = {}  # loop time the end was seen below it
-        self._unanswered: set[TopicPartition] = set()  # the leader did not say its end
-        self._next_check_s = 0.0  # loop time of the next look at the high watermarks
-        self.waiting: dict[TopicPartition, StartOver] = {}  # the old topic's records finishing
-        history.waiting = self.waiting
+    _consumer: GroupConsumer
+    _handler: PartitionHandler
+    _tracker: OffsetTracker
+    _history: StartOvers
+    _confirm_s: float
+    _log: Any
+    # the next offset, as this member read it
+    _read_to: dict[TopicPartition, int] = field(default_factory=dict, init=False)
+    # the handler read the record there before
+    _rereads: set[TopicPartition] = field(default_factory=set, init=False)
+    # loop time the end was seen below it
+    _suspected: dict[TopicPartition, float] = field(default_factory=dict, init=False)
+    # the leader did not say its end
+    _unanswered: set[TopicPartition] = field(default_factory=set, init=False)
+    _next_check_s: float = field(default=0.0, init=False)  # loop time of the next look
+    # the old topic's records finishing
+    waiting: dict[TopicPartition, StartOver] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self._history.waiting = self.waiting
 
     def forget(self, partitions: set[TopicPartition]) -> None:
         """Assigned or revoked: the next fetch starts from the committed offset."""
