@@ -13,13 +13,13 @@ import click
 
 from auditor.defaults import DEFAULT_ROLL_S, GROUP_ID
 from hifi.accounting.buckets import MINUTE_MS
-from hifi.cli import STOP_SIGNALS, Group, parse_time, run_command, run_daemon
+from hifi.cli import STOP_SIGNALS, parse_time, run_command, run_daemon
 from hifi.cli_options import (
     FINITE_POSITIVE_SECONDS,
     DaemonFlags,
+    daemon_group,
     daemon_options,
-    instance_id_option,
-    version_option,
+    dests_option,
 )
 from hifi.durations import for_people
 from hifi.errors import ConfigError, HifiError
@@ -41,17 +41,8 @@ def _archive_default() -> Path:
     return Path(os.environ.get(ARCHIVE_ENV_VAR) or DEFAULT_ARCHIVE)
 
 
-@click.group(
-    cls=Group, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]}
-)
-@version_option(PROG)
-@click.option(
-    "--dest",
-    "dests",
-    multiple=True,
-    metavar="NAME",
-    help="Audit this destination (repeatable; default: every destination in the catalog).",
-)
+@daemon_group(PROG)
+@dests_option("Audit")
 @click.option(
     "--archive",
     "archive_dir",
@@ -80,15 +71,11 @@ def _archive_default() -> Path:
     idle_help="Exit cleanly once nothing arrived or waits to be written for this long.",
     probe_help="With --check: also reach Kafka: the source topics and the audit topic's retention.",
 )
-@instance_id_option
-@click.pass_context
 def cli(
-    ctx: click.Context,
     dests: tuple[str, ...],
     archive_dir: Path | None,
     group_id: str,
     roll_s: float,
-    instance_id: str | None,
     flags: DaemonFlags,
 ) -> None:
     """Account for every event of some destinations: per-minute loss tables, lag, availability.
@@ -101,19 +88,11 @@ def cli(
     facts go to Parquet files in the archive; offsets are committed only once they are in
     closed files. SIGTERM finishes the roll in progress, commits and exits 0.
     """
-    ctx.obj = flags.catalog
-    if ctx.invoked_subcommand is not None:
-        return
-    _serve(dests, archive_dir or _archive_default(), group_id, roll_s, flags, instance_id)
+    _serve(dests, archive_dir or _archive_default(), group_id, roll_s, flags)
 
 
 def _serve(
-    dests: tuple[str, ...],
-    archive: Path,
-    group_id: str,
-    roll_s: float,
-    flags: DaemonFlags,
-    instance_id: str | None,
+    dests: tuple[str, ...], archive: Path, group_id: str, roll_s: float, flags: DaemonFlags
 ) -> None:
     """Load the destinations and run the auditor (or `--check` it) until a signal stops it."""
     import asyncio
@@ -121,7 +100,7 @@ def _serve(
     from auditor.daemon import Auditor
     from config.daemon_start import load_daemon_inputs
 
-    destinations, settings = load_daemon_inputs(flags, dests, instance_id)
+    destinations, settings = load_daemon_inputs(flags, dests, flags.instance_id)
     if flags.check:
         report = _check(destinations, settings, archive_dir=archive, probe=flags.probe)
         asyncio.run(report).finish()
@@ -131,9 +110,7 @@ def _serve(
         archive_dir=archive,
         roll_s=roll_s,
         group_id=group_id,
-        metrics_port=flags.metrics_port,
-        metrics_host=flags.metrics_host,
-        until_idle_s=flags.until_idle_s,
+        **flags.ops(),
     )
     run_daemon(auditor.run, auditor.request_stop)
 

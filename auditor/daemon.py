@@ -36,10 +36,10 @@ from auditor.progress import ProgressClock
 from config.destination import Destination
 from hifi import audit
 from hifi.audit import AUDIT_RETENTION_MS, audit_topic
-from hifi.errors import ConfigError
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.reach import KafkaReach
 from hifi.kafka.settings import KafkaSettings
+from hifi.named import by_name
 from hifi.ops_http import DEFAULT_HOST, OpsServer
 from hifi.worker import PartitionWorker, WorkerOptions
 
@@ -72,9 +72,9 @@ class Auditor:
         group_id: str = GROUP_ID,
         topic: str | None = None,
     ) -> None:
-        if not dests:
-            raise ConfigError("auditor: no destination to audit; add NAME.toml to the catalog")
-        self.dests = {dest.name: dest for dest in dests}
+        self.dests = by_name(
+            dests, none="auditor: no destination to audit; add NAME.toml to the catalog"
+        )
         self.group_id = group_id
         self.audit_topic = topic or audit_topic()
         self.archive_dir = archive_dir

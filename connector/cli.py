@@ -10,14 +10,13 @@ from typing import TYPE_CHECKING
 import click
 
 from connector.defaults import CHECKPOINT_EVERY_RECORDS, CHECKPOINT_EVERY_S, MAX_RATE_PER_S
-from hifi.cli import STOP_SIGNALS, Group, parse_time, run_command, run_daemon
+from hifi.cli import STOP_SIGNALS, parse_time, run_command, run_daemon
 from hifi.cli_options import (
     INSTANCE_ID_FROM,
     DaemonFlags,
     catalog_option,
+    daemon_group,
     daemon_options,
-    instance_id_option,
-    version_option,
 )
 from hifi.errors import CommandFailed, ConfigError, HifiError
 
@@ -30,10 +29,7 @@ PROG = "connector"
 _TIME_HELP = "ISO 8601 (2026-01-31T08:00:00Z; UTC unless it says) or a duration ago (30m, 2h, 1d)."
 
 
-@click.group(
-    cls=Group, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]}
-)
-@version_option(PROG)
+@daemon_group(PROG)
 @click.option("--dest", metavar="NAME", help="Destination name: the file NAME.toml in the catalog.")
 @daemon_options(
     metrics_port=9400,
@@ -43,7 +39,6 @@ _TIME_HELP = "ISO 8601 (2026-01-31T08:00:00Z; UTC unless it says) or a duration 
     " destination (TCP, TLS and a HEAD request; never a POST unless --probe-post).",
     probe_implied_by=("probe_post",),
 )
-@instance_id_option
 @click.option(
     "--probe-post",
     is_flag=True,
@@ -63,7 +58,6 @@ def cli(
     dest: str | None,
     probe_post: bool,
     tenant: str | None,
-    instance_id: str | None,
     flags: DaemonFlags,
 ) -> None:
     """Deliver the events of destination NAME from Kafka to its HTTP endpoint.
@@ -75,19 +69,14 @@ def cli(
     `connector rewind` and `connector backfill` deliver a time range of a destination's
     source records again (docs/backfill.md).
     """
-    ctx.obj = flags.catalog
-    if ctx.invoked_subcommand is not None:
-        return
     if dest is None:
         raise click.MissingParameter(ctx=ctx, param=_param(ctx, "dest"))
     if tenant is not None and not flags.probe:
         raise ConfigError(f"--tenant {tenant!r}: only with --probe or --probe-post")
-    _serve(dest, flags, probe_post=probe_post, tenant=tenant, instance_id=instance_id)
+    _serve(dest, flags, probe_post=probe_post, tenant=tenant)
 
 
-def _serve(
-    name: str, flags: DaemonFlags, *, probe_post: bool, tenant: str | None, instance_id: str | None
-) -> None:
+def _serve(name: str, flags: DaemonFlags, *, probe_post: bool, tenant: str | None) -> None:
     """Load destination `name` and run its connector (or `--check` it) until a signal stops it."""
     import asyncio
 
@@ -98,19 +87,12 @@ def _serve(
     from hifi.lookup_cache.redis_hash import RedisSettings
 
     destination = Catalog(flags.catalog or default_catalog_dir()).load(name)
-    settings = KafkaSettings.from_env().as_static_member(instance_id, where=INSTANCE_ID_FROM)
+    settings = KafkaSettings.from_env().as_static_member(flags.instance_id, where=INSTANCE_ID_FROM)
     redis = RedisSettings.from_env() if destination.lookups is not None else None
     probe = Probe(flags.probe, post=probe_post, tenant=tenant)
     if flags.check:
         asyncio.run(check(destination, settings, probe=probe, redis=redis)).finish()
-    connector = Connector(
-        destination,
-        settings,
-        metrics_port=flags.metrics_port,
-        metrics_host=flags.metrics_host,
-        until_idle_s=flags.until_idle_s,
-        redis=redis,
-    )
+    connector = Connector(destination, settings, **flags.ops(), redis=redis)
     run_daemon(connector.run, connector.request_stop)
 
 

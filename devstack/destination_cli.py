@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import click
 import msgspec
@@ -129,40 +129,16 @@ def _parse_faults(
     help="Append one NDJSON line {id, received_ms, event_time} per delivered event.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fault draw.")
-def command(
-    host: str,
-    port: int,
-    id_field: str,
-    event_time_field: str,
-    fault_ratio: float,
-    faults: tuple[Reply, ...],
-    reject_ids: tuple[str, ...],
-    poison_field: str | None,
-    reject_status: int,
-    deliveries_file: Path | None,
-    seed: int,
-) -> None:
+def command(**flags: Any) -> None:
     """Serve a scriptable HTTP destination that accepts batches of JSON events.
 
     Prints `destination listening on URL` once ready and runs until SIGTERM or SIGINT.
     """
-    if fault_ratio > 0 and not faults:
+    options = DestinationOptions(**flags)  # one field per flag, of the same name
+    if options.fault_ratio > 0 and not options.faults:
         raise click.UsageError("--fault-ratio > 0 needs at least one --fault")
-    if faults and fault_ratio == 0:
+    if options.faults and options.fault_ratio == 0:
         raise click.UsageError("--fault given but --fault-ratio is 0; add e.g. --fault-ratio 0.05")
-    options = DestinationOptions(
-        host=host,
-        port=port,
-        id_field=id_field,
-        event_time_field=event_time_field,
-        fault_ratio=fault_ratio,
-        faults=faults,
-        reject_ids=reject_ids,
-        poison_field=poison_field,
-        reject_status=reject_status,
-        deliveries_file=deliveries_file,
-        seed=seed,
-    )
     asyncio.run(serve(options))
 
 

@@ -12,12 +12,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import click
 from click.core import ParameterSource
 
-from hifi.cli import STOP_SIGNALS, before_subcommand
+from hifi.cli import STOP_SIGNALS, Group, before_subcommand
 from hifi.defaults import LOG_LEVELS, METRICS_HOST
 from hifi.environment import INSTANCE_ID_ENV
 
@@ -48,6 +48,33 @@ def version_option(prog: str) -> Callable[[F], F]:
         is_eager=True,
         callback=show,
         help="Show the version and exit.",
+    )
+
+
+#: `-h` as well as `--help`, on every hifi command
+HELP_NAMES = {"help_option_names": ["-h", "--help"]}
+
+
+def daemon_group(prog: str) -> Callable[[Callable[..., Any]], Group]:
+    """A daemon's command (`connector`, `ingest`...): run alone it serves, and it holds the
+    one-shot subcommands; `-h` and `--version` as every hifi command has them."""
+
+    def decorate(function: Callable[..., Any]) -> Group:
+        group = click.group(cls=Group, invoke_without_command=True, context_settings=HELP_NAMES)
+        return group(version_option(prog)(function))
+
+    return decorate
+
+
+def dests_option(verb: str) -> Callable[[F], F]:
+    """`--dest NAME`, repeatable, of a daemon over several destinations (the auditor, the
+    retrier); `verb` is what it does to each."""
+    return click.option(
+        "--dest",
+        "dests",
+        multiple=True,
+        metavar="NAME",
+        help=f"{verb} this destination (repeatable; default: every destination in the catalog).",
     )
 
 
@@ -105,6 +132,23 @@ class DaemonFlags:
     log_level: str
     check: bool  # validate and report instead of running
     probe: bool  # with check: also reach Kafka and the destinations
+    instance_id: str | None  # join the consumer group as this static member
+
+    def ops(self) -> OpsArguments:
+        """What a daemon's constructor takes from these flags: its ops port and idle exit."""
+        return OpsArguments(
+            metrics_port=self.metrics_port,
+            metrics_host=self.metrics_host,
+            until_idle_s=self.until_idle_s,
+        )
+
+
+class OpsArguments(TypedDict):
+    """The keyword arguments of `DaemonFlags.ops`, as every daemon's constructor names them."""
+
+    metrics_port: int
+    metrics_host: str
+    until_idle_s: float | None
 
 
 def daemon_options(
@@ -115,8 +159,10 @@ def daemon_options(
     probe_help: str,
     probe_implied_by: tuple[str, ...] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The flags every hifi daemon shares (catalog, ops port, --until-idle, logging), handed to
-    the command as one `flags: DaemonFlags` argument once logging is configured.
+    """The flags every hifi daemon shares (catalog, ops port, --until-idle, logging, instance
+    id), handed to the command as one `flags: DaemonFlags` argument once logging is configured.
+    The command runs only to serve (or `--check`): a subcommand runs instead, with the group's
+    `--catalog` as its context object.
 
     A subcommand or `--check` is a one-shot run, not the daemon: the stop signals caught since
     the start go back to their default handling before it runs, and the libraries' log lines
@@ -129,9 +175,11 @@ def daemon_options(
             flags = _daemon_flags(kwargs, probe_implied_by)
             ctx = click.get_current_context()
             if ctx.invoked_subcommand is not None:
+                ctx.obj = flags.catalog  # what the subcommand's own --catalog defaults to
                 STOP_SIGNALS.release()
                 before_subcommand(ctx, functools.partial(_log_to, flags, libraries=False))
-            elif flags.check:
+                return None
+            if flags.check:
                 STOP_SIGNALS.release()
                 _log_to(flags, libraries=False)
             else:
@@ -168,6 +216,7 @@ def _daemon_flags(kwargs: dict[str, Any], probe_implied_by: tuple[str, ...]) -> 
         log_level=kwargs.pop("log_level"),
         check=check or probe,
         probe=probe,
+        instance_id=kwargs.pop("instance_id"),
     )
 
 
@@ -176,7 +225,8 @@ def _daemon_flag_options(
 ) -> list[Callable[[F], F]]:
     return [
         *_ops_options(metrics_port, metrics_help, idle_help),
-        *_log_and_check_options(probe_help),
+        *_log_and_check_options(probe_help, validates="the catalog"),
+        instance_id_option,
     ]
 
 
@@ -210,7 +260,20 @@ def _ops_options(metrics_port: int, metrics_help: str, idle_help: str) -> list[C
     ]
 
 
-def _log_and_check_options(probe_help: str) -> list[Callable[[F], F]]:
+def log_and_check_options(*, validates: str, probe_help: str) -> Callable[[F], F]:
+    """`--log-format`, `--log-level`, `--check` (of `validates`, the command's input) and
+    `--probe`, each handed to the command as it is: for a service without the daemons'
+    catalog (`ingest`)."""
+
+    def decorate(function: F) -> F:
+        for option in reversed(_log_and_check_options(probe_help, validates=validates)):
+            function = option(function)
+        return function
+
+    return decorate
+
+
+def _log_and_check_options(probe_help: str, *, validates: str) -> list[Callable[[F], F]]:
     return [
         click.option(
             "--log-format",
@@ -228,7 +291,7 @@ def _log_and_check_options(probe_help: str) -> list[Callable[[F], F]]:
         click.option(
             "--check",
             is_flag=True,
-            help="Validate the catalog and the environment, print what was found, and exit:"
+            help=f"Validate {validates} and the environment, print what was found, and exit:"
             " 0 fine, 2 bad configuration, 1 unreachable.",
         ),
         click.option("--probe", is_flag=True, help=probe_help),

@@ -5,17 +5,18 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from hifi.cli import STOP_SIGNALS, Group, run_command, run_daemon
+from hifi.cli import STOP_SIGNALS, run_command, run_daemon
 from hifi.cli_options import (
     FINITE_POSITIVE_SECONDS,
     METRICS_PORT_ENV,
-    version_option,
+    daemon_group,
+    log_and_check_options,
 )
-from hifi.defaults import LOG_LEVELS, METRICS_HOST
+from hifi.defaults import METRICS_HOST
 from hifi.environment import REDIS_URL_ENV_VAR, STREAMS_ENV_VAR
 from hifi.errors import ConfigError
 
@@ -32,10 +33,7 @@ PROG = "ingest"
 _PORT = click.IntRange(0, 65535)
 
 
-@click.group(
-    cls=Group, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]}
-)
-@version_option(PROG)
+@daemon_group(PROG)
 @click.option(
     "--streams",
     "streams_dir",
@@ -95,45 +93,19 @@ _PORT = click.IntRange(0, 65535)
     show_default=True,
     help="On SIGTERM, requests in flight finish within this long.",
 )
-@click.option(
-    "--log-format",
-    type=click.Choice(["auto", "json", "console"]),
-    default="auto",
-    show_default=True,
-    help="auto: JSON lines unless stderr is a terminal.",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(LOG_LEVELS, case_sensitive=False),
-    default="INFO",
-    show_default=True,
-)
-@click.option(
-    "--check",
-    is_flag=True,
-    help="Validate the streams and the environment, print what was found, and exit:"
-    " 0 fine, 2 bad configuration, 1 unreachable.",
-)
-@click.option(
-    "--probe", is_flag=True, help="With --check: also reach Kafka and the streams' topics."
+@log_and_check_options(
+    validates="the streams", probe_help="With --check: also reach Kafka and the streams' topics."
 )
 @click.pass_context
 def cli(
     ctx: click.Context,
+    /,
     streams_dir: Path | None,
-    host: str,
-    port: int,
-    metrics_host: str,
-    metrics_port: int,
-    max_in_flight: int,
-    max_in_flight_bytes: int,
-    ack_timeout_s: float,
-    body_timeout_s: float,
-    drain_timeout_s: float,
     log_format: str,
     log_level: str,
     check: bool,
     probe: bool,
+    **serving: Any,
 ) -> None:
     """Accept events over HTTP and answer only once Kafka holds them.
 
@@ -154,17 +126,7 @@ def cli(
     if check:
         STOP_SIGNALS.release()
     configure_logging(log_format, log_level, libraries=not check)  # type: ignore[arg-type]
-    settings = ServiceSettings(
-        host=host,
-        port=port,
-        metrics_host=metrics_host,
-        metrics_port=metrics_port,
-        max_in_flight=max_in_flight,
-        max_in_flight_bytes=max_in_flight_bytes,
-        ack_timeout_s=ack_timeout_s,
-        body_timeout_s=body_timeout_s,
-        drain_timeout_s=drain_timeout_s,
-    )
+    settings = ServiceSettings(**serving)  # the other flags: a field each, of the same name
     _serve(streams_dir, settings, check=check, probe=probe)
 
 

@@ -11,14 +11,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from hifi.cli import STOP_SIGNALS, Group, parse_time, run_command, run_daemon
-from hifi.cli_options import (
-    DaemonFlags,
-    catalog_option,
-    daemon_options,
-    instance_id_option,
-    version_option,
-)
+from hifi.cli import STOP_SIGNALS, parse_time, run_command, run_daemon
+from hifi.cli_options import DaemonFlags, catalog_option, daemon_group, daemon_options, dests_option
 from hifi.environment import AUDITOR_URL_ENV
 from hifi.errors import ConfigError
 from hifi.vocabulary import Reason
@@ -52,17 +46,8 @@ class _RunbookUrl(click.ParamType[str]):
             self.fail(str(exc).strip(), param, ctx)
 
 
-@click.group(
-    cls=Group, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]}
-)
-@version_option(PROG)
-@click.option(
-    "--dest",
-    "dests",
-    multiple=True,
-    metavar="NAME",
-    help="Serve this destination (repeatable; default: every destination in the catalog).",
-)
+@daemon_group(PROG)
+@dests_option("Serve")
 @daemon_options(
     metrics_port=9401,
     metrics_help="Port for the dashboard (/), /metrics, /healthz, /readyz and /status"
@@ -71,7 +56,6 @@ class _RunbookUrl(click.ParamType[str]):
     probe_help="With --check: also reach Kafka and read the retention of the retry, DLQ and"
     " audit topics.",
 )
-@instance_id_option
 @click.option(
     "--auditor-url",
     envvar=AUDITOR_URL_ENV,
@@ -104,12 +88,9 @@ class _RunbookUrl(click.ParamType[str]):
     metavar="DIR",
     help="Where the dashboard's DLQ index keeps its search text (default: a temporary directory).",
 )
-@click.pass_context
 def cli(
-    ctx: click.Context,
     dests: tuple[str, ...],
     flags: DaemonFlags,
-    instance_id: str | None,
     auditor_url: str | None,
     runbook_url: str | None,
     dashboard_token_file: Path | None,
@@ -130,16 +111,12 @@ def cli(
     SIGTERM stops intake, finishes in-flight produces, commits and exits 0. Kafka is reached
     through HIFI_KAFKA_BOOTSTRAP and HIFI_KAFKA_*.
     """
-    ctx.obj = flags.catalog
-    if ctx.invoked_subcommand is not None:
-        return
-    _serve(dests, flags, instance_id, auditor_url, dashboard_token_file, dlq_index_dir, runbook_url)
+    _serve(dests, flags, auditor_url, dashboard_token_file, dlq_index_dir, runbook_url)
 
 
 def _serve(
     dests: tuple[str, ...],
     flags: DaemonFlags,
-    instance_id: str | None,
     auditor_url: str | None,
     dashboard_token_file: Path | None,
     dlq_index_dir: Path | None,
@@ -152,15 +129,13 @@ def _serve(
     from retrier.daemon import DashboardOptions, Retrier
     from retrier.dashboard.access import read_token
 
-    destinations, settings = load_daemon_inputs(flags, dests, instance_id)
+    destinations, settings = load_daemon_inputs(flags, dests, flags.instance_id)
     if flags.check:
         asyncio.run(_check(destinations, settings, probe=flags.probe)).finish()
     retrier = Retrier(
         destinations,
         settings,
-        metrics_port=flags.metrics_port,
-        metrics_host=flags.metrics_host,
-        until_idle_s=flags.until_idle_s,
+        **flags.ops(),
         dashboard=DashboardOptions(
             token=read_token(dashboard_token_file),
             auditor_url=auditor_url,

@@ -20,11 +20,11 @@ from config.retry_age import tiers_warning
 from config.topics import ensure_destination_topics
 from hifi import audit
 from hifi.audit import Seen
-from hifi.errors import ConfigError
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.producing import Producer, RecordWriter, open_producer
 from hifi.kafka.reach import KafkaReach
 from hifi.kafka.settings import KafkaSettings
+from hifi.named import by_name
 from hifi.ops_http import DEFAULT_HOST, JsonProvider, OpsServer
 from hifi.vocabulary import Outcome, Reason
 from hifi.worker import PartitionHandler, PartitionWorker, Work, WorkerOptions
@@ -79,9 +79,9 @@ class Retrier:
         audit_topic: str | None = None,
         dashboard: DashboardOptions | None = None,
     ) -> None:
-        if not dests:
-            raise ConfigError("retrier: no destination to serve; add NAME.toml to the catalog")
-        self.dests = {dest.name: dest for dest in dests}
+        self.dests = by_name(
+            dests, none="retrier: no destination to serve; add NAME.toml to the catalog"
+        )
         self.group_id = group_id
         self._settings = settings
         self._max_in_flight_records = max_in_flight_records
