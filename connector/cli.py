@@ -14,9 +14,9 @@ from hifi.cli import STOP_SIGNALS, parse_time, run_command, run_daemon
 from hifi.cli_options import (
     INSTANCE_ID_FROM,
     DaemonFlags,
-    catalog_option,
     daemon_group,
     daemon_options,
+    subcommand_catalog_option,
 )
 from hifi.errors import CommandFailed, ConfigError, HifiError
 
@@ -102,11 +102,8 @@ def _serve(name: str, flags: DaemonFlags, *, probe_post: bool, tenant: str | Non
     "--to", "to_text", required=True, metavar="TIME", help="Where to move to: " + _TIME_HELP
 )
 @click.option("--dry-run", is_flag=True, help="Print what would move; change nothing.")
-@catalog_option
-@click.pass_obj
-def rewind(
-    group_catalog: Path | None, dest: str, to_text: str, dry_run: bool, catalog: Path | None
-) -> None:
+@subcommand_catalog_option
+def rewind(dest: str, to_text: str, dry_run: bool, catalog: Path | None) -> None:
     """Move the connector's committed offsets to the first record at or after TIME.
 
     Per partition of the source topics, the group hifi.connector.NAME is set to the first
@@ -121,7 +118,7 @@ def rewind(
     from connector.backfill import views
     from connector.backfill.rewind import RewindPlan, check_idle, commit_rewind, plan_rewind
 
-    destination, settings = load_without_secrets(catalog or group_catalog, dest)
+    destination, settings = load_without_secrets(catalog, dest)
     to_ms = _time(to_text, "--to")
 
     async def work() -> RewindPlan:
@@ -186,10 +183,8 @@ def rewind(
     f" {CHECKPOINT_EVERY_RECORDS:,} records scanned).",
 )
 @click.option("--restart", is_flag=True, help="Start over, replacing this backfill's checkpoint.")
-@catalog_option
-@click.pass_obj
+@subcommand_catalog_option
 def backfill(
-    group_catalog: Path | None,
     dest: str,
     from_text: str,
     to_text: str,
@@ -213,7 +208,7 @@ def backfill(
     """
     from config.daemon_start import load_without_secrets
 
-    destination, settings = load_without_secrets(catalog or group_catalog, dest)
+    destination, settings = load_without_secrets(catalog, dest)
     request = _backfill_request(
         destination,
         (from_text, to_text),

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast
 
 import click
 from click.core import ParameterSource
@@ -86,6 +86,18 @@ def catalog_option(function: F) -> F:
         default=None,
         help="Catalog directory (default: $HIFI_CATALOG_DIR, else the catalog shipped with hifi).",
     )(function)
+
+
+def subcommand_catalog_option(function: F) -> F:
+    """`--catalog DIR` of a daemon's subcommand, handed to it as `catalog`: when not given
+    there, the one given before the subcommand (`connector --catalog DIR rewind ...`)."""
+
+    @functools.wraps(function)
+    def command(*args: Any, catalog: Path | None, **kwargs: Any) -> Any:
+        given_before: Path | None = click.get_current_context().obj
+        return function(*args, catalog=catalog or given_before, **kwargs)
+
+    return catalog_option(cast("F", command))
 
 
 class _FinitePositive(click.FloatRange):

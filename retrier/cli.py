@@ -12,7 +12,13 @@ import click
 from click.core import ParameterSource
 
 from hifi.cli import STOP_SIGNALS, parse_time, run_command, run_daemon
-from hifi.cli_options import DaemonFlags, catalog_option, daemon_group, daemon_options, dests_option
+from hifi.cli_options import (
+    DaemonFlags,
+    daemon_group,
+    daemon_options,
+    dests_option,
+    subcommand_catalog_option,
+)
 from hifi.environment import AUDITOR_URL_ENV
 from hifi.errors import ConfigError
 from hifi.vocabulary import Reason
@@ -175,14 +181,22 @@ async def _check(dests: list[Destination], settings: KafkaSettings, *, probe: bo
     return report
 
 
-def reason_option(function: F) -> F:
-    """`--reason`, one of the dead-letter reasons."""
-    return click.option(
-        "--reason",
-        type=click.Choice([reason.value for reason in Reason]),
-        default=None,
-        help="Only dead letters with this hifi-reason.",
-    )(function)
+def dead_letters_options(verb: str) -> Callable[[F], F]:
+    """`--dest NAME` and `--reason`: the dead letters a `dlq` command works on, those of NAME.dlq
+    (`verb`: what it does to them), all or those of one dead-letter reason."""
+
+    def decorate(function: F) -> F:
+        with_reason = click.option(
+            "--reason",
+            type=click.Choice([reason.value for reason in Reason]),
+            default=None,
+            help="Only dead letters with this hifi-reason.",
+        )(function)
+        return click.option(
+            "--dest", required=True, metavar="NAME", help=f"Destination whose NAME.dlq to {verb}."
+        )(with_reason)
+
+    return decorate
 
 
 @cli.group()
@@ -191,8 +205,7 @@ def dlq() -> None:
 
 
 @dlq.command("list")
-@click.option("--dest", required=True, metavar="NAME", help="Destination whose NAME.dlq to read.")
-@reason_option
+@dead_letters_options("read")
 @click.option(
     "--replayed/--not-replayed",
     default=None,
@@ -205,10 +218,8 @@ def dlq() -> None:
     show_default=True,
     help="Print at most this many, the most recent.",
 )
-@catalog_option
-@click.pass_obj
+@subcommand_catalog_option
 def dlq_list(
-    group_catalog: Path | None,
     dest: str,
     reason: str | None,
     replayed: bool | None,
@@ -222,7 +233,7 @@ def dlq_list(
     from config.daemon_start import load_without_secrets
     from retrier.dlq import read_marked_letters, select_marked
 
-    destination, settings = load_without_secrets(catalog or group_catalog, dest)
+    destination, settings = load_without_secrets(catalog, dest)
     letters, marks = asyncio.run(read_marked_letters(settings, destination, reason=reason))
     if replayed is not None:
         letters = select_marked(letters, marks, replayed=replayed)
@@ -238,8 +249,7 @@ def dlq_list(
 
 
 @dlq.command("replay")
-@click.option("--dest", required=True, metavar="NAME", help="Destination whose NAME.dlq to replay.")
-@reason_option
+@dead_letters_options("replay")
 @click.option(
     "--since",
     default=None,
@@ -254,10 +264,8 @@ def dlq_list(
     help="Who replays, recorded with the replay (default: the OS user).",
 )
 @click.option("--dry-run", is_flag=True, help="Count what would be replayed; write nothing.")
-@catalog_option
-@click.pass_obj
+@subcommand_catalog_option
 def dlq_replay(
-    group_catalog: Path | None,
     dest: str,
     reason: str | None,
     since: str | None,
@@ -278,7 +286,7 @@ def dlq_replay(
     from retrier.dlq import plan_replay, read_marked_letters, replay
     from retrier.replays import ReplayFilter, checked_operator
 
-    destination, settings = load_without_secrets(catalog or group_catalog, dest)
+    destination, settings = load_without_secrets(catalog, dest)
     since_ms = parse_time(since, now_ms=int(time.time() * 1000)) if since else None
     operator = checked_operator(by or _os_user())
     letters, marks = asyncio.run(
