@@ -17,6 +17,7 @@ from prometheus_client.utils import floatToGoString
 
 from hifi.audit import EVENTS_WRITTEN as AUDIT_EVENTS
 from hifi.audit import FACTS_WRITTEN as AUDIT_FACTS
+from hifi.metrics import REQUEST_BUCKETS_S
 from hifi.vocabulary import LAG_BUCKETS_S, Outcome, Reason
 
 _INF = float("inf")
@@ -196,7 +197,7 @@ REQUEST_DURATION = PerEventHistogram(
     "hifi_connector_request_duration_seconds",
     "One HTTP attempt, send to response.",
     ["dest"],
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+    buckets=REQUEST_BUCKETS_S,
 )
 EVENTS_PER_REQUEST = PerEventHistogram(
     "hifi_connector_events_per_request",

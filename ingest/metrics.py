@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from hifi.metrics import REQUEST_BUCKETS_S
 from hifi.vocabulary import LAG_BUCKETS_S
 
 UNKNOWN_STREAM = "-"
@@ -39,7 +40,7 @@ INGEST_TIME = Histogram(
     "hifi_ingest_time_seconds",
     "From the request's last body byte to its response (every event acknowledged).",
     ["stream"],
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+    buckets=REQUEST_BUCKETS_S,
 )
 IN_FLIGHT_REQUESTS = Gauge(
     "hifi_ingest_in_flight_requests",
