@@ -37,7 +37,7 @@ import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import msgspec
 from prometheus_client import Counter
@@ -234,6 +234,15 @@ class SentBatch:
     bisection_requests: int = 0
 
 
+class OutcomeDetails(TypedDict, total=False):
+    """What `AuditTrail.record`, `.write` and `.facts` take beside an outcome and its events,
+    by keyword, each None when left out."""
+
+    reason: Reason | None  # a dead letter's reason
+    status: int | None  # the destination's HTTP status, when one answered
+    sent: SentBatch | None  # the batch the events were sent in, if they were
+
+
 def build_facts(
     dest: str,
     node: str,
@@ -328,10 +337,8 @@ class AuditTrail:
         outcome: Outcome,
         events: Sequence[Observed],
         *,
-        reason: Reason | None = None,
-        status: int | None = None,
         outcome_ms: int | None = None,
-        sent: SentBatch | None = None,
+        **details: Unpack[OutcomeDetails],
     ) -> list[Fact]:
         at_ms = int(time.time() * 1000) if outcome_ms is None else outcome_ms
         return build_facts(
@@ -339,41 +346,28 @@ class AuditTrail:
             self._node,
             outcome,
             events,
-            reason=reason,
-            status=status,
+            reason=details.get("reason"),
+            status=details.get("status"),
             outcome_ms=at_ms,
-            sent=sent,
+            sent=details.get("sent"),
         )
 
     async def record(
-        self,
-        outcome: Outcome,
-        events: Sequence[Observed],
-        *,
-        reason: Reason | None = None,
-        status: int | None = None,
-        sent: SentBatch | None = None,
+        self, outcome: Outcome, events: Sequence[Observed], **details: Unpack[OutcomeDetails]
     ) -> None:
         """Write the facts of one outcome and wait for the broker's acknowledgement (acks=all);
         counted in `hifi_audit_facts_total` and `hifi_audit_events_total` once acknowledged."""
-        acknowledged = await self.write(outcome, events, reason=reason, status=status, sent=sent)
-        await acknowledged
+        await (await self.write(outcome, events, **details))
 
     async def write(
-        self,
-        outcome: Outcome,
-        events: Sequence[Observed],
-        *,
-        reason: Reason | None = None,
-        status: int | None = None,
-        sent: SentBatch | None = None,
+        self, outcome: Outcome, events: Sequence[Observed], **details: Unpack[OutcomeDetails]
     ) -> Awaitable[None]:
         """`record` in two steps: return once the facts are queued on the producer, with what
         to await for the broker's acknowledgement (the facts are counted then). The connector
         gives a request's slot to the next request while it waits."""
         if not events:
             return _nothing()
-        facts = self.facts(outcome, events, reason=reason, status=status, sent=sent)
+        facts = self.facts(outcome, events, **details)
         written = await self._producer.append_all(fact_records(self.topic, facts))
         return self._counted(written, outcome, facts=len(facts), events=len(events))
 
