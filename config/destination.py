@@ -22,14 +22,12 @@ from pydantic import (
 from config.auth import Auth
 from config.egress import normalized_origin, proxy_problem
 from config.env_refs import HEADER_VALUE_RULE, header_value_problem
+from config.event_rules import MAX_EVENT_BYTES_LIMIT, distinct_time_field, topic_problem
 from config.templates import Template, parse_template
 from config.tls_files import EncryptedKeyError, client_cert_problem, ssl_cause, tls_context
 from hifi.errors import ConfigError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
-_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-# every event must fit in one record of NAME.retry_in and NAME.dlq, whose producer limit is 16 MiB
-MAX_BATCH_BYTES_LIMIT = 15 * 1024 * 1024
 _DAY_S = 86_400
 MAX_RATE_PER_S = 1_000_000.0  # the highest rate limit accepted (events or requests a second)
 PositiveSeconds = Annotated[float, Field(gt=0, le=7 * 86400)]
@@ -111,12 +109,28 @@ class Templates:
         return frozenset(name for t in self.headers.values() for name in t.value_names)
 
 
+class _OwnTopic:
+    """A topic hifi keeps for each destination, named `NAME.<suffix>`: read as `dest.<attribute>`."""
+
+    def __init__(self, suffix: str) -> None:
+        self.suffix = suffix
+
+    def __get__(self, dest: Destination, owner: type[Destination]) -> str:
+        return f"{dest.name}.{self.suffix}"
+
+
 class Destination(BaseModel):
     """Everything hifi needs to deliver to one HTTP destination; immutable once loaded."""
 
     # strict: "10" is not an integer nor "true" a boolean (an integer is a valid float);
     # allow_inf_nan=False: TOML's nan and inf are refused for every number
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        strict=True,
+        allow_inf_nan=False,
+        ignored_types=(_OwnTopic,),
+    )
 
     name: str
     url: str
@@ -129,7 +143,7 @@ class Destination(BaseModel):
     max_batch_bytes: int = Field(
         default=1_048_576,
         ge=1024,
-        le=MAX_BATCH_BYTES_LIMIT,
+        le=MAX_EVENT_BYTES_LIMIT,
         description=(
             "15 MiB at most: every event must fit in one Kafka record of the hand-off and"
             " dead-letter topics, whose producer limit is 16 MiB"
@@ -208,8 +222,8 @@ class Destination(BaseModel):
     @classmethod
     def _check_topics(cls, value: list[str]) -> list[str]:
         for topic in value:
-            if not _TOPIC_RE.match(topic):
-                raise ValueError(f"topic {topic!r} is not a valid Kafka topic name")
+            if problem := topic_problem(topic):
+                raise ValueError(f"topic {problem}")
         return value
 
     @field_validator("retry_tiers_s")
@@ -230,12 +244,7 @@ class Destination(BaseModel):
                 )
         return sorted(set(value))
 
-    @field_validator("event_time_field")
-    @classmethod
-    def _check_time_field(cls, value: str, info: ValidationInfo) -> str:
-        if value == info.data.get("id_field"):
-            raise ValueError("must differ from id_field")
-        return value
+    _check_time_field = field_validator("event_time_field")(distinct_time_field)
 
     @field_validator("headers")
     @classmethod
@@ -359,22 +368,10 @@ class Destination(BaseModel):
                 f"destination {self.name!r}: cannot load its TLS files: {ssl_cause(exc)}"
             ) from None
 
-    @property
-    def retry_in_topic(self) -> str:
-        return f"{self.name}.retry_in"
-
-    @property
-    def retry_out_topic(self) -> str:
-        return f"{self.name}.retry_out"
-
-    @property
-    def dlq_topic(self) -> str:
-        return f"{self.name}.dlq"
-
-    @property
-    def dlq_replays_topic(self) -> str:
-        """Where the retrier records each replay of NAME.dlq: which letters, when, by whom."""
-        return f"{self.name}.dlq_replays"
+    retry_in_topic = _OwnTopic("retry_in")  # hand-offs to the retrier
+    retry_out_topic = _OwnTopic("retry_out")  # what the retrier offers back
+    dlq_topic = _OwnTopic("dlq")
+    dlq_replays_topic = _OwnTopic("dlq_replays")  # each replay of NAME.dlq: which letters, by whom
 
     @property
     def dlq_retention_ms(self) -> int:

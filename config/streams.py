@@ -22,22 +22,18 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from config.catalog import read_text
 from config.destination import NAME_RE
+from config.event_rules import MAX_EVENT_BYTES_LIMIT, distinct_time_field, topic_problem
 from config.problems import describe
 from hifi.environment import STREAMS_ENV_VAR
 from hifi.errors import ConfigError
 
-_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _SHA256_HEX_RE = re.compile(r"^[0-9a-f]{64}$")
-# every event must fit in one record of NAME.retry_in and NAME.dlq (as a destination's
-# max_batch_bytes), whose producer limit is 16 MiB
-MAX_EVENT_BYTES_LIMIT = 15 * 1024 * 1024
 MAX_BODY_BYTES_LIMIT = 64 * 1024 * 1024
 _DAY_S = 86_400
 _SECRET_KEYS = ("tokens_sha256",)  # never echoed: a token pasted in by mistake is a secret
@@ -89,8 +85,8 @@ class Stream(BaseModel):
     @field_validator("topic")
     @classmethod
     def _check_topic(cls, value: str) -> str:
-        if not _TOPIC_RE.match(value):
-            raise ValueError(f"{value!r} is not a valid Kafka topic name")
+        if problem := topic_problem(value):
+            raise ValueError(problem)
         return value
 
     @field_validator("tokens_sha256")
@@ -106,12 +102,7 @@ class Stream(BaseModel):
                 raise ValueError(f"entry {position} is the hash of an empty token; use a real one")
         return value
 
-    @field_validator("event_time_field")
-    @classmethod
-    def _check_time_field(cls, value: str, info: ValidationInfo) -> str:
-        if value == info.data.get("id_field"):
-            raise ValueError("must differ from id_field")
-        return value
+    _check_time_field = field_validator("event_time_field")(distinct_time_field)
 
     @model_validator(mode="after")
     def _check_sizes(self) -> Self:
