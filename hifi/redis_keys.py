@@ -11,34 +11,29 @@ from collections.abc import AsyncIterator
 
 import redis.asyncio
 
-from hifi.lookup_cache.redis_hash import RedisSettings, redis_client, redis_command
+from hifi.lookup_cache.redis_hash import RedisSettings, RedisStore, redis_client
 
 _CLAIM_ATTEMPTS = 3  # a key that expires between SET NX and GET is claimed again
 
 
-class RedisKeys:
+class RedisKeys(RedisStore):
     """String keys under one prefix, each with its own expiry."""
 
     def __init__(self, client: redis.asyncio.Redis, settings: RedisSettings, prefix: str) -> None:
-        self._client = client
-        self._settings = settings
+        super().__init__(client, settings, f"keys {prefix}*")
         self.prefix = prefix
-
-    def describe(self) -> str:
-        """`keys PREFIX* at URL` (no password)."""
-        return f"keys {self.prefix}* at {self._settings.describe()}"
 
     async def claim(self, key: str, value: bytes, *, ttl_ms: int) -> bytes | None:
         """Set `key` to `value` for `ttl_ms` unless it is set: None when this call set it, else
         the value it holds (SET NX, then GET: Redis before 7 has no SET NX GET)."""
         name = self.prefix + key
         for _ in range(_CLAIM_ATTEMPTS):
-            claimed = await redis_command(
-                self._settings, f"SET NX {name}", self._client.set(name, value, nx=True, px=ttl_ms)
+            claimed = await self._command(
+                f"SET NX {name}", self._client.set(name, value, nx=True, px=ttl_ms)
             )
             if claimed:
                 return None
-            held = await redis_command(self._settings, f"GET {name}", self._client.get(name))
+            held = await self._command(f"GET {name}", self._client.get(name))
             if held is not None:
                 return held if isinstance(held, bytes) else str(held).encode()
         return None  # set and expired again each time: take it as claimed
@@ -46,12 +41,12 @@ class RedisKeys:
     async def replace(self, key: str, value: bytes, *, ttl_ms: int) -> None:
         """Set `key` to `value` for `ttl_ms`, whatever it held."""
         name = self.prefix + key
-        await redis_command(self._settings, f"SET {name}", self._client.set(name, value, px=ttl_ms))
+        await self._command(f"SET {name}", self._client.set(name, value, px=ttl_ms))
 
     async def drop(self, key: str) -> None:
         """Remove `key` (nothing when it is not set)."""
         name = self.prefix + key
-        await redis_command(self._settings, f"DEL {name}", self._client.delete(name))
+        await self._command(f"DEL {name}", self._client.delete(name))
 
 
 @contextlib.asynccontextmanager

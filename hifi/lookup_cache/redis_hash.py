@@ -69,17 +69,29 @@ class RedisSettings:
         return parts._replace(netloc=netloc).geturl()
 
 
-class RedisHash:
+class RedisStore:
+    """What hifi keeps in Redis on one client (`what`: `hash KEY`, `keys PREFIX*`), its commands
+    sent through `redis_command`."""
+
+    def __init__(self, client: redis.asyncio.Redis, settings: RedisSettings, what: str) -> None:
+        self._client = client
+        self._settings = settings
+        self._what = what
+
+    def describe(self) -> str:
+        """`WHAT at URL` (no password)."""
+        return f"{self._what} at {self._settings.describe()}"
+
+    async def _command(self, doing: str, call: Awaitable[T]) -> T:
+        return await redis_command(self._settings, doing, call)
+
+
+class RedisHash(RedisStore):
     """One Redis hash of entries: field name to value bytes."""
 
     def __init__(self, client: redis.asyncio.Redis, key: str, settings: RedisSettings) -> None:
-        self._client = client
+        super().__init__(client, settings, f"hash {key}")
         self.key = key
-        self._settings = settings
-
-    def describe(self) -> str:
-        """`hash KEY at URL` (no password)."""
-        return f"hash {self.key} at {self._settings.describe()}"
 
     async def read_all(self) -> dict[str, bytes]:
         """Every field and its value (one HGETALL: a consistent view of the whole hash)."""
@@ -108,7 +120,7 @@ class RedisHash:
             await self._call("HDEL", self._client.hdel(self.key, *fields))
 
     async def _call(self, command: str, call: Awaitable[T]) -> T:
-        return await redis_command(self._settings, f"{command} {self.key}", call)
+        return await self._command(f"{command} {self.key}", call)
 
 
 async def redis_command(settings: RedisSettings, doing: str, call: Awaitable[T]) -> T:
