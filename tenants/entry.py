@@ -16,7 +16,7 @@ the entry is, the key and what is allowed, and never quote a value of `values` (
 from __future__ import annotations
 
 import re
-from typing import Literal, Self
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -30,6 +30,18 @@ Scalar = str | int | float | bool
 _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
+def _exactly_one_of(first: str, second: str, what: str) -> Any:
+    """The model validator of a table that takes exactly one of two keys (`first` and `second`,
+    by attribute name); `what` names them in the refusal."""
+
+    def check(table: BaseModel) -> BaseModel:
+        if (getattr(table, first) is None) == (getattr(table, second) is None):
+            raise ValueError(f"give {what}, not both")
+        return table
+
+    return model_validator(mode="after")(check)
+
+
 class Projection(BaseModel):
     """The top-level fields of each event to send: `keep` these, or `drop` these."""
 
@@ -38,11 +50,7 @@ class Projection(BaseModel):
     keep: list[str] | None = Field(default=None, min_length=1)
     drop: list[str] | None = Field(default=None, min_length=1)
 
-    @model_validator(mode="after")
-    def _one_of(self) -> Self:
-        if (self.keep is None) == (self.drop is None):
-            raise ValueError("give keep or drop (a list of top-level fields), not both")
-        return self
+    _one_of = _exactly_one_of("keep", "drop", "keep or drop (a list of top-level fields)")
 
 
 class Filter(BaseModel):
@@ -54,11 +62,7 @@ class Filter(BaseModel):
     in_: list[Scalar] | None = Field(default=None, alias="in")  # deliver only these values
     not_in: list[Scalar] | None = None  # deliver every value but these
 
-    @model_validator(mode="after")
-    def _one_of(self) -> Self:
-        if (self.in_ is None) == (self.not_in is None):
-            raise ValueError("give in or not_in (a list of values), not both")
-        return self
+    _one_of = _exactly_one_of("in_", "not_in", "in or not_in (a list of values)")
 
 
 class TenantEntry(BaseModel):
