@@ -57,13 +57,18 @@ def _schema(*fields: tuple[str, Any, bool]) -> Any:
 
 
 _I32, _I64, _STR, _BOOL = pa.int32(), pa.int64(), pa.string(), pa.bool_()
-ENTERED_SCHEMA = _schema(
-    ("minute_ms", _I64, False),
+# an event's origin (its source record) with its id and time: the same columns in `entered` and
+# `outcomes` (the reconciliation joins the two by origin)
+_EVENT_COLUMNS = (
     ("topic", _STR, False),
     ("partition", _I32, False),
     ("offset", _I64, False),
     ("event_id", _STR, True),
     ("event_time_ms", _I64, False),
+)
+ENTERED_SCHEMA = _schema(
+    ("minute_ms", _I64, False),
+    *_EVENT_COLUMNS,
     ("kafka_ms", _I64, False),
     ("observed_ms", _I64, False),
     ("problem", _STR, True),
@@ -77,11 +82,7 @@ OUTCOME_SCHEMA = _schema(
     ("reason", _STR, True),
     ("status", _I32, True),
     ("outcome_ms", _I64, False),
-    ("topic", _STR, False),
-    ("partition", _I32, False),
-    ("offset", _I64, False),
-    ("event_id", _STR, True),
-    ("event_time_ms", _I64, False),
+    *_EVENT_COLUMNS,
     ("taken_ms", _I64, False),
     ("topic_epoch", _I32, False),
 )
