@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
@@ -23,6 +23,14 @@ _STATELESS_ASSIGNORS: dict[str, type[Any]] = {
     "range": RangePartitionAssignor,
     "roundrobin": RoundRobinPartitionAssignor,
 }
+
+
+class Rebalance(TypedDict, total=False):
+    """What a group member is told inside each rebalance (`subscribe`'s keywords): the
+    partitions it was given, and, awaited first, those taken from it."""
+
+    on_assigned: Callable[[set[TopicPartition]], None] | None
+    on_revoked: Callable[[set[TopicPartition]], Awaitable[None]] | None
 
 
 class Consumer:
@@ -66,15 +74,9 @@ class Consumer:
         if coordinator is not None and hasattr(coordinator, "request_rejoin"):
             coordinator.request_rejoin()
 
-    def subscribe(
-        self,
-        topics: Sequence[str],
-        *,
-        on_assigned: Callable[[set[TopicPartition]], None] | None = None,
-        on_revoked: Callable[[set[TopicPartition]], Awaitable[None]] | None = None,
-    ) -> None:
+    def subscribe(self, topics: Sequence[str], **callbacks: Unpack[Rebalance]) -> None:
         """Join the group for `topics`; the callbacks run inside rebalances, revocation first."""
-        listener = _Listener(on_assigned, on_revoked) if on_assigned or on_revoked else None
+        listener = _Listener(callbacks) if any(callbacks.values()) else None
         self._client.subscribe(topics=list(topics), listener=listener)
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
@@ -186,13 +188,9 @@ class Consumer:
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(
-        self,
-        on_assigned: Callable[[set[TopicPartition]], None] | None,
-        on_revoked: Callable[[set[TopicPartition]], Awaitable[None]] | None,
-    ) -> None:
-        self._on_assigned = on_assigned
-        self._on_revoked = on_revoked
+    def __init__(self, callbacks: Rebalance) -> None:
+        self._on_assigned = callbacks.get("on_assigned")
+        self._on_revoked = callbacks.get("on_revoked")
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
         if revoked and self._on_revoked is not None:

@@ -11,9 +11,11 @@ import abc
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 from aiokafka import TopicPartition
+
+from hifi.kafka.consuming import Rebalance
 
 __all__ = ["ConsumerOpener", "GroupConsumer", "PartitionHandler", "Work", "WorkerOptions"]
 
@@ -24,13 +26,7 @@ DEFAULT_EVERY_S = 5.0  # the ends of paused partitions are asked this often (hif
 class GroupConsumer(Protocol):
     """One member of a consumer group, as the worker uses it; failures are hifi errors."""
 
-    def subscribe(
-        self,
-        topics: Sequence[str],
-        *,
-        on_assigned: Callable[[set[TopicPartition]], None] | None = None,
-        on_revoked: Callable[[set[TopicPartition]], Awaitable[None]] | None = None,
-    ) -> None:
+    def subscribe(self, topics: Sequence[str], **callbacks: Unpack[Rebalance]) -> None:
         """Join the group for `topics`; the callbacks run inside rebalances, revocation first."""
 
     def assignment(self) -> set[TopicPartition]: ...
