@@ -7,9 +7,9 @@ fresh brokers, and prints `cpu_per_request_us` as `make bench` defined it before
 two tenant drains (`docs/performance.md`; that definition also charges requests the drain's
 time-bound CPU). Each round begins with plain aiokafka's consume and commit of a plain topic
 (`bench.ceiling`), so each version's `ratio` (its plain drain's rate over that ceiling) and CPU
-per event come from the same run; the versions' order alternates from round to round. `python -m bench.request_cost --tree . --tree TREE` alternates the fit.
-The connector of a version runs from its source tree (`PYTHONPATH`),
-the bench, broker and Redis are this tree's:
+per event come from the same run; the versions' order alternates from round to round.
+`python -m bench.request_cost --tree . --tree TREE` alternates the fit. The connector of a
+version runs from its source tree (`PYTHONPATH`), the bench, broker and Redis are this tree's:
 
     git worktree add --detach /tmp/before COMMIT
     .venv/bin/python -m bench.cpu_ab --before /tmp/before [--rounds 2] [--events 200000]
