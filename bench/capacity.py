@@ -39,8 +39,8 @@ from config.destination import Destination
 from connector.concurrency import Limiter
 from connector.delivery import Deliverer
 from connector.divert import Diverter
-from connector.http_client import http_client
 from connector.rebatch import Batch
+from connector.sender import opened_sender
 from hifi.errors import DestinationUnavailable
 from hifi.logging import configure_logging
 
@@ -186,9 +186,9 @@ async def drive(url: str, label: str, *, max_in_flight: int, adaptive: bool, run
     dest = _destination(url, max_in_flight, "adaptive" if adaptive else "fixed")
     limiter = Limiter(label, ceiling=max_in_flight, adaptive=adaptive)
     run = Run(label)
-    async with http_client(dest) as client:
+    async with opened_sender(dest) as sender:
         deliverer = Deliverer(
-            client, dest, Diverter(RefusingProducer("the capacity phase"), dest), limiter=limiter
+            sender, dest, Diverter(RefusingProducer("the capacity phase"), dest), limiter=limiter
         )
         loop = asyncio.get_running_loop()
         began = loop.time()

@@ -1,14 +1,16 @@
-"""CPU per request of the connector's HTTP path: httpx over `connector.http1` against the stack it
-replaced, httpx over httpx-aiohttp (a development dependency, kept for this comparison).
+"""CPU per request of the connector's HTTP path: `connector.http1` driven directly (the connector's
+`Http1Sender`), httpx over `connector.http1` (the path before it), and httpx over httpx-aiohttp
+(the stack before that: a development dependency, kept for this comparison).
 
 The client's CPU time (`time.process_time`) per request, `CONCURRENCY` requests in flight, a
 JSON batch of `EVENTS_PER_BATCH` events (~2 KB), against devstack's destination in another
 process (its CPU is not counted). Each variant runs twice, alternated, in one run:
-- `post`: `client.post(url, content=..., headers=...)` on the client as the connector builds it;
+- `post`: one POST of the batch's body: `Http1Sender.post` of a prepared route (`direct`), or
+  `client.post(url, content=..., headers=...)` on an httpx client (`httpx`, `old`);
 - `deliverer`: the connector's own call path, `Deliverer.deliver` of one batch (encoding,
-  headers, metrics, classification), Kafka a fake that is never called; the old stack's runs
-  today's `Deliverer` over the old client, so its ratio is what the client stack changes.
-The ratios new/old are printed per round; the last line has each variant's lower figure.
+  headers, metrics, classification), Kafka a fake that is never called, over each sender
+  (the httpx clients through `HttpxSender`), so its ratios are what the request path changes.
+The ratios to `httpx` are printed per round; the last line has each variant's lower figure.
 
 `python -m bench.http_cost [--requests N]`
 """
@@ -31,8 +33,9 @@ from bench.processes import destination
 from config.destination import Destination
 from connector.delivery import Deliverer
 from connector.divert import Diverter
-from connector.http_client import http_client
+from connector.http_client import destination_transport, http_client
 from connector.rebatch import Batch
+from connector.sender import Http1Sender, HttpxSender, Route, Sender
 
 CONCURRENCY = 8
 EVENTS_PER_BATCH = 20
@@ -75,8 +78,21 @@ def _post(client: httpx.AsyncClient, url: str) -> Request:
     return one
 
 
-def _deliver(client: httpx.AsyncClient, dest: Destination, batches: list[Batch]) -> Request:
-    deliverer = Deliverer(client, dest, Diverter(RefusingProducer("http_cost"), dest))
+def _send(sender: Http1Sender, url: str) -> Request:
+    content = b"[" + b",".join(event.value for event in _batch(0).events) + b"]"
+    route = Route.of(url, {"Content-Type": "application/json"})
+    extra = [("Idempotency-Key", "0123456789abcdef")]
+
+    async def one(seq: int) -> None:
+        answer = await sender.post(route, content, extra)
+        if answer.status != 200:
+            raise RuntimeError(f"the destination answered {answer.status}")
+
+    return one
+
+
+def _deliver(sender: Sender, dest: Destination, batches: list[Batch]) -> Request:
+    deliverer = Deliverer(sender, dest, Diverter(RefusingProducer("http_cost"), dest))
 
     async def one(seq: int) -> None:
         await deliverer.deliver(batches[seq % len(batches)])
@@ -107,13 +123,19 @@ async def measure(url: str, requests: int) -> dict[str, list[float]]:
     batches = [_batch(seq) for seq in range(requests)]
     figures: dict[str, list[float]] = {}
     async with AsyncExitStack() as stack:
+        timeout_s = dest.request_timeout_s
+        transport = destination_transport(dest)
+        stack.push_async_callback(transport.aclose)
+        direct = Http1Sender(transport, timeout_s=timeout_s)
         new = await stack.enter_async_context(http_client(dest))
-        variants = {"new post": _post(new, url), "new deliverer": _deliver(new, dest, batches)}
         old = await stack.enter_async_context(_old_client(dest))
         variants = {
             "old post": _post(old, url),
-            **variants,
-            "old deliverer": _deliver(old, dest, batches),
+            "httpx post": _post(new, url),
+            "direct post": _send(direct, url),
+            "old deliverer": _deliver(HttpxSender(old, timeout_s=timeout_s), dest, batches),
+            "httpx deliverer": _deliver(HttpxSender(new, timeout_s=timeout_s), dest, batches),
+            "direct deliverer": _deliver(direct, dest, batches),
         }
         for round_ in range(1, ROUNDS + 1):
             for label, one in variants.items():
@@ -126,9 +148,12 @@ async def measure(url: str, requests: int) -> dict[str, list[float]]:
 
 def _print_ratios(figures: dict[str, list[float]], round_: int) -> None:
     for path in ("post", "deliverer"):
-        old, new = figures.get(f"old {path}"), figures.get(f"new {path}")
-        if old and new:
-            print(f"round {round_}  {path}: new/old = {new[-1] / old[-1]:.2f}", flush=True)
+        before = figures.get(f"httpx {path}")
+        for label in ("old", "direct"):
+            other = figures.get(f"{label} {path}")
+            if before and other:
+                ratio = other[-1] / before[-1]
+                print(f"round {round_}  {path}: {label}/httpx = {ratio:.2f}", flush=True)
 
 
 @click.command()

@@ -16,10 +16,10 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
-import httpx
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as seeded
 
+from connector.sender import Sender
 from tests.connector.reply_fuzz import MAX_HOLD_BYTES, Case, Failure, Outcome, ReplyRig, replies
 
 MAX_CASE_RSS_KIB = 32 * 1024  # one case alone: a gzip bomb may cost ~1 MiB, never 100
@@ -45,11 +45,11 @@ def reset_peak_rss() -> int:
 async def reproduce(rig: ReplyRig, cases: Sequence[Case]) -> list[Failure]:
     """The failures of the last case, run after the others on one fresh connection, with
     `memory` when the peak RSS grew more than `MAX_CASE_RSS_KIB` while it ran."""
-    async with rig.new_client(1) as client:
+    async with rig.new_sender(1) as sender:
         for earlier in cases[:-1]:
-            await rig.run(earlier, client)
+            await rig.run(earlier, sender)
         baseline_kib = reset_peak_rss()
-        outcome = await rig.run(cases[-1], client)
+        outcome = await rig.run(cases[-1], sender)
     grown_kib = rss_kib(b"VmHWM:") - baseline_kib
     if grown_kib > MAX_CASE_RSS_KIB:
         grown = f"peak RSS +{grown_kib >> 10} MiB"
@@ -142,8 +142,8 @@ class FuzzRun:
     def drain(self) -> None:
         self._runner.run(self._drain())
 
-    def run_one(self, case: Case, client: httpx.AsyncClient | None = None) -> Outcome:
-        return self._runner.run(self.rig.run(case, client))
+    def run_one(self, case: Case, sender: Sender | None = None) -> Outcome:
+        return self._runner.run(self.rig.run(case, sender))
 
     def replay(self, *cases: Case) -> list[Failure]:
         """The failures of the last case, run after the others on a connection of their own,

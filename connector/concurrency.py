@@ -34,6 +34,7 @@ import httpx
 
 from config.destination import Destination
 from connector import metrics
+from connector.http1.decoding import Answer
 
 __all__ = ["DECREASE_RATIO", "EWMA_ALPHA", "RTT_DEVIATION_SCALE", "Limiter", "is_back_pressure"]
 
@@ -47,13 +48,13 @@ _BACK_PRESSURE_STATUSES = frozenset({429, 503})
 _RTT_EPSILON_S = 1e-9
 
 
-def is_back_pressure(response: httpx.Response | None, error: BaseException | None) -> bool:
+def is_back_pressure(answer: Answer | None, error: BaseException | None) -> bool:
     """Whether an attempt's outcome asks the sender to slow down: 429, 503, a `Retry-After`
     on any reply, or a timeout (no reply in time). Connection failures are not: they say
     nothing of load (the destination is down, or not there)."""
-    if response is not None:
-        status = response.status_code
-        return status in _BACK_PRESSURE_STATUSES or "retry-after" in response.headers
+    if answer is not None:
+        status = answer.status
+        return status in _BACK_PRESSURE_STATUSES or answer.header(b"retry-after") is not None
     if error is None:
         return False
     cause = error.__cause__ if error.__cause__ is not None else error

@@ -18,9 +18,9 @@ from connector.concurrency import Limiter
 from connector.delivery import Deliverer
 from connector.divert import Diverter
 from connector.handler import DeliveryHandler
-from connector.http_client import http_client
 from connector.intake import consumer_options
 from connector.rate_limits import RateLimits
+from connector.sender import opened_sender
 from hifi import audit
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.producing import Producer, open_producer
@@ -161,11 +161,11 @@ class Connector:
                 )
             producer = await stack.enter_async_context(_producer(self._settings, self.reach))
             trail = await self._audit_trail(producer)
-            client = await stack.enter_async_context(http_client(dest, self._transport))
+            sender = await stack.enter_async_context(opened_sender(dest, self._transport))
             auth = await stack.enter_async_context(bearer.started(dest))
             diverter = Diverter(producer, dest, trail=trail)
             deliverer = Deliverer(
-                client, dest, diverter, trail=trail, auth=auth, limiter=self.limiter
+                sender, dest, diverter, trail=trail, auth=auth, limiter=self.limiter
             )
             self._rate_limits = deliverer.rate_limits
             delivery = DeliveryHandler(

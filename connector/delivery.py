@@ -1,8 +1,9 @@
 """Delivery of one batch over HTTP: send, classify, retry locally, isolate rejected events, hand off the rest.
 
-This is the HTTP boundary: statuses and client exceptions become `hifi.errors` types here. The
-client is httpx over the connector's transport (`connector.http_client`, `connector.http1`),
-which raises httpx's exceptions: `httpx.ConnectError` when no request reached the destination.
+This is the HTTP boundary: statuses and transport exceptions become `hifi.errors` types here.
+A request leaves by a `Sender` (`connector.sender`: the connector's transport, `connector.http1`,
+driven directly), over a route prepared once per URL; the transport raises httpx's exception
+classes: `httpx.ConnectError` when no request reached the destination.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from connector.breaker import Breaker, Breakers
 from connector.concurrency import Limiter, is_back_pressure
 from connector.divert import Diverter
 from connector.http1.addresses import ForbiddenAddress
+from connector.http1.decoding import Answer
 from connector.rate_limits import RateLimits
-from connector.rebatch import Batch, encode_values
+from connector.rebatch import Batch, Target, encode_values
 from connector.reply_policy import (
     Moved,
     Unreachable,
@@ -40,6 +42,7 @@ from connector.reply_policy import (
     parse_retry_after,
     status_class,
 )
+from connector.sender import Routes, Sender
 from hifi.audit import AuditTrail, SentBatch
 from hifi.errors import DestinationRejected, DestinationUnavailable
 from hifi.redaction import short_error
@@ -63,7 +66,7 @@ class Deliverer:
 
     def __init__(
         self,
-        client: httpx.AsyncClient,
+        sender: Sender,
         dest: Destination,
         diverter: Diverter,
         *,
@@ -75,7 +78,7 @@ class Deliverer:
     ) -> None:
         """`breakers`: where destination-level failures are counted (a `Breakers` of its own
         when not given); the caller decides whether a batch may be sent."""
-        self._client = client
+        self._sender = sender
         self.limiter = limiter or Limiter.for_destination(dest)  # told of every attempt
         self._auth = auth  # the Authorization of a destination with [auth]
         self.breakers = breakers or Breakers(dest, trail=trail)
@@ -84,13 +87,9 @@ class Deliverer:
         self._diverter = diverter
         self._sleep = sleep
         self._trail = trail
-        self._headers = dest.header_values()
-        # the transport ends an attempt by `request_timeout_s`, whatever the destination trickles;
-        # a tenant's URL may reach only public addresses, unless the catalog allows private ones
-        self._extensions: dict[str, Any] = {"hifi.total_timeout_s": dest.request_timeout_s}
-        self._tenant_extensions = dict(self._extensions)
-        if not dest.allow_private_destinations:
-            self._tenant_extensions["hifi.public_only"] = True
+        # what every request of a route shares, its headers merged once (`Routes`); the
+        # transport ends an attempt by `request_timeout_s`, whatever the destination trickles
+        self._routes = Routes(dest)
         self._failing = False
         self._dest_name = dest.name
         #: the last failures, newest last, for /status (texts masked and shortened)
@@ -203,20 +202,12 @@ class Deliverer:
         4xx resent: the credential, not the request, was stale). `breaker`: counts each attempt
         that could not connect (none for bisection requests); `attempts`: instead of
         `local_retry_attempts`."""
-        body, content_type = encode_values(batch.values(), self._dest.format)
-        target = batch.target
-        headers = {
-            **(self._headers if target is None else target.headers),
-            "Content-Type": content_type,
-            "Idempotency-Key": batch.idempotency_key(),
-        }
-        url = self._dest.url if target is None else target.url
-        extensions = self._extensions if target is None else self._tenant_extensions
+        body, _ = encode_values(batch.values(), self._dest.format)
         if self._dest.compression == "gzip":
             body = await self._gzip(body)
-            headers["Content-Encoding"] = "gzip"
+        extra = [("Idempotency-Key", batch.idempotency_key())]
         limit = attempts or self._dest.local_retry_attempts
-        post = functools.partial(self._post, url, body, headers, len(batch), extensions, breaker)
+        post = functools.partial(self._post, batch.target, body, extra, len(batch), breaker)
         failed = 0  # attempts that failed transiently
         token: str | None = None  # with [auth]: the token of the last post
         refused = False  # a 401 refused `token`: one post more with a fresh one, not a retry
@@ -228,7 +219,7 @@ class Deliverer:
                 token = await (
                     self._auth.refresh(token) if refused and token else self._auth.token()
                 )
-                return await post({"Authorization": f"Bearer {token}"})
+                return await post(("Authorization", f"Bearer {token}"))
             except DestinationRejected as exc:
                 if self._auth is None or exc.status != 401 or refused:
                     raise
@@ -242,29 +233,27 @@ class Deliverer:
 
     async def _post(
         self,
-        url: str,
+        target: Target | None,
         body: bytes,
-        headers: dict[str, str],
+        extra: list[tuple[str, str]],
         events: int,
-        extensions: dict[str, Any],
         breaker: Breaker | None,
-        authorization: dict[str, str] | None = None,
+        authorization: tuple[str, str] | None = None,
     ) -> int:
-        """One request; `authorization`: the bearer token's header, with `[auth]`."""
+        """One request to `target`'s route (None: the destination's); `extra`: the request's
+        own headers; `authorization`: the bearer token's header, with `[auth]`."""
         if authorization is not None:
-            headers = {**headers, **authorization}
+            extra = [*extra, authorization]
         self._meters.events_per_request.observe(events)
         started = time.perf_counter()
-        response: httpx.Response | None = None
+        answer: Answer | None = None
         error: BaseException | None = None
         self.limiter.sent()
         try:
             # the transport bounds the attempt (`hifi.total_timeout_s`) and counts a 2xx status
             # line that came in time; this bounds whatever it does not, a little later
             async with asyncio.timeout(self._dest.request_timeout_s + _BACKSTOP_S):
-                response = await self._client.post(
-                    _url_of(url), content=body, headers=headers, extensions=extensions
-                )
+                answer = await self._sender.post(self._routes.of(target), body, extra)
         except ForbiddenAddress as exc:
             self._meters.requests("connection").inc()
             raise DestinationRejected(
@@ -280,13 +269,13 @@ class Deliverer:
         finally:
             rtt_s = time.perf_counter() - started
             self._meters.request_duration.observe(rtt_s)
-            pressed = is_back_pressure(response, error)
-            self.limiter.answered(rtt_s, processed=response is not None, back_pressure=pressed)
-        self._meters.requests(status_class(response.status_code)).inc()
-        for kind in response.extensions.get("hifi.anomalies", ()):
+            pressed = is_back_pressure(answer, error)
+            self.limiter.answered(rtt_s, processed=answer is not None, back_pressure=pressed)
+        self._meters.requests(status_class(answer.status)).inc()
+        for kind in answer.anomalies:
             self._meters.anomaly(kind)
-        classify(response, self._meters.anomaly)
-        return response.status_code
+        classify(answer, self._meters.anomaly)
+        return answer.status
 
     def _note_retry(self, exc: BaseException | None) -> None:
         """Count a local retry; the first of a failing spell is one warning."""
@@ -379,12 +368,6 @@ class Deliverer:
 
 
 _BACKSTOP_S = 0.5
-
-
-@functools.lru_cache(maxsize=1024)
-def _url_of(url: str) -> httpx.URL:
-    """The parsed URL (httpx parses a `str` URL again on every request); one per tenant route."""
-    return httpx.URL(url)
 
 
 def _route_of(batch: Batch) -> str | None:

@@ -193,6 +193,14 @@ def encode_body(events: Sequence[Event], body_format: str) -> tuple[bytes, str]:
     return encode_values(map(_value_of, events), body_format)
 
 
+_CONTENT_TYPES = {"json_array": "application/json", "ndjson": "application/x-ndjson"}
+
+
+def content_type(body_format: str) -> str:
+    """The Content-Type of a body of `body_format` (what `encode_values` says with it)."""
+    return _CONTENT_TYPES[body_format]
+
+
 def encode_values(values: Iterable[bytes], body_format: str) -> tuple[bytes, str]:
     """The request body and its Content-Type; the JSON bytes are forwarded, not re-encoded."""
     if body_format == "ndjson":
@@ -203,13 +211,13 @@ def encode_values(values: Iterable[bytes], body_format: str) -> tuple[bytes, str
             value if b"\n" not in value else value.translate(_BREAKS_TO_SPACES) for value in values
         ]
         lines.append(b"")  # the last line's break, without copying the body again
-        return (b"\n".join(lines) if len(lines) > 1 else b"\n"), "application/x-ndjson"
+        return (b"\n".join(lines) if len(lines) > 1 else b"\n"), _CONTENT_TYPES["ndjson"]
     # One join, the brackets fused onto the first and last values: the body is built in one
     # copy (joining the values, then the brackets around them, takes two large allocations and
     # copies instead of one).
     parts = list(values)
     if not parts:
-        return b"[]", "application/json"
+        return b"[]", _CONTENT_TYPES["json_array"]
     parts[0] = b"[" + parts[0]
     parts[-1] += b"]"
-    return b",".join(parts), "application/json"
+    return b",".join(parts), _CONTENT_TYPES["json_array"]

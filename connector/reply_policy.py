@@ -27,6 +27,7 @@ import httpx
 
 from config.destination import Destination
 from connector.http1 import fields
+from connector.http1.decoding import Answer
 from hifi.errors import DestinationRejected, DestinationUnavailable
 from hifi.redaction import excerpt, short_error
 from hifi.vocabulary import Reason
@@ -57,22 +58,22 @@ def parse_retry_after(value: str | bytes | None, *, now_s: float | None = None) 
     return fields.retry_after_s(value, now_s=now_s)
 
 
-def classify(response: httpx.Response, note: Callable[[str], None] | None = None) -> None:
+def classify(answer: Answer, note: Callable[[str], None] | None = None) -> None:
     """Return for 2xx; raise `DestinationUnavailable` (retry), `Moved` (a redirect not followed)
     or `DestinationRejected` (never retry). `note(kind)` is told of each header value that did
     not parse."""
-    status = response.status_code
+    status = answer.status
     if 200 <= status < 300:
         return
     if 300 <= status < 400:
-        raise _moved(response, note)
-    text = fields.text_of(response.content, _raw(response, b"content-type"))
-    phrase = response.reason_phrase
+        raise _moved(answer, note)
+    text = fields.text_of(answer.body, answer.header(b"content-type"))
+    phrase = answer.reason
     detail = short_error(f"HTTP {status} {phrase}: {excerpt(text, _ERROR_BODY_CHARS)}")
     if status == 429 or status >= 500 or status < 200:
         retry_after = None
         if status in (429, 503):
-            raw = _raw(response, b"retry-after")
+            raw = answer.header(b"retry-after")
             retry_after = fields.retry_after_s(raw)
             if raw is not None and retry_after is None and note is not None:
                 note("retry_after")
@@ -94,9 +95,9 @@ def no_reply(
     return "connection", DestinationUnavailable(error)
 
 
-def _moved(response: httpx.Response, note: Callable[[str], None] | None) -> Moved:
-    status = response.status_code
-    raw = _raw(response, b"location")
+def _moved(answer: Answer, note: Callable[[str], None] | None) -> Moved:
+    status = answer.status
+    raw = answer.header(b"location")
     where = fields.location(raw)
     if where is None and raw is not None and note is not None:
         note("location")
@@ -106,16 +107,6 @@ def _moved(response: httpx.Response, note: Callable[[str], None] | None) -> Move
     else:
         said += "; a 301/302/303 is never followed for a POST: update url"
     return Moved(short_error(said), status=status)
-
-
-def _raw(response: httpx.Response, name: bytes) -> bytes | None:
-    """A reply header's value as sent (the first, if repeated); None if absent. The transport's
-    `hifi.reply_headers` hold them all (it keeps a redirect's `Location` from httpx)."""
-    headers = response.extensions.get("hifi.reply_headers") or response.headers.raw
-    for key, value in headers:
-        if key.lower() == name:
-            return bytes(value)
-    return None
 
 
 def status_class(status: int) -> str:

@@ -10,13 +10,15 @@ a fraction of a millisecond of CPU.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import httpx
 
 from connector.http1.fields import content_encodings
 from connector.http1.reply import Reply
 
-__all__ = ["DECODED_MAX_BYTES", "response_of"]
+__all__ = ["DECODED_MAX_BYTES", "Answer", "answer_of", "response_of"]
 
 #: an error body is read for a 120-character excerpt: this is plenty
 DECODED_MAX_BYTES = 64 * 1024
@@ -25,6 +27,49 @@ _HIDDEN = frozenset({b"content-encoding"})
 # httpx builds the request a redirect asks for even when not following it, and raises on a
 # `Location` it cannot parse: the transport follows redirects itself, httpx never sees one
 _HIDDEN_IN_REDIRECTS = frozenset({b"content-encoding", b"location"})
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What a destination answered a request, as the delivery's policy reads it: the status,
+    the headers as sent (a redirect's `Location` and the `Content-Encoding` included), the body
+    (a 2xx's as it came, never decoded; an error's decoded within `DECODED_MAX_BYTES`), and what
+    was odd about it and read anyway."""
+
+    status: int
+    reason: str
+    headers: Sequence[tuple[bytes, bytes]]
+    body: bytes
+    anomalies: tuple[str, ...] = ()
+
+    def header(self, name: bytes) -> bytes | None:
+        """The value of header `name` (lower case) as sent, the first if repeated; None if absent."""
+        for key, value in self.headers:
+            if key.lower() == name:
+                return bytes(value)
+        return None
+
+    @classmethod
+    def of_response(cls, response: httpx.Response) -> Answer:
+        """The answer an httpx response holds (another transport's: respx, a mock); the headers
+        as sent when the connector's transport kept them (`hifi.reply_headers`)."""
+        extensions = response.extensions
+        return cls(
+            response.status_code,
+            response.reason_phrase,
+            extensions.get("hifi.reply_headers") or response.headers.raw,
+            response.content,
+            tuple(extensions.get("hifi.anomalies", ())),
+        )
+
+
+def answer_of(reply: Reply) -> Answer:
+    """The answer of a reply: its body raw for a 2xx, decoded within the cap otherwise."""
+    status = reply.status
+    body = reply.body if 200 <= status < 300 else _decoded(reply, reply.anomalies)
+    phrase = reply.reason.decode("ascii", errors="ignore")  # as httpx reads it
+    reason = phrase if reply.reason else httpx.codes.get_reason_phrase(status)
+    return Answer(status, reason, reply.headers, body, tuple(reply.anomalies))
 
 
 def response_of(reply: Reply) -> httpx.Response:

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import httpx
 
@@ -36,6 +34,7 @@ from connector.http1.pool import ConnectionPool
 from connector.http1.proxy import Proxy, ProxyRoutes, open_tunnel
 from connector.http1.redirects import FOLLOWED_STATUSES, MAX_HOPS, Outgoing, next_hop, origin_of
 from connector.http1.reply import Reply
+from connector.http1.timeouts import Timeouts
 from connector.http1.tls_refusals import tls_refusal
 
 __all__ = ["MAX_BODY_BYTES", "Http1Transport"]
@@ -115,9 +114,19 @@ class Http1Transport(httpx.AsyncBaseTransport):
         """Close every connection; the transport serves no request afterwards."""
         await self._pool.aclose()
 
+    async def send(
+        self, request: Outgoing, *, timeout_s: float, public_only: bool = False
+    ) -> Reply:
+        """The connector's own way in, without httpx's request and response: `request` (its
+        headers with Host and Content-Length) and the 307/308 hops it is asked to make, each
+        phase and the whole within `timeout_s`. What is said of the class holds: the same
+        exceptions, redirects, bounds and proxies."""
+        timeouts = Timeouts.within_s(timeout_s)
+        return await self._follow_hops(request, timeouts, public_only, None)
+
     async def _send(self, request: httpx.Request) -> Reply:
         """The request, and the 307/308 hops it is asked to make when following them."""
-        timeouts = _Timeouts.of(request.extensions)
+        timeouts = Timeouts.of(request.extensions)
         public_only = bool(request.extensions.get("hifi.public_only"))
         method = _METHODS.get(request.method) or request.method.encode("ascii")
         first = Outgoing(
@@ -128,6 +137,11 @@ class Http1Transport(httpx.AsyncBaseTransport):
             await _body_of(request),
         )
         sni = request.extensions.get("sni_hostname")
+        return await self._follow_hops(first, timeouts, public_only, sni)
+
+    async def _follow_hops(
+        self, first: Outgoing, timeouts: Timeouts, public_only: bool, sni: str | None
+    ) -> Reply:
         reply = await self._exchange(first, timeouts, public_only, sni)
         sent, hops = first, 0
         while self._follow and reply.status in FOLLOWED_STATUSES and hops < MAX_HOPS:
@@ -140,7 +154,7 @@ class Http1Transport(httpx.AsyncBaseTransport):
         return reply
 
     async def _exchange(
-        self, sent: Outgoing, timeouts: _Timeouts, public_only: bool, sni: str | None
+        self, sent: Outgoing, timeouts: Timeouts, public_only: bool, sni: str | None
     ) -> Reply:
         proxy = None if self._proxies is None else self._proxies.proxy_for(*sent.origin)
         how = ("bare " if sent.bare else "") + ("public " if public_only else "")
@@ -184,7 +198,7 @@ class Http1Transport(httpx.AsyncBaseTransport):
         proxy: Proxy | None,
         public_only: bool,
         sni: str | None,
-        timeouts: _Timeouts,
+        timeouts: Timeouts,
     ) -> Http1Connection:
         """A new connection in a slot the pool gave; the slot is given back if it fails."""
         scheme, host, port = sent.origin
@@ -289,38 +303,6 @@ async def _connect_first(
         close=Http1Connection.close,
         final=(ssl.SSLError,),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class _Timeouts:
-    """httpx's timeouts of a request (each phase's), and the loop time by which it must end
-    (`hifi.total_timeout_s`; None: no such bound)."""
-
-    connect_s: float | None
-    write_s: float | None
-    read_s: float | None
-    pool_s: float | None
-    deadline_s: float | None
-
-    @classmethod
-    def of(cls, extensions: dict[str, Any]) -> _Timeouts:
-        phases = extensions.get("timeout") or {}
-        total_s = extensions.get("hifi.total_timeout_s")
-        deadline_s = None if total_s is None else asyncio.get_running_loop().time() + total_s
-        return cls(
-            phases.get("connect"),
-            phases.get("write"),
-            phases.get("read"),
-            phases.get("pool"),
-            deadline_s,
-        )
-
-    def within(self, timeout_s: float | None) -> float | None:
-        """`timeout_s`, at most what is left before the deadline."""
-        if self.deadline_s is None:
-            return timeout_s
-        left_s = max(0.0, self.deadline_s - asyncio.get_running_loop().time())
-        return left_s if timeout_s is None else min(timeout_s, left_s)
 
 
 def _default_context() -> ssl.SSLContext:

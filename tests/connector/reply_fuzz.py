@@ -2,7 +2,7 @@
 
 A `Case` is what a destination writes once it has read a request (bytes in one or several
 writes, or none), then a close, a reset or nothing. `ReplyRig` serves cases on loopback and
-POSTs through `connector.http_client`, counted as `connector.delivery` counts; a `Failure` is a
+POSTs through `connector.sender`, counted as `connector.delivery` counts; a `Failure` is a
 property broken: `escaped` (an exception the connector does not count), `delivered-not-2xx`
 (by `final_status`, an oracle apart from the transport's parser), `slow` (past the request
 timeout plus `MARGIN_S`), `body` (past `MAX_BODY_BYTES` kept or decoded), `retry-after`
@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 
 from config.destination import Destination
 from connector.http1.fields import MAX_RETRY_AFTER_S
-from connector.http_client import http_client
 from connector.reply_policy import classify
+from connector.sender import Route, Sender, opened_sender
 from hifi.errors import DestinationRejected, DestinationUnavailable
 
 End = Literal["close", "reset", "hold"]
@@ -123,39 +123,40 @@ class ReplyRig:
         self._history: dict[int, tuple[Case, ...]] = {}
         self._handlers: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._senders = contextlib.AsyncExitStack()
+        self._sender: Sender | None = None
         self.url = ""
 
     async def __aenter__(self) -> ReplyRig:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/case"
-        self._client = self.new_client(self.max_in_flight)
+        self._sender = await self._senders.enter_async_context(self.new_sender(self.max_in_flight))
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         assert self._server is not None
-        if self._client is not None:
-            await self._client.aclose()
+        await self._senders.aclose()
         self._server.close()
         for task in list(self._handlers):
             task.cancel()
         await asyncio.gather(*self._handlers, return_exceptions=True)
         await self._server.wait_closed()
 
-    def new_client(self, max_in_flight: int) -> httpx.AsyncClient:
+    def new_sender(self, max_in_flight: int) -> contextlib.AbstractAsyncContextManager[Sender]:
+        """The connector's sender of a destination at this rig (`connector.sender`)."""
         dest = {"name": "fuzz", "url": self.url, "source_topics": ["fuzz"]}
         limits = {"request_timeout_s": self.request_timeout_s, "max_in_flight": max_in_flight}
-        return http_client(Destination.model_validate({**dest, **limits}))
+        return opened_sender(Destination.model_validate({**dest, **limits}))
 
-    async def run(self, case: Case, client: httpx.AsyncClient | None = None) -> Outcome:
+    async def run(self, case: Case, sender: Sender | None = None) -> Outcome:
         """POST once, answered by `case`; classify as the connector does and check it."""
-        client = client or self._client
-        assert client is not None
+        sender = sender or self._sender
+        assert sender is not None
         number = next(self._numbers)
         self._cases[number] = case
         started_s = time.monotonic()
         try:
-            outcome = await self._post(client, f"{self.url}/{number}", case)
+            outcome = await self._post(sender, f"{self.url}/{number}", case)
         finally:
             self._cases.pop(number, None)
             history = self._history.pop(number, ())
@@ -165,18 +166,18 @@ class ReplyRig:
         outcome.failures[:] = [replace(f, history=history) for f in outcome.failures]
         return outcome
 
-    async def _post(self, client: httpx.AsyncClient, url: str, case: Case) -> Outcome:
+    async def _post(self, sender: Sender, url: str, case: Case) -> Outcome:
         status = final_status(case.data)
         outcome = Outcome("escaped", status)
         try:
             async with asyncio.timeout(self.request_timeout_s):
-                response = await client.post(url, content=_BATCH, headers=_JSON)
-            kept = len(response.content)
+                answer = await sender.post(Route.of(url, _JSON), _BATCH, ())
+            kept = len(answer.body)
             if kept > MAX_BODY_BYTES:
                 outcome.failures.append(
-                    Failure("body", f"{response.status_code // 100}xx", f"{kept} bytes kept", case)
+                    Failure("body", f"{answer.status // 100}xx", f"{kept} bytes kept", case)
                 )
-            classify(response)
+            classify(answer)
             outcome.kind = "delivered"
         except (httpx.TransportError, TimeoutError):
             outcome.kind = "retried"

@@ -19,6 +19,7 @@ from connector.delivery import Deliverer
 from connector.divert import DLQ_RECORD_MAX_BYTES, Diverter, Unreadable
 from connector.handler import DeliveryHandler
 from connector.rebatch import Batch
+from connector.sender import HttpxSender
 from hifi.audit import AuditTrail, Fact, Seen, Slice, decode_fact, slices_of
 from hifi.envelope import Event, parse_records
 from hifi.errors import BrokerUnavailable
@@ -42,7 +43,13 @@ def _trail(kafka: FakeKafka) -> AuditTrail:
 def _deliverer(dest: Destination, kafka: FakeKafka) -> tuple[Deliverer, httpx.AsyncClient]:
     client, trail = httpx.AsyncClient(), _trail(kafka)
     diverter = Diverter(kafka, dest, trail=trail)
-    return Deliverer(client, dest, diverter, sleep=Sleeps(), trail=trail), client
+    return Deliverer(
+        HttpxSender(client, timeout_s=dest.request_timeout_s),
+        dest,
+        diverter,
+        sleep=Sleeps(),
+        trail=trail,
+    ), client
 
 
 def _facts(kafka: FakeKafka) -> list[Fact]:
@@ -160,7 +167,12 @@ async def test_without_a_trail_nothing_is_written_for_the_audit(dest: Destinatio
     respx.post(URL).mock(side_effect=[httpx.Response(200), *[httpx.Response(503)] * 2])
     kafka = FakeKafka()
     async with httpx.AsyncClient() as client:
-        deliverer = Deliverer(client, dest, Diverter(kafka, dest), sleep=Sleeps())
+        deliverer = Deliverer(
+            HttpxSender(client, timeout_s=dest.request_timeout_s),
+            dest,
+            Diverter(kafka, dest),
+            sleep=Sleeps(),
+        )
         await deliverer.deliver(Batch([make_event(1)]))
         await deliverer.deliver(Batch([make_event(2)]))
     assert [topic for topic, *_ in kafka.records] == ["unit.retry_in"]

@@ -17,6 +17,7 @@ from connector.breaker import Breaker, Breakers, BreakerState
 from connector.delivery import Deliverer
 from connector.divert import Diverter
 from connector.rebatch import Batch
+from connector.sender import HttpxSender
 from hifi.errors import ConfigError
 from hifi.headers import header_map
 from tests.helpers import FakeKafka, Sleeps, make_destination, make_event
@@ -141,7 +142,13 @@ def test_bad_breaker_keys_are_one_line_errors(catalog_dir: Path, keys: str, prob
 def _deliverer(dest: Destination, kafka: FakeKafka) -> tuple[Deliverer, httpx.AsyncClient]:
     client = httpx.AsyncClient()
     breakers = Breakers(dest, clock=Clock())
-    deliverer = Deliverer(client, dest, Diverter(kafka, dest), sleep=Sleeps(), breakers=breakers)
+    deliverer = Deliverer(
+        HttpxSender(client, timeout_s=dest.request_timeout_s),
+        dest,
+        Diverter(kafka, dest),
+        sleep=Sleeps(),
+        breakers=breakers,
+    )
     return deliverer, client
 
 

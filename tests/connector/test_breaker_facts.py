@@ -13,6 +13,7 @@ from connector.breaker import Breakers
 from connector.delivery import Deliverer
 from connector.divert import Diverter
 from connector.rebatch import Batch
+from connector.sender import HttpxSender
 from hifi.audit import BREAKER, AuditTrail, Fact, decode_fact
 from tests.helpers import FakeKafka, Sleeps, make_destination, make_event
 
@@ -38,7 +39,11 @@ async def test_open_half_open_and_closed_are_each_one_fact(catalog_dir: Path) ->
     trail = AuditTrail(kafka, topic=AUDIT, dest=dest.name, node="connector@h:9", replica="c-0")
     client = httpx.AsyncClient()
     deliverer = Deliverer(
-        client, dest, Diverter(kafka, dest, trail=trail), sleep=Sleeps(), trail=trail
+        HttpxSender(client, timeout_s=dest.request_timeout_s),
+        dest,
+        Diverter(kafka, dest, trail=trail),
+        sleep=Sleeps(),
+        trail=trail,
     )
     breakers = deliverer.breakers
     counted = {"dest": dest.name, "outcome": BREAKER}
@@ -99,7 +104,12 @@ async def test_without_an_audit_trail_no_fact_is_written(catalog_dir: Path) -> N
     respx.post(URL).respond(401)
     kafka = FakeKafka()
     client = httpx.AsyncClient()
-    deliverer = Deliverer(client, dest, Diverter(kafka, dest), sleep=Sleeps())
+    deliverer = Deliverer(
+        HttpxSender(client, timeout_s=dest.request_timeout_s),
+        dest,
+        Diverter(kafka, dest),
+        sleep=Sleeps(),
+    )
     async with client:
         await deliverer.deliver(Batch([make_event(1)]))
     await deliverer.breakers.flush()

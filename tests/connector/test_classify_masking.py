@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from connector.delivery import classify
+from connector.http1.decoding import Answer
 from hifi import redaction
 from hifi.errors import DestinationRejected
 
@@ -17,6 +18,6 @@ def test_a_token_at_the_cut_leaves_no_piece_behind() -> None:
     for before in range(105, 121):
         response = httpx.Response(400, text="x" * before + token)
         with pytest.raises(DestinationRejected) as caught:
-            classify(response)
+            classify(Answer.of_response(response))
         text = str(caught.value)
         assert not any(token[i : i + 4] in text for i in range(len(token) - 3)), (before, text)

@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from connector.concurrency import DECREASE_RATIO, Limiter, is_back_pressure
+from connector.http1.decoding import Answer
 
 
 class Clock:
@@ -79,7 +80,9 @@ def test_backs_off_by_the_decrease_ratio_on_back_pressure(status: int) -> None:
     response = httpx.Response(status)
     limiter.sent()
     clock.now_s += 0.01
-    limiter.answered(0.01, processed=True, back_pressure=is_back_pressure(response, None))
+    limiter.answered(
+        0.01, processed=True, back_pressure=is_back_pressure(Answer.of_response(response), None)
+    )
     assert limiter.limit() == int(before * DECREASE_RATIO)
 
 
@@ -123,10 +126,12 @@ def test_timeouts_are_back_pressure_connection_failures_are_not() -> None:
     wrapped.__cause__ = TimeoutError()
     assert is_back_pressure(None, wrapped)
     assert is_back_pressure(None, httpx.ReadTimeout("slow"))
-    assert is_back_pressure(httpx.Response(500, headers={"Retry-After": "3"}), None)
+    assert is_back_pressure(
+        Answer.of_response(httpx.Response(500, headers={"Retry-After": "3"})), None
+    )
     assert not is_back_pressure(None, httpx.ConnectError("refused"))
-    assert not is_back_pressure(httpx.Response(200), None)
-    assert not is_back_pressure(httpx.Response(400), None)
+    assert not is_back_pressure(Answer.of_response(httpx.Response(200)), None)
+    assert not is_back_pressure(Answer.of_response(httpx.Response(400)), None)
     assert not is_back_pressure(None, None)  # cancelled: no answer, no signal
 
 

@@ -16,6 +16,7 @@ from connector.delivery import Deliverer, parse_retry_after
 from connector.divert import Diverter
 from connector.metrics import REPLY_ANOMALIES
 from connector.rebatch import Batch
+from connector.sender import HttpxSender
 from hifi.envelope import Event
 from hifi.errors import BrokerUnavailable
 from hifi.headers import header_map
@@ -46,7 +47,12 @@ def _deliverer(
     dest: Destination, kafka: FakeKafka, sleeps: Sleeps
 ) -> tuple[Deliverer, httpx.AsyncClient]:
     client = httpx.AsyncClient()
-    return Deliverer(client, dest, Diverter(kafka, dest), sleep=sleeps), client
+    return Deliverer(
+        HttpxSender(client, timeout_s=dest.request_timeout_s),
+        dest,
+        Diverter(kafka, dest),
+        sleep=sleeps,
+    ), client
 
 
 @respx.mock

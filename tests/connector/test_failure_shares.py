@@ -15,6 +15,7 @@ from connector import status_page
 from connector.delivery import Deliverer
 from connector.divert import Diverter
 from connector.rebatch import Batch
+from connector.sender import HttpxSender
 from hifi.accounting.client import DestinationHealth
 from hifi.audit import AuditTrail, decode_fact
 from retrier.dashboard.auditor_feed import panel_health
@@ -39,7 +40,11 @@ async def _deliver_with_poison(catalog_dir: Path, name: str, kafka: FakeKafka) -
         respx.post(URL).mock(side_effect=answer)
         async with httpx.AsyncClient() as client:
             deliverer = Deliverer(
-                client, dest, Diverter(kafka, dest, trail=trail), sleep=Sleeps(), trail=trail
+                HttpxSender(client, timeout_s=dest.request_timeout_s),
+                dest,
+                Diverter(kafka, dest, trail=trail),
+                sleep=Sleeps(),
+                trail=trail,
             )
             for batch in range(BATCHES):
                 first = batch * PER_BATCH
@@ -92,7 +97,11 @@ async def test_an_outage_still_shows_red(catalog_dir: Path) -> None:
         respx.post(URL).respond(503)
         async with httpx.AsyncClient() as client:
             deliverer = Deliverer(
-                client, dest, Diverter(kafka, dest, trail=trail), sleep=Sleeps(), trail=trail
+                HttpxSender(client, timeout_s=dest.request_timeout_s),
+                dest,
+                Diverter(kafka, dest, trail=trail),
+                sleep=Sleeps(),
+                trail=trail,
             )
             await deliverer.deliver(Batch([make_event(i) for i in range(4)]))
     assert status_page.health(name)["failed_event_share"] == 1.0

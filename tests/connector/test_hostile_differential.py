@@ -2,13 +2,14 @@
 connector's never does worse.
 
 Each behaviour of `devstack.hostile` gets one batch from `httpx.AsyncClient` over
-`httpx.AsyncHTTPTransport` (httpx's defaults: no redirect followed) and one from the connector's
-`http_client(dest)`, side by side against one in-process hostile server. Each reply is judged the
-connector's way: the attempt bounded by `request_timeout_s` as `connector.delivery` bounds it,
-the reply through `connector.reply_policy.classify`, `httpx.TransportError` and `TimeoutError` as
-retried, any other exception as a crash, and an attempt that outlives its bound by a second (a
-decoder that never yields) as a crash. A classified 2xx counts as delivered only if the server
-answered that batch's ids 2xx exactly once; otherwise it is a loss, the worst outcome.
+`httpx.AsyncHTTPTransport` (httpx's defaults: no redirect followed) and one by the connector's own
+path (`connector.sender.opened_sender(dest)`), side by side against one in-process hostile server.
+Each reply is judged the connector's way: the attempt bounded by `request_timeout_s` as
+`connector.delivery` bounds it, the reply through `connector.reply_policy.classify`,
+`httpx.TransportError` and `TimeoutError` as retried, any other exception as a crash, and an
+attempt that outlives its bound by a second (a decoder that never yields) as a crash. A classified
+2xx counts as delivered only if the server answered that batch's ids 2xx exactly once; otherwise it
+is a loss, the worst outcome.
 
 Ranking: delivered once > retried (a hand-off, a redirect's too) > dead-lettered > crash > lost.
 The behaviours where the connector does better are printed by `test_where_the_connector_does_better`
@@ -34,8 +35,8 @@ import orjson
 import pytest
 
 from config.destination import Destination
-from connector.http_client import http_client
 from connector.reply_policy import classify
+from connector.sender import HttpxSender, Route, Sender, opened_sender
 from devstack.hostile import BEHAVIOURS, HostileServer
 from hifi.errors import DestinationRejected, DestinationUnavailable
 from tests.helpers import make_destination
@@ -81,11 +82,12 @@ async def duels(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[dict[
         plain = httpx.AsyncClient(
             transport=httpx.AsyncHTTPTransport(verify=trust), timeout=TIMEOUT_S
         )
-        async with plain, http_client(dest) as ours:
+        async with plain, opened_sender(dest) as ours:
+            theirs = HttpxSender(plain, timeout_s=TIMEOUT_S)
             runs = [
-                _run(server, client, tag, name)
+                _run(server, sender, tag, name)
                 for name in BEHAVIOURS
-                for tag, client in (("httpx", plain), ("connector", ours))
+                for tag, sender in (("httpx", theirs), ("connector", ours))
             ]
             answers = await asyncio.gather(*runs)
         await asyncio.sleep(0.5)  # the server's last records after its final writes
@@ -115,28 +117,26 @@ def _destination(directory: Path, server: HostileServer) -> Destination:
 Sent = list[tuple[list[str], str | Rank]]  # per request: its ids, and "2xx" or how it failed
 
 
-async def _run(
-    server: HostileServer, client: httpx.AsyncClient, tag: str, name: str
-) -> tuple[str, str, Sent]:
+async def _run(server: HostileServer, sender: Sender, tag: str, name: str) -> tuple[str, str, Sent]:
     sent: Sent = []
     for n in range(SEQUENCES.get(name, 1)):
         ids = [f"{tag}-{name}-{n}-{i}" for i in range(3)]
         body = orjson.dumps([{"id": event_id, "payload": "x" * 40} for event_id in ids])
-        sent.append((ids, await attempt(client, server.url(name, tag), body)))
+        sent.append((ids, await attempt(sender, server.url(name, tag), body)))
         await asyncio.sleep(0.1)  # the behaviour: the next request races close_late's close
     return tag, name, sent
 
 
-async def attempt(client: httpx.AsyncClient, url: str, body: bytes) -> str | Rank:
+async def attempt(sender: Sender, url: str, body: bytes) -> str | Rank:
     """One POST judged the connector's way: "2xx", or the rank of its failure."""
     loop = asyncio.get_running_loop()
     started = loop.time()
     try:
         async with asyncio.timeout(TIMEOUT_S):
-            response = await client.post(
-                url, content=body, headers={"Content-Type": "application/json"}
+            answer = await sender.post(
+                Route.of(url, {"Content-Type": "application/json"}), body, ()
             )
-        classify(response)
+        classify(answer)
     except DestinationUnavailable:  # 5xx, 429, 1xx, a redirect (Moved)
         outcome: str | Rank = Rank.RETRIED
     except DestinationRejected:
@@ -193,7 +193,7 @@ async def test_a_gzip_bomb_costs_the_connector_about_the_body_cap(
     """A 64 MiB gzip bomb through the connector's client allocates at most ~4 MiB at its peak."""
     async with HostileServer(bomb_bytes=BOMB_BYTES) as server:
         dest = _destination(tmp_path, server)
-        async with http_client(dest) as ours:
+        async with opened_sender(dest) as ours:
             body = orjson.dumps([{"id": "bomb-0"}])
             await attempt(ours, server.url(name, "warm"), body)  # imports, pools, caches
             gc.collect()

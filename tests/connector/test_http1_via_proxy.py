@@ -14,6 +14,7 @@ from connector.divert import Diverter
 from connector.http1.addresses import ForbiddenAddress
 from connector.http_client import destination_transport, http_client
 from connector.rebatch import Batch
+from connector.sender import opened_sender
 from devstack.destination import TestDestination
 from devstack.proxy import TinyProxy
 from tests.connector.proxy_support import needs_tinyproxy
@@ -31,8 +32,8 @@ def _no_env_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def _deliver(dest_dir: Path, url: str, kafka: FakeKafka, **keys: object) -> Deliverer:
     dest = make_destination(dest_dir, "viaproxy", url, "src", local_retry_attempts=2, **keys)
-    async with http_client(dest) as client:
-        deliverer = Deliverer(client, dest, Diverter(kafka, dest))
+    async with opened_sender(dest) as sender:
+        deliverer = Deliverer(sender, dest, Diverter(kafka, dest))
         await deliverer.deliver(Batch([make_event(i) for i in range(3)]))
     return deliverer
 

@@ -12,6 +12,7 @@ from connector.delivery import Deliverer
 from connector.divert import Diverter
 from connector.http_client import http_client
 from connector.rebatch import Batch
+from connector.sender import opened_sender
 from devstack.destination import Reply, TestDestination
 from devstack.ports import free_port
 from tests.connector.loopback_http import RawServer, answer
@@ -36,8 +37,8 @@ async def test_dropped_connection_and_slow_reply_are_retried_then_delivered(
     dest = _dest(catalog_dir, unique, destination.url)
     destination.script(Reply(drop=True), Reply(200, delay_s=2.0))
     kafka, sleeps = FakeKafka(), Sleeps()
-    async with http_client(dest) as client:
-        await Deliverer(client, dest, Diverter(kafka, dest), sleep=sleeps).deliver(
+    async with opened_sender(dest) as sender:
+        await Deliverer(sender, dest, Diverter(kafka, dest), sleep=sleeps).deliver(
             Batch([make_event(1), make_event(2)])
         )
     assert destination.delivered_ids() == ["e1", "e2"]
@@ -53,8 +54,8 @@ async def test_refused_connections_hand_the_batch_to_the_retrier(
     """Nobody listening: every attempt fails as `connection` and the events go to retry_in."""
     dest = _dest(catalog_dir, unique, f"http://127.0.0.1:{free_port()}/v1")
     kafka, sleeps = FakeKafka(), Sleeps()
-    async with http_client(dest) as client:
-        await Deliverer(client, dest, Diverter(kafka, dest), sleep=sleeps).deliver(
+    async with opened_sender(dest) as sender:
+        await Deliverer(sender, dest, Diverter(kafka, dest), sleep=sleeps).deliver(
             Batch([make_event(1)])
         )
     assert kafka.ids(dest.retry_in_topic) == ["e1"]

@@ -19,6 +19,7 @@ from connector.check import probe_token
 from connector.delivery import Deliverer
 from connector.divert import Diverter
 from connector.rebatch import Batch
+from connector.sender import HttpxSender
 from hifi.check import CheckReport
 from hifi.errors import TokenRefused
 from tests.helpers import FakeKafka, Sleeps, make_event
@@ -71,7 +72,13 @@ async def _deliver(
         mock.route(host="127.0.0.1").pass_through()
         route = mock.post(URL).mock(side_effect=lambda _request: next(replies))
         async with bearer.started(dest) as auth, httpx.AsyncClient() as client:
-            deliverer = Deliverer(client, dest, Diverter(kafka, dest), sleep=Sleeps(), auth=auth)
+            deliverer = Deliverer(
+                HttpxSender(client, timeout_s=dest.request_timeout_s),
+                dest,
+                Diverter(kafka, dest),
+                sleep=Sleeps(),
+                auth=auth,
+            )
             await deliverer.deliver(Batch([make_event(1)]))
     return [call.request for call in route.calls]
 
@@ -113,7 +120,13 @@ async def test_a_token_endpoint_failing_at_run_time_hands_off(
         mock.post(URL).mock(side_effect=lambda _request: next(replies))
         async with bearer.started(dest) as auth, httpx.AsyncClient() as client:
             server.refuse(400, 400)
-            deliverer = Deliverer(client, dest, Diverter(kafka, dest), sleep=Sleeps(), auth=auth)
+            deliverer = Deliverer(
+                HttpxSender(client, timeout_s=dest.request_timeout_s),
+                dest,
+                Diverter(kafka, dest),
+                sleep=Sleeps(),
+                auth=auth,
+            )
             await deliverer.deliver(Batch([make_event(1)]))
     assert kafka.ids(dest.retry_in_topic) == ["e1"]
     assert kafka.ids(dest.dlq_topic) == []

@@ -17,6 +17,7 @@ from connector.divert import Diverter
 from connector.pacing import Pacer
 from connector.rate_limits import RateLimits
 from connector.rebatch import Batch
+from connector.sender import HttpxSender
 from connector.tenant_pending import TenantPending
 from hifi.errors import ConfigError
 from tests.helpers import FakeKafka, Sleeps, make_destination, make_event, until
@@ -198,7 +199,12 @@ async def test_each_local_attempt_takes_a_request_token(catalog_dir: Path) -> No
         side_effect=[httpx.Response(503), httpx.Response(503), httpx.Response(200)]
     )
     async with httpx.AsyncClient() as client:
-        deliverer = Deliverer(client, dest, Diverter(FakeKafka(), dest), sleep=Sleeps())
+        deliverer = Deliverer(
+            HttpxSender(client, timeout_s=dest.request_timeout_s),
+            dest,
+            Diverter(FakeKafka(), dest),
+            sleep=Sleeps(),
+        )
         clock = Clock()
         deliverer.rate_limits = _limits(dest, clock)
         await deliverer.deliver(_batch(5))

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from chaos.reply_fuzz import FuzzRun
+from connector.sender import HttpxSender
 from tests.connector.reply_fuzz import MAX_BODY_BYTES, Case, bodies, final_status, replies
 
 # ~1,300 cases, ~20 s of CPU: in `make test`, kept out of the quick tier (its budget is 60 s)
@@ -141,6 +142,6 @@ def test_the_rig_sees_a_client_that_delivers_anything(fuzz: FuzzRun) -> None:
         transport=httpx.MockTransport(lambda _: httpx.Response(200, content=bytes(2 << 20)))
     )
     case = Case((_reply(b"500 Oops"),), "close")
-    outcome = fuzz.run_one(case, liar)
+    outcome = fuzz.run_one(case, HttpxSender(liar, timeout_s=0.5))
     assert {f.prop for f in outcome.failures} == {"delivered-not-2xx", "body"}
     assert MAX_BODY_BYTES < 2 << 20

@@ -14,8 +14,8 @@ import trustme
 from config.destination import Destination
 from connector.delivery import Deliverer
 from connector.divert import Diverter
-from connector.http_client import http_client
 from connector.rebatch import Batch
+from connector.sender import opened_sender
 from devstack.destination import TestDestination
 from tests.helpers import FakeKafka, Sleeps, make_destination, make_event
 
@@ -73,8 +73,8 @@ async def _deliver(
         catalog_dir, name, url, "src", local_retry_attempts=2, request_timeout_s=5.0, **tls
     )
     kafka = FakeKafka()
-    async with http_client(dest) as client:
-        await Deliverer(client, dest, Diverter(kafka, dest), sleep=Sleeps()).deliver(
+    async with opened_sender(dest) as sender:
+        await Deliverer(sender, dest, Diverter(kafka, dest), sleep=Sleeps()).deliver(
             Batch([make_event(1), make_event(2)])
         )
     return dest, kafka
