@@ -23,6 +23,7 @@ from connector.breaker import Breaker
 from connector.delivery import Deliverer
 from connector.divert import Diversion, Diverter, Unreadable
 from connector.intake import BUFFER_WINDOWS, intake_limit
+from connector.linger import LingerSchedule
 from connector.rebatch import Batch, Pending, PendingEvents, offsets_of
 from connector.tenant_pending import TenantPending
 from hifi.redaction import short_error
@@ -67,6 +68,10 @@ class DeliveryHandler(PartitionHandler):
         )
         self._limit_records = intake_limit(dest)
         self._limit_bytes = dest.max_in_flight * dest.max_batch_bytes * BUFFER_WINDOWS
+        # a tenant destination's linger, longer while the connector is short of CPU
+        floor_s = 0.0 if dest.lookups is None else dest.lookups.max_linger_s
+        self.linger = LingerSchedule(floor_s, dest.accounting.lag_sla_s / 2)
+        metrics.LINGER.labels(dest.name).set_function(lambda: self.linger.linger_s)
         if route_of is not None and dest.lookups is not None:
             self._pending = TenantPending(
                 route_of,
@@ -74,7 +79,7 @@ class DeliveryHandler(PartitionHandler):
                 max_records=dest.max_batch_records,
                 max_bytes=dest.max_batch_bytes,
                 holds_back=deliverer.rate_limits.holds_back,  # rate limits
-                max_linger_s=dest.lookups.max_linger_s,
+                linger_ms=self.linger.linger_ms,
             )
             # batches are cut per tenant: the tail of tenants needs room to fill theirs
             self._limit_records = max(self._limit_records, dest.lookups.buffer_records)

@@ -211,6 +211,12 @@ CONCURRENCY_LIMIT = Gauge(
     "Requests the destination may have in flight now (adaptive, or max_in_flight when fixed).",
     ["dest"],
 )
+LINGER = Gauge(
+    "hifi_connector_linger_seconds",
+    "How long a tenant's events wait for its batch to fill now: max_linger_s, longer while the"
+    " connector is short of CPU (connector.linger).",
+    ["dest"],
+)
 RTT = Gauge("hifi_connector_rtt_seconds", "The last answered attempt's round-trip time.", ["dest"])
 RTT_MEAN = Gauge(
     "hifi_connector_rtt_mean_seconds",

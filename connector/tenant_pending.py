@@ -85,12 +85,14 @@ class TenantPending:
         max_bytes: int,
         holds_back: Callable[[Route], bool] | None = None,
         max_linger_s: float = 0.0,
+        linger_ms: Callable[[], float] | None = None,
     ) -> None:
         """`route_of`: the lookup cache's `get`; `holds_back`: whether a route's rate limits
         hold its next batch back now; `max_linger_s`: how long a queue short of a full batch
-        waits for more events while the connector keeps up."""
+        waits for more events while the connector keeps up; `linger_ms`: that wait now, when it
+        adapts (`connector.linger`), in place of `max_linger_s`."""
         self._route_of = route_of
-        self._max_linger_ms = max_linger_s * 1000
+        self._linger_ms = linger_ms or (lambda: max_linger_s * 1000)
         self._holds_back = holds_back
         self._tenant_field = tenant_field
         self.max_records = max_records
@@ -314,7 +316,7 @@ class TenantPending:
                 if crowded and queue.waited_ms() < OLDEST_WAIT_MAX_MS:
                     queue = max(ready, key=len)
         if linger and not crowded and queue.route not in self._full:
-            return None if queue.waited_ms() < self._max_linger_ms else queue
+            return None if queue.waited_ms() < self._linger_ms() else queue
         return queue
 
     def sendable(self) -> bool:

@@ -190,6 +190,24 @@ def test_revoked_partitions_are_forgotten(dest: Destination) -> None:
     assert [[e.id for e in b.events] for b in _drain(pending)] == [["e10"]]
 
 
+def test_the_linger_followed_is_the_schedules_of_the_moment(dest: Destination) -> None:
+    """With an adapting linger (`connector.linger`), a queue is held by the linger it reads now:
+    longer while the connector is short of CPU, back to the catalog's after."""
+    linger = {"ms": 400.0}
+    pending = TenantPending(
+        _routes(dest, a={}).get,
+        tenant_field="customer",
+        max_records=3,
+        max_bytes=1 << 20,
+        max_linger_s=0.1,
+        linger_ms=lambda: linger["ms"],
+    )
+    pending.extend(tenant_events(["a"], taken_ms=int(time.time() * 1000) - 250))
+    assert pending.next_batch() is None  # 250 ms waited of the 400 the schedule says now
+    linger["ms"] = 100.0
+    assert [e.id for e in _cut(pending).events] == ["e0"]
+
+
 def test_a_tenant_lingers_until_its_batch_fills_or_its_time_is_up(dest: Destination) -> None:
     """While the connector keeps up, a queue short of a full batch waits `max_linger_s` from its
     first event; a full one goes at once; a breaker's probe (`linger=False`) does not wait.
