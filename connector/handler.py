@@ -68,7 +68,7 @@ class DeliveryHandler(PartitionHandler):
         )
         self._limit_records = intake_limit(dest)
         self._limit_bytes = dest.max_in_flight * dest.max_batch_bytes * BUFFER_WINDOWS
-        # a tenant destination's linger, longer while the connector is short of CPU
+        # a tenant destination's linger, longer while its round of tenants comes late
         floor_s = 0.0 if dest.lookups is None else dest.lookups.max_linger_s
         self.linger = LingerSchedule(floor_s, dest.accounting.lag_sla_s / 2)
         metrics.LINGER.labels(dest.name).set_function(lambda: self.linger.linger_s)
@@ -79,7 +79,7 @@ class DeliveryHandler(PartitionHandler):
                 max_records=dest.max_batch_records,
                 max_bytes=dest.max_batch_bytes,
                 holds_back=deliverer.rate_limits.holds_back,  # rate limits
-                linger_ms=self.linger.linger_ms,
+                linger=self.linger,
             )
             # batches are cut per tenant: the tail of tenants needs room to fill theirs
             self._limit_records = max(self._limit_records, dest.lookups.buffer_records)

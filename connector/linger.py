@@ -1,18 +1,24 @@
-"""A tenant destination's linger, adapted to the connector's spare CPU.
+"""A tenant destination's linger, adapted to the request rate the connector sustains.
 
 With `[lookups]`, a tenant's events wait up to the linger for its batch to fill (`max_linger_s`,
 `connector.tenant_pending`). Each tenant with events sends about one request per linger, so a
-connector serving N tenants at a linger of L seconds makes about N / L requests a second, each
-costing the same CPU whatever it carries. When that is more than one core can do, the round of
-tenants stretches instead: every tenant waits for the others' requests, and the lag grows with
-the number of tenants, not with the load (docs/performance.md, "The tenant round").
+connector serving N tenants at a linger of L seconds is asked for about N / L requests a
+second, each costing the same CPU whatever it carries. When that is more than it can send (a
+slow or shared core, a CPU limit, slots held by a slow destination), the round of tenants
+stretches instead: a queue due at L is cut later, and every tenant waits for the others'
+requests, so the lag grows with the number of tenants, not with the load
+(docs/performance.md, "Tenant lookups").
 
-The schedule reads the process's CPU time once a second. Busier than `TARGET_BUSY` of a core,
-the linger grows in proportion (at most doubling a second), so the connector sends fewer,
-larger requests; with CPU to spare it shrinks back (at most halving a second) to the catalog's
-`max_linger_s`, which stays the floor. It never passes half of `lag_sla_s`: the linger is
-the part of the lag this schedule adds. With `max_linger_s = 0` nothing lingers, and nothing
-adapts.
+The schedule measures that directly, as the connector runs: each cut of a queue that lingered
+reports how long past the linger it came. A due queue may wait up to one poll for the next
+batch to be considered (`POLL_SLACK_S`, the worker's poll timeout) when nothing else wakes the
+connector: lateness beyond that is the round's. Once a second, when the cuts came late beyond
+that slack by more than a quarter of the linger on average, the linger grows to about the round
+the connector managed (at most doubling a second): fewer, larger requests. When they came
+within the slack, it shrinks back (by a fifth a second) to the catalog's `max_linger_s`, which
+stays the floor.
+It never passes half of `lag_sla_s`: the linger is part of the lag. With `max_linger_s = 0`
+nothing lingers, and nothing adapts.
 """
 
 from __future__ import annotations
@@ -20,44 +26,54 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["EVERY_S", "TARGET_BUSY", "LingerSchedule"]
+__all__ = ["EVERY_S", "POLL_SLACK_S", "LingerSchedule"]
 
-#: the share of one core the connector aims to keep under (the rest absorbs bursts)
-TARGET_BUSY = 0.6
-#: how often the CPU share is read again
+#: how often the linger is reconsidered
 EVERY_S = 1.0
-_MAX_STEP = 2.0  # the linger at most doubles, or halves, at each reading
+#: how late a due queue may be cut only for want of a poll (hifi.worker's poll timeout)
+POLL_SLACK_S = 0.2
+_LATE = 0.25  # cuts late beyond the slack by more than this share of the linger: grow it
+_MAX_GROWTH = 2.0
+_SHRINK = 0.8
 
 
 class LingerSchedule:
     """The linger, in seconds, between `floor_s` (the catalog's) and `ceiling_s`."""
 
     def __init__(
-        self,
-        floor_s: float,
-        ceiling_s: float,
-        *,
-        target_busy: float = TARGET_BUSY,
-        cpu_s: Callable[[], float] = time.process_time,
-        now_s: Callable[[], float] = time.monotonic,
+        self, floor_s: float, ceiling_s: float, *, now_s: Callable[[], float] = time.monotonic
     ) -> None:
         self.floor_s = floor_s
         self.ceiling_s = max(floor_s, ceiling_s)
         self.linger_s = floor_s
-        self.busy = 0.0  # the share of a core used over the last reading
-        self._target = target_busy
-        self._cpu_s, self._now_s = cpu_s, now_s
-        self._last = (now_s(), cpu_s())
+        self.overdue_s = 0.0  # how late the lingering cuts came, on average, over the last second
+        self._now_s = now_s
+        self._next_s = now_s() + EVERY_S
+        self._late_ms = 0.0  # summed over the cuts since the last reconsideration
+        self._cuts = 0
 
     def linger_ms(self) -> float:
-        """The linger now, in milliseconds; read again from the CPU once `EVERY_S` has passed
-        (cheap otherwise: called for each batch the connector considers)."""
-        now_s = self._now_s()
-        then_s, cpu_then_s = self._last
-        if now_s - then_s >= EVERY_S and self.floor_s > 0:
-            cpu_s = self._cpu_s()
-            self.busy = (cpu_s - cpu_then_s) / (now_s - then_s)
-            step = min(_MAX_STEP, max(1 / _MAX_STEP, self.busy / self._target))
-            self.linger_s = min(self.ceiling_s, max(self.floor_s, self.linger_s * step))
-            self._last = (now_s, cpu_s)
+        """The linger now, in milliseconds; reconsidered once `EVERY_S` has passed (cheap
+        otherwise: read for each batch the connector considers)."""
+        if self._now_s() >= self._next_s:
+            self._reconsider()
         return self.linger_s * 1000
+
+    def cut(self, overdue_ms: float) -> None:
+        """A queue that lingered was cut `overdue_ms` past the linger."""
+        self._late_ms += max(0.0, overdue_ms)
+        self._cuts += 1
+
+    def _reconsider(self) -> None:
+        self._next_s = self._now_s() + EVERY_S
+        linger_s = self.linger_s
+        if linger_s <= 0:
+            return
+        late_s = self._late_ms / self._cuts / 1000 if self._cuts else 0.0
+        self._late_ms, self._cuts, self.overdue_s = 0.0, 0, late_s
+        excess_s = late_s - POLL_SLACK_S
+        if excess_s > _LATE * linger_s:
+            linger_s *= min(_MAX_GROWTH, 1 + excess_s / linger_s)
+        elif excess_s <= 0:
+            linger_s *= _SHRINK
+        self.linger_s = min(self.ceiling_s, max(self.floor_s, linger_s))

@@ -213,8 +213,8 @@ CONCURRENCY_LIMIT = Gauge(
 )
 LINGER = Gauge(
     "hifi_connector_linger_seconds",
-    "How long a tenant's events wait for its batch to fill now: max_linger_s, longer while the"
-    " connector is short of CPU (connector.linger).",
+    "How long a tenant's events wait for its batch to fill now: max_linger_s, longer while its"
+    " round of tenants comes late (connector.linger).",
     ["dest"],
 )
 RTT = Gauge("hifi_connector_rtt_seconds", "The last answered attempt's round-trip time.", ["dest"])

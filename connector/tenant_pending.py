@@ -45,6 +45,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from connector.divert import Diversion
+from connector.linger import LingerSchedule
 from connector.rebatch import Batch
 from connector.tenant_queue import SEPARATOR_BYTES, TenantQueue
 from hifi.envelope import Event
@@ -85,14 +86,14 @@ class TenantPending:
         max_bytes: int,
         holds_back: Callable[[Route], bool] | None = None,
         max_linger_s: float = 0.0,
-        linger_ms: Callable[[], float] | None = None,
+        linger: LingerSchedule | None = None,
     ) -> None:
         """`route_of`: the lookup cache's `get`; `holds_back`: whether a route's rate limits
         hold its next batch back now; `max_linger_s`: how long a queue short of a full batch
-        waits for more events while the connector keeps up; `linger_ms`: that wait now, when it
-        adapts (`connector.linger`), in place of `max_linger_s`."""
+        waits for more events while the connector keeps up; `linger`: that wait as it adapts
+        (`connector.linger`), told how late each lingering queue is cut, in its place."""
         self._route_of = route_of
-        self._linger_ms = linger_ms or (lambda: max_linger_s * 1000)
+        self._linger = linger or LingerSchedule(max_linger_s, max_linger_s)
         self._holds_back = holds_back
         self._tenant_field = tenant_field
         self.max_records = max_records
@@ -316,7 +317,10 @@ class TenantPending:
                 if crowded and queue.waited_ms() < OLDEST_WAIT_MAX_MS:
                     queue = max(ready, key=len)
         if linger and not crowded and queue.route not in self._full:
-            return None if queue.waited_ms() < self._linger_ms() else queue
+            waited_ms, linger_ms = queue.waited_ms(), self._linger.linger_ms()
+            if waited_ms < linger_ms:
+                return None
+            self._linger.cut(waited_ms - linger_ms)
         return queue
 
     def sendable(self) -> bool:

@@ -1,74 +1,64 @@
-"""`connector.linger`: the tenant linger grows while the connector is short of CPU, shrinks back to
-the catalog's when it is not, and stays within its bounds."""
+"""`connector.linger`: the tenant linger grows while the round of tenants comes late, shrinks back
+to the catalog's when it does not, and stays within its bounds."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
-from connector.linger import EVERY_S, TARGET_BUSY, LingerSchedule
+from connector.linger import EVERY_S, POLL_SLACK_S, LingerSchedule
 
 
-@dataclass
-class _Clocks:
-    """Wall and CPU time the test moves: `run(busy)` spends one reading at that share of a core."""
-
-    now_s: float = 0.0
-    cpu_s: float = 0.0
-
-    def run(self, busy: float, seconds: float = EVERY_S) -> None:
-        self.now_s += seconds
-        self.cpu_s += busy * seconds
+class _Clock:
+    now_s = 0.0
 
 
-def _schedule(clocks: _Clocks, floor_s: float = 0.1, ceiling_s: float = 0.5) -> LingerSchedule:
-    return LingerSchedule(
-        floor_s, ceiling_s, cpu_s=lambda: clocks.cpu_s, now_s=lambda: clocks.now_s
-    )
+def _schedule(clock: _Clock, floor_s: float = 0.1, ceiling_s: float = 0.5) -> LingerSchedule:
+    return LingerSchedule(floor_s, ceiling_s, now_s=lambda: clock.now_s)
 
 
-def test_a_saturated_connector_lingers_longer_up_to_the_ceiling() -> None:
-    clocks = _Clocks()
-    schedule = _schedule(clocks)
-    seen = []
-    for _ in range(6):
-        clocks.run(busy=1.0)
-        seen.append(schedule.linger_ms())
-    assert seen[0] == pytest.approx(100 / TARGET_BUSY)  # in proportion to the CPU share
+def _second(clock: _Clock, schedule: LingerSchedule, *late_ms: float) -> float:
+    """One second of cuts, each `late_ms` past the linger; the linger after it, in ms."""
+    for each in late_ms:
+        schedule.cut(each)
+    clock.now_s += EVERY_S
+    return schedule.linger_ms()
+
+
+def test_a_round_that_comes_late_lengthens_the_linger_up_to_the_ceiling() -> None:
+    clock = _Clock()
+    schedule = _schedule(clock)
+    late_ms = POLL_SLACK_S * 1000 + 150  # 150 ms late beyond a poll's wait
+    first = _second(clock, schedule, late_ms, late_ms)
+    assert first == pytest.approx(200)  # 100 ms grown by at most double a second
+    assert schedule.overdue_s == pytest.approx(late_ms / 1000)
+    seen = [_second(clock, schedule, late_ms) for _ in range(4)]
     assert seen == sorted(seen)
     assert seen[-1] == pytest.approx(500)  # half of lag_sla_s at the defaults: never more
-    assert schedule.busy == pytest.approx(1.0)
 
 
-def test_with_cpu_to_spare_it_shrinks_back_to_the_floor() -> None:
-    clocks = _Clocks()
-    schedule = _schedule(clocks)
-    for _ in range(5):
-        clocks.run(busy=1.0)
-        schedule.linger_ms()
+def test_lateness_within_a_polls_wait_is_not_the_rounds() -> None:
+    clock = _Clock()
+    schedule = _schedule(clock)
+    assert _second(clock, schedule, POLL_SLACK_S * 1000, 50) == pytest.approx(100)
+
+
+def test_cuts_on_time_shrink_it_back_to_the_floor() -> None:
+    clock = _Clock()
+    schedule = _schedule(clock)
+    for _ in range(4):
+        _second(clock, schedule, 2_000)
     longest = schedule.linger_ms()
-    clocks.run(busy=0.05)
-    assert schedule.linger_ms() == pytest.approx(longest / 2)  # halved at most per reading
-    for _ in range(5):
-        clocks.run(busy=0.05)
-        schedule.linger_ms()
+    assert _second(clock, schedule, 0, 10) == pytest.approx(longest * 0.8)
+    for _ in range(10):
+        _second(clock, schedule)  # no lingering cut at all: shrinks too
     assert schedule.linger_ms() == pytest.approx(100)
 
 
-def test_a_busy_share_at_the_target_holds_it_and_readings_wait_a_second() -> None:
-    clocks = _Clocks()
-    schedule = _schedule(clocks)
-    clocks.run(busy=1.0)
-    held = schedule.linger_ms()
-    clocks.run(busy=TARGET_BUSY)
-    assert schedule.linger_ms() == pytest.approx(held)
-    clocks.run(busy=1.0, seconds=EVERY_S / 2)  # not a reading yet: unchanged
-    assert schedule.linger_ms() == pytest.approx(held)
-
-
-def test_no_linger_configured_means_none_adapts() -> None:
-    clocks = _Clocks()
-    schedule = _schedule(clocks, floor_s=0.0)
-    clocks.run(busy=1.0)
-    assert schedule.linger_ms() == 0.0
+def test_it_is_reconsidered_once_a_second_and_not_at_all_without_a_linger() -> None:
+    clock = _Clock()
+    schedule = _schedule(clock)
+    schedule.cut(5_000)
+    clock.now_s += EVERY_S / 2
+    assert schedule.linger_ms() == pytest.approx(100)  # not a second yet
+    still = _schedule(clock, floor_s=0.0)
+    assert _second(clock, still, 5_000) == 0.0

@@ -13,6 +13,7 @@ from aiokafka import ConsumerRecord, TopicPartition
 
 from config.destination import Destination
 from connector.handler import DeliveryHandler
+from connector.linger import LingerSchedule
 from connector.rate_limits import RateLimits
 from connector.rebatch import Batch
 from connector.tenant_pending import OLDEST_WAIT_MAX_MS, TenantPending
@@ -190,22 +191,26 @@ def test_revoked_partitions_are_forgotten(dest: Destination) -> None:
     assert [[e.id for e in b.events] for b in _drain(pending)] == [["e10"]]
 
 
-def test_the_linger_followed_is_the_schedules_of_the_moment(dest: Destination) -> None:
-    """With an adapting linger (`connector.linger`), a queue is held by the linger it reads now:
-    longer while the connector is short of CPU, back to the catalog's after."""
-    linger = {"ms": 400.0}
+def test_the_linger_followed_is_the_schedules_and_it_is_told_how_late_each_cut_came(
+    dest: Destination,
+) -> None:
+    """With an adapting linger (`connector.linger`), a queue is held by the linger it reads now,
+    and each lingering cut reports how long past that linger it came."""
+    schedule = LingerSchedule(0.1, 0.5, now_s=lambda: 0.0)
+    schedule.linger_s = 0.4  # the round came late: lingering longer
     pending = TenantPending(
         _routes(dest, a={}).get,
         tenant_field="customer",
         max_records=3,
         max_bytes=1 << 20,
-        max_linger_s=0.1,
-        linger_ms=lambda: linger["ms"],
+        linger=schedule,
     )
     pending.extend(tenant_events(["a"], taken_ms=int(time.time() * 1000) - 250))
     assert pending.next_batch() is None  # 250 ms waited of the 400 the schedule says now
-    linger["ms"] = 100.0
+    schedule.linger_s = 0.1
     assert [e.id for e in _cut(pending).events] == ["e0"]
+    assert schedule._cuts == 1
+    assert 150 <= schedule._late_ms < 1_000  # 250 ms waited, 100 of them the linger
 
 
 def test_a_tenant_lingers_until_its_batch_fills_or_its_time_is_up(dest: Destination) -> None:
