@@ -44,13 +44,18 @@ from hifi.logging import configure_logging
 
 RESULTS_DIR = Path(__file__).parent / "results"
 LAG_FRACTIONS = (0.25, 0.50, 0.75)
+# issue 44's (lookup_ratio is reported with none: a tenant path needs several times the
+# requests of a plain one); cpu_per_request_us is judged against the code before, alternated
 TARGETS = {
-    "ratio_min": 0.5,
+    "ratio_min": 0.7,
     "p95_at_half_ms_max": 100.0,
-    "rss_mb_max": 400.0,
-    "lookup_ratio_min": 0.5,
-    "p95_redis_down_ms_max": "1.25 x p95_redis_up_ms + 20",
-    "arc_vs_best_fixed_min": capacity.TARGET_SHARE,
+    "p95_over_floor_ms_max": 10.0,
+    "rss_mb_max": 300.0,
+    "p95_redis_up_ms_max": 1000.0,
+    "p95_redis_down_ms_max": 1000.0,
+    "arc_vs_best_fixed_min": 0.95,
+    "tls_over_plain_min": 0.9,
+    "cpu_per_request_us": "at most half of the code before, alternated (bench.cpu_ab)",
 }
 
 
