@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY
 from config.catalog import Catalog
 from config.destination import Destination
 from connector import bearer
+from connector.bearer import Bearer
 from connector.check import probe_token
 from connector.delivery import Deliverer
 from connector.divert import Diverter
@@ -72,15 +73,17 @@ async def _deliver(
         mock.route(host="127.0.0.1").pass_through()
         route = mock.post(URL).mock(side_effect=lambda _request: next(replies))
         async with bearer.started(dest) as auth, httpx.AsyncClient() as client:
-            deliverer = Deliverer(
-                HttpxSender(client, timeout_s=dest.request_timeout_s),
-                dest,
-                Diverter(kafka, dest),
-                sleep=Sleeps(),
-                auth=auth,
-            )
+            deliverer = _deliverer(client, dest, kafka, auth)
             await deliverer.deliver(Batch([make_event(1)]))
     return [call.request for call in route.calls]
+
+
+def _deliverer(
+    client: httpx.AsyncClient, dest: Destination, kafka: FakeKafka, auth: Bearer | None
+) -> Deliverer:
+    """A deliverer with `[auth]` over respx's transport; Kafka a fake."""
+    sender = HttpxSender(client, timeout_s=dest.request_timeout_s)
+    return Deliverer(sender, dest, Diverter(kafka, dest), sleep=Sleeps(), auth=auth)
 
 
 async def test_a_401_refreshes_the_token_and_resends_once(
@@ -120,13 +123,7 @@ async def test_a_token_endpoint_failing_at_run_time_hands_off(
         mock.post(URL).mock(side_effect=lambda _request: next(replies))
         async with bearer.started(dest) as auth, httpx.AsyncClient() as client:
             server.refuse(400, 400)
-            deliverer = Deliverer(
-                HttpxSender(client, timeout_s=dest.request_timeout_s),
-                dest,
-                Diverter(kafka, dest),
-                sleep=Sleeps(),
-                auth=auth,
-            )
+            deliverer = _deliverer(client, dest, kafka, auth)
             await deliverer.deliver(Batch([make_event(1)]))
     assert kafka.ids(dest.retry_in_topic) == ["e1"]
     assert kafka.ids(dest.dlq_topic) == []
