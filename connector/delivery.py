@@ -34,6 +34,7 @@ from connector.http1.decoding import Answer
 from connector.rate_limits import RateLimits
 from connector.rebatch import Batch, Target, encode_values
 from connector.reply_policy import (
+    UNSENDABLE,
     Moved,
     Unreachable,
     classify,
@@ -259,7 +260,7 @@ class Deliverer:
             raise DestinationRejected(
                 short_error(str(exc)), status=None, reason=Reason.FORBIDDEN_DESTINATION
             ) from exc
-        except (httpx.TransportError, TimeoutError) as exc:
+        except (httpx.TransportError, *UNSENDABLE, TimeoutError) as exc:
             error = exc
             kind, unavailable = no_reply(exc, self._dest.request_timeout_s)
             self._meters.requests(kind).inc()

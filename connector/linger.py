@@ -60,17 +60,22 @@ class LingerSchedule:
         return self.linger_s * 1000
 
     def cut(self, overdue_ms: float) -> None:
-        """A queue that lingered was cut `overdue_ms` past the linger."""
-        self._late_ms += max(0.0, overdue_ms)
+        """A queue that lingered was cut `overdue_ms` past the linger. One cut counts for at
+        most a linger beyond the poll's slack: a queue a rate limit or an open breaker held
+        for long, or a clock's step, does not decide the average alone."""
+        most_ms = self.linger_s * 1000 + POLL_SLACK_S * 1000
+        self._late_ms += min(most_ms, max(0.0, overdue_ms))
         self._cuts += 1
 
     def _reconsider(self) -> None:
-        self._next_s = self._now_s() + EVERY_S
-        linger_s = self.linger_s
-        if linger_s <= 0:
-            return
+        now_s = self._now_s()
+        idle_steps = int((now_s - self._next_s) / EVERY_S)  # seconds with no reading at all
+        self._next_s = now_s + EVERY_S
         late_s = self._late_ms / self._cuts / 1000 if self._cuts else 0.0
         self._late_ms, self._cuts, self.overdue_s = 0.0, 0, late_s
+        linger_s = self.linger_s * _SHRINK**idle_steps  # unread while nothing lingered
+        if linger_s <= 0:
+            return
         excess_s = late_s - POLL_SLACK_S
         if excess_s > _LATE * linger_s:
             linger_s *= min(_MAX_GROWTH, 1 + excess_s / linger_s)

@@ -81,12 +81,21 @@ def classify(answer: Answer, note: Callable[[str], None] | None = None) -> None:
     raise DestinationRejected(detail, status=status, reason=Reason.HTTP_4XX)
 
 
+#: a request that could not be written at all: a URL that does not parse (a tenant's, as its
+#: entry renders it), a header value that is not ASCII (an OAuth2 server's token)
+UNSENDABLE = (httpx.InvalidURL, UnicodeEncodeError)
+
+
 def no_reply(
-    exc: httpx.TransportError | TimeoutError, timeout_s: float
+    exc: httpx.TransportError | httpx.InvalidURL | UnicodeEncodeError | TimeoutError,
+    timeout_s: float,
 ) -> tuple[str, DestinationUnavailable]:
     """A request that got no reply: its `hifi_connector_requests_total` class (`timeout` or
-    `connection`) and the failure, `Unreachable` when no request reached the destination."""
+    `connection`) and the failure, `Unreachable` when no request reached the destination (one
+    that could not be written included: the destination's fault, never the events')."""
     name = type(exc).__name__
+    if isinstance(exc, UNSENDABLE):
+        return "connection", Unreachable(short_error(f"request not sendable: {name}: {exc}"))
     if isinstance(exc, TimeoutError | httpx.TimeoutException):
         return "timeout", DestinationUnavailable(f"timeout after {timeout_s}s ({name}: {exc})")
     error = short_error(f"connection error: {name}: {exc}")

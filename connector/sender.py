@@ -40,6 +40,8 @@ __all__ = [
 #: tenant routes kept prepared (a changed tenant entry is a new route; the oldest goes first)
 MAX_TENANT_ROUTES = 4096
 
+#: headers each request writes itself: a route's of the same name (in any case) are not sent
+_OWN_PER_REQUEST = frozenset({b"content-length", b"idempotency-key"})
 #: what every request carries unless the route's headers say otherwise (httpx's defaults with
 #: hifi's User-Agent; the replies' codings the connector decodes, within bounds)
 DEFAULT_HEADERS = (
@@ -60,22 +62,27 @@ class Route:
     given: Mapping[str, str]  # the headers as the catalog or the tenant entry gave them
     raw: list[tuple[bytes, bytes]]  # Host, the defaults and `given`, as written: no length
     public_only: bool
+    authorized: bool = False  # `raw` has an Authorization (the headers', or the URL's)
 
     @classmethod
     def of(cls, url: str, headers: Mapping[str, str], *, public_only: bool = False) -> Route:
         """The route of `url` with `headers` (they replace a default of the same name, in any
-        case). `httpx.UnsupportedProtocol` for a URL that is not http or https, `httpx.InvalidURL`
-        for one that does not parse."""
+        case), and credentials in the URL as Basic `Authorization`, as httpx's client sends
+        them, unless the headers name one. `httpx.UnsupportedProtocol` for a URL that is not
+        http or https, `httpx.InvalidURL` for one that does not parse."""
         parsed = httpx.URL(url)
         merged = httpx.Headers(DEFAULT_HEADERS)
         merged.update(headers)
+        if (parsed.username or parsed.password) and "authorization" not in merged:
+            basic = httpx.BasicAuth(parsed.username, parsed.password)
+            merged["Authorization"] = next(basic.auth_flow(httpx.Request("POST", parsed))).headers[
+                "Authorization"
+            ]
         request = httpx.Request("POST", parsed, headers=merged)  # Host as httpx writes it
-        raw = [
-            (name, value)
-            for name, value in request.headers.raw
-            if name.lower() != b"content-length"
-        ]
-        return cls(parsed, origin_of(parsed), headers, raw, public_only)
+        own = _OWN_PER_REQUEST
+        raw = [(name, value) for name, value in request.headers.raw if name.lower() not in own]
+        authorized = "authorization" in merged
+        return cls(parsed, origin_of(parsed), headers, raw, public_only, authorized)
 
 
 class Routes:
@@ -129,6 +136,8 @@ class Http1Sender:
         headers = route.raw.copy()
         headers.append((b"Content-Length", b"%d" % len(body)))
         for name, value in extra:
+            if route.authorized and name.lower() == "authorization":  # the request's own wins
+                headers = [field for field in headers if field[0].lower() != b"authorization"]
             headers.append((name.encode("ascii"), value.encode("ascii")))
         request = Outgoing(b"POST", route.url, route.origin, headers, body)
         reply = await self._transport.send(

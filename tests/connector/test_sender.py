@@ -11,9 +11,12 @@ import httpx
 import pytest
 
 from config.destination import Destination
+from connector.delivery import Deliverer
+from connector.divert import Diverter
 from connector.http1 import Http1Transport
 from connector.http1.decoding import Answer
 from connector.http_client import http_client
+from connector.rebatch import Batch
 from connector.sender import (
     MAX_TENANT_ROUTES,
     Http1Sender,
@@ -24,7 +27,7 @@ from connector.sender import (
     opened_sender,
 )
 from tests.connector.loopback_http import RawServer, answer
-from tests.helpers import make_destination
+from tests.helpers import FakeKafka, Sleeps, make_destination, make_event
 
 _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 _HEADERS = {"Content-Type": "application/json", "X-Api-Key": "k-1", "user-agent": "mine/1"}
@@ -43,32 +46,40 @@ def _destination(tmp_path: Path, url: str) -> Destination:
     return make_destination(tmp_path, "d", url, "t", request_timeout_s=5.0)
 
 
-async def _head_sent(sender: Sender, url: str, server: RawServer, body: bytes) -> bytes:
-    found = await sender.post(Route.of(url, _HEADERS), body, _EXTRA)
+async def _head_sent(
+    sender: Sender, url: str, server: RawServer, body: bytes, extra: list[tuple[str, str]]
+) -> bytes:
+    found = await sender.post(Route.of(url, _HEADERS), body, extra)
     assert found.status == 200
     return server.heads[-1]
 
 
-async def test_the_direct_path_writes_the_request_httpx_wrote(tmp_path: Path) -> None:
+@pytest.mark.parametrize("userinfo", ["", "user:p%40ss@"])
+async def test_the_direct_path_writes_the_request_httpx_wrote(
+    tmp_path: Path, userinfo: str
+) -> None:
     """The same route and request through httpx's client and through `Http1Sender`: the same
     request line and the same header fields (the route's, httpx's defaults it does not
     override, Host, Content-Length, the request's own)."""
     body = b'[{"id":"e1"}]'
     async with RawServer(answer([_OK])) as server:
         port = server.port
-        dest = _destination(tmp_path, server.url)
+        url = server.url.replace("http://", f"http://{userinfo}")
+        extra = _EXTRA[:1] if userinfo else _EXTRA  # httpx's URL credentials beat a Bearer
+        dest = _destination(tmp_path, url)
         async with http_client(dest) as client:
-            before = await _head_sent(HttpxSender(client, timeout_s=5.0), server.url, server, body)
+            before = await _head_sent(HttpxSender(client, timeout_s=5.0), url, server, body, extra)
         async with opened_sender(dest) as sender:
             assert isinstance(sender, Http1Sender)
-            now = await _head_sent(sender, server.url, server, body)
+            now = await _head_sent(sender, url, server, body, extra)
     assert _fields(now) == _fields(before)
     line, fields = _fields(now)
     assert line == b"POST /v1/events HTTP/1.1"
     assert fields[b"user-agent"] == b"mine/1"  # the route's, in any case, replaces the default
     assert fields[b"content-length"] == str(len(body)).encode()
     assert fields[b"host"] == f"127.0.0.1:{port}".encode()
-    assert fields[b"authorization"] == b"Bearer t-1"
+    basic = b"Basic dXNlcjpwQHNz"  # "user:p@ss"
+    assert fields[b"authorization"] == (basic if userinfo else b"Bearer t-1")
     assert fields[b"accept-encoding"] == b"gzip, deflate"
 
 
@@ -155,3 +166,59 @@ def test_an_httpx_response_reads_as_the_same_answer() -> None:
     assert found.header(b"retry-after") == b"7"
     assert found.header(b"location") is None
     assert found.anomalies == ("location",)
+
+
+def test_credentials_in_the_url_are_sent_as_httpx_sent_them_and_own_headers_once() -> None:
+    route = Route.of(
+        "http://us%20er:p%40ss@127.0.0.1:9/in", {"idempotency-key": "catalog", "X-K": "v"}
+    )
+    fields = {name.lower(): value for name, value in route.raw}
+    assert fields[b"authorization"] == b"Basic dXMgZXI6cEBzcw=="  # "us er:p@ss"
+    assert b"idempotency-key" not in fields  # each request writes its own
+    named = Route.of("http://u:p@127.0.0.1:9/in", {"Authorization": "Bearer t"})
+    assert (b"Authorization", b"Bearer t") in named.raw  # the headers' own wins
+
+
+async def test_the_requests_own_authorization_replaces_the_urls() -> None:
+    """With `[auth]` on a URL with credentials, the bearer token goes, not the URL's Basic."""
+    async with RawServer(answer([_OK])) as server:
+        transport = Http1Transport()
+        try:
+            url = server.url.replace("http://", "http://user:pw@")
+            sent = await Http1Sender(transport, timeout_s=5.0).post(
+                Route.of(url, {}), b"[]", [("Authorization", "Bearer t-2")]
+            )
+        finally:
+            await transport.aclose()
+    assert sent.status == 200
+    assert _fields(server.heads[-1])[1][b"authorization"] == b"Bearer t-2"
+
+
+class _NonAsciiToken:
+    """An OAuth2 server's token that is not ASCII: no header can carry it."""
+
+    async def token(self) -> str:
+        return "tök-1"
+
+    async def refresh(self, stale: str) -> str:
+        return "tök-2"
+
+
+async def test_a_request_that_cannot_be_written_is_handed_off_not_a_crash(tmp_path: Path) -> None:
+    async with RawServer(answer([_OK])) as server:
+        dest = _destination(tmp_path, server.url)
+        kafka = FakeKafka()
+        async with opened_sender(dest) as sender:
+            deliverer = Deliverer(
+                sender,
+                dest,
+                Diverter(kafka, dest),
+                sleep=Sleeps(),
+                auth=_NonAsciiToken(),  # type: ignore[arg-type]
+            )
+            await deliverer.deliver(Batch([make_event(1)]))
+        assert server.heads == []  # nothing was sent
+    assert kafka.ids(dest.retry_in_topic) == ["e1"]
+    failure = deliverer.recent_failures[-1]
+    assert failure["outcome"] == "handed_off"
+    assert "request not sendable: UnicodeEncodeError" in failure["error"]
