@@ -71,7 +71,8 @@ class DeliveryHandler(PartitionHandler):
         # a tenant destination's linger, longer while its round of tenants comes late
         floor_s = 0.0 if dest.lookups is None else dest.lookups.max_linger_s
         self.linger = LingerSchedule(floor_s, dest.accounting.lag_sla_s / 2)
-        metrics.LINGER.labels(dest.name).set_function(lambda: self.linger.linger_ms() / 1000)
+        if dest.lookups is not None:
+            metrics.LINGER.labels(dest.name).set_function(lambda: self.linger.linger_ms() / 1000)
         if route_of is not None and dest.lookups is not None:
             self._pending = TenantPending(
                 route_of,

@@ -11,6 +11,7 @@ from config.destination import Destination
 from config.tls_files import tls_context
 from connector.http1 import Http1Transport
 from connector.http1.proxy import ProxyRoutes
+from hifi.defaults import USER_AGENT
 
 
 class _Cookieless(httpx.Cookies):
@@ -57,7 +58,7 @@ def http_client(
         timeout=httpx.Timeout(dest.request_timeout_s),
         follow_redirects=False,
         transport=transport or destination_transport(dest),
-        headers={"User-Agent": "hifi-connector"},
+        headers={"User-Agent": USER_AGENT},
     )
 
 

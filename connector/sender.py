@@ -26,6 +26,7 @@ from connector.http1.decoding import Answer, answer_of
 from connector.http1.redirects import Outgoing, origin_of
 from connector.http_client import destination_transport, http_client
 from connector.rebatch import Target, content_type
+from hifi.defaults import USER_AGENT
 
 __all__ = [
     "DEFAULT_HEADERS",
@@ -48,7 +49,7 @@ DEFAULT_HEADERS = (
     ("Accept", "*/*"),
     ("Accept-Encoding", "gzip, deflate"),
     ("Connection", "keep-alive"),
-    ("User-Agent", "hifi-connector"),
+    ("User-Agent", USER_AGENT),
 )
 
 

@@ -12,3 +12,5 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 #: where a daemon's ops port listens unless `--metrics-host` says otherwise: reachable from
 #: outside only when asked
 METRICS_HOST = "127.0.0.1"
+#: how the connector names itself to destinations and token endpoints (`User-Agent`)
+USER_AGENT = "hifi-connector"

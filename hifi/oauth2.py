@@ -38,6 +38,7 @@ from tenacity import (
 )
 
 from hifi import redaction
+from hifi.defaults import USER_AGENT
 from hifi.errors import TokenRefused, TokenUnavailable
 
 __all__ = ["ClientAuth", "ClientCredentials", "ProxyChooser", "Token", "TokenSource"]
@@ -141,7 +142,7 @@ class TokenSource:
             timeout=httpx.Timeout(self.credentials.timeout_s),
             transport=transport,
             verify=self._verify,
-            headers={"User-Agent": "hifi-connector", "Accept": "application/json"},
+            headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
         )
         return self
 
