@@ -47,6 +47,7 @@ from hifi.audit.columns import Observed, Slice, slices_of
 from hifi.audit.keys import chunks_of, origin_key
 from hifi.errors import HifiError
 from hifi.kafka.clients import Record
+from hifi.kafka.coalescing import Coalescing
 from hifi.kafka.producing import RecordWriter
 from hifi.redaction import shorten
 from hifi.vocabulary import Outcome, Reason
@@ -286,7 +287,8 @@ def fact_records(topic: str, facts: Sequence[Fact]) -> list[Record]:
 
 
 class AuditTrail:
-    """Writes the facts of one destination at one node; `record()` returns once acknowledged."""
+    """Writes the facts of one destination at one node; `record()` returns once acknowledged.
+    The facts of outcomes written together are queued in one call (`Coalescing`)."""
 
     def __init__(
         self,
@@ -299,7 +301,7 @@ class AuditTrail:
     ) -> None:
         """`replica`: how breaker facts name this process among a destination's connectors
         (its --instance-id); the `host:pid` of `node` when None."""
-        self._producer = producer
+        self._producer = Coalescing(producer)  # concurrent outcomes' facts in one produce
         self.topic = topic
         self._dest = dest
         self._node = node

@@ -284,6 +284,7 @@ async def test_a_full_batch_leaves_its_facts_acknowledgement_to_the_worker(
     async with client, asyncio.timeout(30):
         acknowledged = await delivery._deliver(Batch([make_event(1)], full=True))
         assert acknowledged is not None
+        await _until(lambda: len(_facts(kafka)) == 1, "the full batch's fact to be queued")
         assert [_named(fact) for fact in _facts(kafka)] == [[("src", 0, 1, "e1")]]
         assert kafka.acknowledged == 0
         kafka.acknowledge.set()
