@@ -7,8 +7,8 @@ commit. The `PartitionWorker` does the rest, the same way for every daemon:
 - one loop polls Kafka for only as many records as the handler has room for, takes each
   partition's records in, then starts work while fewer than `max_in_flight` (or a moving
   `limit()`) units run; each unit is a task it keeps; a finished unit's records are done (the
-  commit watermark, `OffsetTracker`, moves past them) and it starts the next one at once,
-  through the same `dispatch()`; a unit that raises stops the worker with that error;
+  commit watermark, `OffsetTracker`, moves past them); the slots of the units that ended in
+  one turn of the loop are filled in the next (`dispatch()`); a unit that raises stops the worker;
 - a unit whose job returns an awaitable (what is left once the job no longer needs its slot:
   the broker's acknowledgement of an outcome's audit facts) gives its slot to the next unit
   and settles beside the running ones; its records are done only once that awaitable is, and
@@ -176,6 +176,7 @@ class _Membership:
         self.assigned_once = False
         self.last_busy_s = 0.0  # loop time of the last work, or of the last assignment
         self.poll_open = False
+        self.refilling = False  # a `refill` is due on the next turn of the loop
         self.log = log.bind(**self.options.log_context)
         confirm_s = options.started_over_confirm_s
         self.restarts = RestartWatch(consumer, handler, self.tracker, seen, confirm_s, self.log)
@@ -288,10 +289,7 @@ class _Membership:
         if task is None or task not in self.running:
             return
         self.running.discard(task)
-        if self.failure is None and not self.stop.is_set():
-            self.sync_pauses()
-            self.dispatch()
-        self.progress.set()
+        self.refill_soon()
 
     def reap(self, task: asyncio.Task[None]) -> None:
         """A unit ended: surface its failure, or start what its slot allows."""
@@ -299,6 +297,16 @@ class _Membership:
         self.running.discard(task)
         if not task.cancelled() and (exc := task.exception()) is not None:
             self.fail("work_failed", exc)
+        self.refill_soon()
+
+    def refill_soon(self) -> None:
+        """Fill the slots given up, once per turn of the loop (it reads replies in bunches)."""
+        if not self.refilling:
+            self.refilling = True
+            asyncio.get_running_loop().call_soon(self.refill)
+
+    def refill(self) -> None:  # `refill_soon`'s
+        self.refilling = False
         if self.failure is None and not self.stop.is_set():
             self.sync_pauses()
             self.dispatch()
@@ -388,6 +396,5 @@ class _Membership:
         await asyncio.shield(self.commit())
         if self.ops is not None:
             self.ops.ready = False
-        self.log.info(
-            "worker_stopped", drained=drained, outstanding=self.tracker.total_outstanding()
-        )
+        outstanding = self.tracker.total_outstanding()
+        self.log.info("worker_stopped", drained=drained, outstanding=outstanding)

@@ -174,3 +174,22 @@ async def test_records_polled_after_a_stop_request_start_no_work() -> None:
     await asyncio.wait_for(worker.run(handler, topics=["src"]), 30)
     assert [unit.offset for unit in handler.units] == [0, 1, 2]  # taken in
     assert handler.started() == []  # never sent
+
+
+async def test_units_ending_in_one_turn_refill_their_slots_once() -> None:
+    """Units whose replies are read in one turn of the event loop end together: their slots
+    are filled in one pass (the pauses synced and work dispatched once), not once per unit."""
+    group = FakeGroup(TOPIC, partitions=1)
+    group.append(0, 8)
+    handler = Units(start=False)
+    worker = PartitionWorker(NEVER_DIALED, options("g", max_in_flight=4), consumer=group.open)
+    async with running(worker, handler, [TOPIC]):
+        await handler.changes.until(lambda: len(handler.units) == 8, "all eight records taken")
+        handler.start = True
+        worker.wake()
+        await handler.changes.until(lambda: len(handler.started()) == 4, "four units running")
+        before = handler.room_calls
+        for unit in handler.units[:4]:
+            unit.release.set()  # all four end in the same turn
+        await handler.changes.until(lambda: len(handler.started()) == 8, "the next four running")
+        assert handler.room_calls - before < 4
