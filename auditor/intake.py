@@ -30,7 +30,7 @@ from config.parsing import parse
 from hifi.accounting.buckets import MINUTE_MS, Problem
 from hifi.accounting.incarnations import Incarnations, key
 from hifi.accounting.ledger import Ledger
-from hifi.audit import TOPIC_MARK, Fact, FactRefused, decode_fact
+from hifi.audit import TOPIC_MARK, Fact, FactRefused, decode_facts
 from hifi.audit.keys import origin_of_key
 from hifi.vocabulary import Outcome
 
@@ -115,21 +115,34 @@ class Intake:
                 if share is None or not (again or share.takes(tp.partition, record.offset)):
                     continue  # about another member's share, or applied already
             try:
-                fact = decode_fact(record.value, record.headers)
+                facts = decode_facts(record.value, record.headers)
             except FactRefused as exc:
                 self._refuse(record, exc)
                 continue
-            dests = self._dests_of(fact)
-            if not dests or self._epochs.holds(fact, record):
-                continue  # destinations this auditor does not serve, or a fact held
-            applied = self._apply(fact, dests, share, tp.partition, record.offset, again, read_ms)
-            if applied or not fact.slices:  # a breaker fact: every member keeps its health
-                for dest in dests:
-                    self.health[dest].note(fact, read_ms)
+            for fact in facts:  # one, or (1.4) those of one origin partition written together
+                self._fact(fact, record, share, tp.partition, again, read_ms)
         if records and not again:
             last = records[-1]
             for owned in shares.values():
                 owned.applied_to(tp.partition, last.offset + 1, last.timestamp)
+
+    def _fact(
+        self,
+        fact: Fact,
+        record: Any,
+        share: Share | None,
+        partition: int,
+        again: bool,
+        read_ms: int,
+    ) -> None:
+        """Apply one fact of the audit record `record` (of audit partition `partition`)."""
+        dests = self._dests_of(fact)
+        if not dests or self._epochs.holds(fact, record):
+            return  # destinations this auditor does not serve, or a fact held
+        applied = self._apply(fact, dests, share, partition, record.offset, again, read_ms)
+        if applied or not fact.slices:  # a breaker fact: every member keeps its health
+            for dest in dests:
+                self.health[dest].note(fact, read_ms)
 
     def _apply(
         self,

@@ -19,7 +19,7 @@ from aiokafka import ConsumerRecord, TopicPartition
 from config.catalog import Catalog
 from config.destination import Destination
 from devstack.processes import start_daemon
-from hifi.audit import decode_fact
+from hifi.audit import decode_facts
 from hifi.envelope import Event, parse_records
 from hifi.errors import BrokerUnavailable
 from hifi.kafka.clients import Headers
@@ -216,8 +216,11 @@ async def read_facts(settings: KafkaSettings, topic: str) -> list[Named]:
     """Every event named by the facts of an audit topic, fact by fact, in the topic's order."""
     named: list[Named] = []
     for record in await read_topic(settings, topic):
-        fact = decode_fact(record.value, record.headers)
-        for part in fact.slices:
+        for fact, part in (
+            (one, part)
+            for one in decode_facts(record.value, record.headers)
+            for part in one.slices
+        ):
             for offset, event_id, event_time_ms, taken_ms in zip(
                 part.offsets, part.ids, part.event_times_ms, part.taken_ms, strict=True
             ):

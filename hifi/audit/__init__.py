@@ -1,7 +1,7 @@
 """The audit trail: the facts each component writes about what became of events.
 
-- `facts`: a fact's format (`Fact`, its encoding, checks and refusals), the audit topic, and
-  `AuditTrail`, which writes a component's facts;
+- `facts`: a fact's format (`Fact`, its encoding, checks and refusals) and the audit topic;
+- `trail`: `AuditTrail`, which writes a component's facts;
 - `columns`: the events a fact names, column by column (`Slice`, `Seen`);
 - `keys`: the Kafka key of a fact (its origin partition);
 - `accepted`: the ingest service's `accepted` facts.
@@ -26,7 +26,6 @@ from hifi.audit.facts import (
     HDR_FORMAT,
     MAX_EVENTS_PER_FACT,
     TOPIC_MARK,
-    AuditTrail,
     BreakerChange,
     Fact,
     FactRefused,
@@ -36,10 +35,12 @@ from hifi.audit.facts import (
     build_facts,
     component_of,
     decode_fact,
+    decode_facts,
     encode_fact,
     fact_records,
     node_name,
 )
+from hifi.audit.trail import AuditTrail, OutcomeDetails
 
 __all__ = [
     "AUDIT_RETENTION_MS",
@@ -60,6 +61,7 @@ __all__ = [
     "Fact",
     "FactRefused",
     "Observed",
+    "OutcomeDetails",
     "Refusal",
     "Seen",
     "SentBatch",
@@ -68,6 +70,7 @@ __all__ = [
     "build_facts",
     "component_of",
     "decode_fact",
+    "decode_facts",
     "encode_fact",
     "fact_records",
     "node_name",

@@ -22,7 +22,10 @@ an unknown outcome (`hifi_auditor_refused_facts_total{reason="unknown_outcome"}`
 auditor is upgraded first. 1.3 adds the facts of events the ingest service accepted
 (`Outcome.ACCEPTED`, `hifi/audit/accepted.py`): they name a stream's topic, not a destination
 (their `dest` is `topic:` and the topic of their events); a 1.2 reader refuses them as it
-refuses breaker facts.
+refuses breaker facts. 1.4 lets one record hold several facts of one origin partition (a
+MessagePack array of facts, their number in the header `hifi-audit-facts`; `grouped_records`):
+a connector writes the facts of the outcomes it meets together in one record per origin
+partition. A 1.3 reader refuses such a record as undecodable, so the auditor is upgraded first.
 
 A fact names one origin partition and is keyed by it (`hifi/audit/keys.py`). It is written
 with acks=all and awaited before the offsets of its events are committed: a crash can repeat a
@@ -33,11 +36,10 @@ from __future__ import annotations
 
 import os
 import socket
-import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, TypedDict, Unpack
+from typing import Any
 
 import msgspec
 from prometheus_client import Counter
@@ -47,9 +49,6 @@ from hifi.audit.columns import Observed, Slice, slices_of
 from hifi.audit.keys import chunks_of, origin_key
 from hifi.errors import HifiError
 from hifi.kafka.clients import Record
-from hifi.kafka.coalescing import Coalescing
-from hifi.kafka.producing import RecordWriter
-from hifi.redaction import shorten
 from hifi.vocabulary import Outcome, Reason
 
 AUDIT_TOPIC_ENV_VAR = "HIFI_AUDIT_TOPIC"
@@ -57,9 +56,11 @@ DEFAULT_AUDIT_TOPIC = "hifi.audit"
 AUDIT_RETENTION_MS = 7 * 86_400_000  # the audit topic's retention when hifi creates it
 HDR_FORMAT = "hifi-audit-format"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 3
+FORMAT_MINOR = 4
 _FORMAT = f"{FORMAT_MAJOR}.{FORMAT_MINOR}".encode()
-_HEADERS = [(HDR_FORMAT, _FORMAT)]
+FACT_HEADERS = [(HDR_FORMAT, _FORMAT)]
+#: 1.4: on a record that holds several facts (a MessagePack array of them), their number
+HDR_FACTS = "hifi-audit-facts"
 # Events per fact at most: a batch of 100,000 events with 250-byte ids is ~30 MB; the producer
 # takes 16 MiB per request, so a large outcome is written as several facts.
 MAX_EVENTS_PER_FACT = 20_000
@@ -150,6 +151,7 @@ class FactRefused(HifiError):
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Fact)
+_group_decoder = msgspec.msgpack.Decoder(list[msgspec.Raw])
 _OUTCOMES = frozenset(Outcome)
 _REASONS = frozenset(Reason)
 
@@ -186,6 +188,27 @@ def decode_fact(value: bytes | None, headers: Any) -> Fact:
             reason=Refusal.UNKNOWN_OUTCOME,
         )
     return _checked_events(fact)
+
+
+def decode_facts(value: bytes | None, headers: Any) -> list[Fact]:
+    """The facts of one audit record: one, or (1.4) the several it holds; `FactRefused`
+    says why they cannot be used (one refused, the record is)."""
+    count = next((v for n, v in (headers or ()) if n == HDR_FACTS and v is not None), None)
+    if count is None:
+        return [decode_fact(value, headers)]
+    try:
+        values = _group_decoder.decode(value or b"")
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise FactRefused(
+            f"audit record is not a group of facts: {exc}", reason=Refusal.UNDECODABLE
+        ) from None
+    if count != b"%d" % len(values):
+        raise FactRefused(
+            f"audit record holds {len(values)} facts, its {HDR_FACTS} header says"
+            f" {count.decode(errors='replace')!r}",
+            reason=Refusal.INCONSISTENT,
+        )
+    return [decode_fact(bytes(raw), headers) for raw in values]
 
 
 def _checked_events(fact: Fact) -> Fact:
@@ -235,15 +258,6 @@ class SentBatch:
     bisection_requests: int = 0
 
 
-class OutcomeDetails(TypedDict, total=False):
-    """What `AuditTrail.record`, `.write` and `.facts` take beside an outcome and its events,
-    by keyword, each None when left out."""
-
-    reason: Reason | None  # a dead letter's reason
-    status: int | None  # the destination's HTTP status, when one answered
-    sent: SentBatch | None  # the batch the events were sent in, if they were
-
-
 def build_facts(
     dest: str,
     node: str,
@@ -281,112 +295,33 @@ def build_facts(
 def fact_records(topic: str, facts: Sequence[Fact]) -> list[Record]:
     """The audit records of facts about events, each keyed by its origin partition."""
     return [
-        (topic, origin_key(f.slices[0].topic, f.slices[0].partition), encode_fact(f), _HEADERS)
+        (topic, origin_key(f.slices[0].topic, f.slices[0].partition), encode_fact(f), FACT_HEADERS)
         for f in facts
     ]
 
 
-class AuditTrail:
-    """Writes the facts of one destination at one node; `record()` returns once acknowledged.
-    The facts of outcomes written together are queued in one call (`Coalescing`)."""
-
-    def __init__(
-        self,
-        producer: RecordWriter,
-        *,
-        topic: str,
-        dest: str,
-        node: str,
-        replica: str | None = None,
-    ) -> None:
-        """`replica`: how breaker facts name this process among a destination's connectors
-        (its --instance-id); the `host:pid` of `node` when None."""
-        self._producer = Coalescing(producer)  # concurrent outcomes' facts in one produce
-        self.topic = topic
-        self._dest = dest
-        self._node = node
-        self.replica = replica or node.partition("@")[2] or node
-        self._counters: dict[Outcome, tuple[Any, Any]] = {}  # FACTS_WRITTEN's, EVENTS_WRITTEN's
-
-    def breaker_fact(
-        self, *, route: str | None, state: str, since_ms: int, last_error: str | None
-    ) -> Fact:
-        """The `BREAKER` fact of one breaker's change; the error masked and shortened."""
-        error = None if not last_error else shorten(last_error, BREAKER_ERROR_MAX_CHARS)
-        change = BreakerChange(route, state, since_ms, error, self.replica)
-        return Fact(
-            FORMAT_MAJOR,
-            FORMAT_MINOR,
-            os.urandom(16).hex(),
-            self._dest,
-            self._node,
-            BREAKER,
-            None,
-            None,
-            int(time.time() * 1000),
-            [],
-            breaker=change,
-        )
-
-    async def record_breaker(self, fact: Fact) -> None:
-        """Write a breaker fact and wait for its acknowledgement (counted then)."""
-        record: Record = (self.topic, self._dest.encode(), encode_fact(fact), _HEADERS)
-        await (await self._producer.append_all([record]))
-        FACTS_WRITTEN.labels(self._dest, BREAKER).inc()
-
-    def facts(
-        self,
-        outcome: Outcome,
-        events: Sequence[Observed],
-        *,
-        outcome_ms: int | None = None,
-        **details: Unpack[OutcomeDetails],
-    ) -> list[Fact]:
-        at_ms = int(time.time() * 1000) if outcome_ms is None else outcome_ms
-        return build_facts(
-            self._dest,
-            self._node,
-            outcome,
-            events,
-            reason=details.get("reason"),
-            status=details.get("status"),
-            outcome_ms=at_ms,
-            sent=details.get("sent"),
-        )
-
-    async def record(
-        self, outcome: Outcome, events: Sequence[Observed], **details: Unpack[OutcomeDetails]
-    ) -> None:
-        """Write the facts of one outcome and wait for the broker's acknowledgement (acks=all);
-        counted in `hifi_audit_facts_total` and `hifi_audit_events_total` once acknowledged."""
-        await (await self.write(outcome, events, **details))
-
-    async def write(
-        self, outcome: Outcome, events: Sequence[Observed], **details: Unpack[OutcomeDetails]
-    ) -> Awaitable[None]:
-        """`record` in two steps: return once the facts are queued on the producer, with what
-        to await for the broker's acknowledgement (the facts are counted then). The connector
-        gives a request's slot to the next request while it waits."""
-        if not events:
-            return _nothing()
-        facts = self.facts(outcome, events, **details)
-        written = await self._producer.append_all(fact_records(self.topic, facts))
-        return self._counted(written, outcome, facts=len(facts), events=len(events))
-
-    async def _counted(
-        self, written: Awaitable[object], outcome: Outcome, *, facts: int, events: int
-    ) -> None:
-        await written
-        counters = self._counters.get(outcome)
-        if counters is None:
-            counters = (
-                FACTS_WRITTEN.labels(self._dest, outcome),
-                EVENTS_WRITTEN.labels(self._dest, outcome),
-            )
-            self._counters[outcome] = counters
-        counters[0].inc(facts)
-        counters[1].inc(events)
+def grouped_records(records: list[Record]) -> list[Record]:
+    """Fact records written together, as one record per key (origin partition) holding all of
+    its facts in their order (1.4), a key's only fact as it is; in the order keys first come."""
+    by_key: dict[Any, list[Record]] = {}
+    for record in records:
+        by_key.setdefault((record[0], record[1]), []).append(record)
+    if len(by_key) == len(records):
+        return records
+    grouped: list[Record] = []
+    for (topic, key), group in by_key.items():
+        if len(group) == 1:
+            grouped.append(group[0])
+            continue
+        value = _array_header(len(group)) + b"".join(record[2] or b"" for record in group)
+        grouped.append((topic, key, value, [*FACT_HEADERS, (HDR_FACTS, b"%d" % len(group))]))
+    return grouped
 
 
-async def _nothing() -> None:
-    """What is left to await of an outcome that named no events."""
+def _array_header(length: int) -> bytes:
+    """MessagePack's header of an array of `length` items (the items' encodings follow)."""
+    if length < 16:
+        return bytes((0x90 | length,))
+    if length < 1 << 16:
+        return b"\xdc" + length.to_bytes(2, "big")
+    return b"\xdd" + length.to_bytes(4, "big")

@@ -6,14 +6,16 @@ event loop reads several replies, and each outcome writes its audit facts. Writt
 task of its own. `Coalescing` gathers the records of the calls made in one turn of the event
 loop, and of those made while the previous group is being queued, and queues them in one
 call, in the order the calls were made. Each caller still awaits the acknowledgement of its
-own records (the group's), and a failure to write reaches every caller of the group.
+own records (the group's), and a failure to write reaches every caller of the group. A
+`combine` may rewrite a group's records before they are queued (the audit trail puts the facts
+of one origin partition in one record).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from hifi.kafka.clients import Record
 from hifi.kafka.producing import RecordWriter
@@ -22,8 +24,11 @@ from hifi.kafka.producing import RecordWriter
 class Coalescing:
     """A `RecordWriter` that queues the records of concurrent calls on `writer` in one call."""
 
-    def __init__(self, writer: RecordWriter) -> None:
+    def __init__(
+        self, writer: RecordWriter, *, combine: Callable[[list[Record]], list[Record]] | None = None
+    ) -> None:
         self._writer = writer
+        self._combine = combine
         self._records: list[Record] = []  # the next group's, in the order of the calls
         self._group: asyncio.Future[None] | None = None  # the next group's acknowledgement
         self._queuing: asyncio.Task[None] | None = None
@@ -52,6 +57,8 @@ class Coalescing:
                 records, group = self._records, self._group
                 self._records, self._group = [], None
                 try:
+                    if self._combine is not None:
+                        records = self._combine(records)
                     acknowledged = await self._writer.append_all(records)
                 except asyncio.CancelledError:
                     group.cancel()

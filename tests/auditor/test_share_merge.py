@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from aiokafka import TopicPartition
 
 from auditor.archive import Archive
@@ -38,6 +39,7 @@ from hifi.audit import (
     encode_fact,
     fact_records,
 )
+from hifi.audit.facts import grouped_records
 from hifi.vocabulary import Outcome, Reason
 from tests.auditor.support import audited_destination
 
@@ -103,8 +105,10 @@ def _unsplit(events: list[Seen], outcome: Outcome, at_ms: int) -> Fact:
 
 
 @functools.cache
-def _records() -> tuple[list[Any], list[Fact]]:
-    """The audit partition's records: an unsplit fact (key `d`), then split ones."""
+def _records(grouped: bool = False) -> tuple[list[Any], list[Fact]]:
+    """The audit partition's records: an unsplit fact (key `d`), then split ones; `grouped`:
+    the split ones as a connector writes the facts of outcomes met together (format 1.4, one
+    record per origin partition)."""
     early = _seen(P0, range(0, 5), T0) + _seen(P1, range(0, 4), T0)
     later = (
         _seen(P0, range(5, 9), T0)
@@ -126,6 +130,9 @@ def _records() -> tuple[list[Any], list[Fact]]:
         )
         facts.extend(split)
         values.extend(fact_records(AUDIT, split))
+    if grouped:
+        values[1:] = grouped_records(values[1:])
+        assert len(values) == 3  # the unsplit fact, then one record for each of P0 and P1
     records = [
         SimpleNamespace(
             topic=AUDIT, partition=0, offset=i, key=key, value=value, headers=headers, timestamp=i
@@ -144,7 +151,7 @@ def _entries() -> dict[TopicPartition, dict[int, list[int]]]:
 
 
 def _member(
-    dest: Destination, owned: list[TopicPartition], root: Path
+    dest: Destination, owned: list[TopicPartition], root: Path, *, grouped: bool = False
 ) -> dict[TopicPartition, Share]:
     """One member owning `owned`: entries noted, the audit partition's records taken, settled."""
     shares = {tp: Share.of(tp, [dest]) for tp in owned}
@@ -160,7 +167,7 @@ def _member(
     for tp, share in shares.items():
         for minute, offsets in _entries()[tp].items():
             share.ledgers["d"].enter(minute, (tp.topic, tp.partition), offsets)
-    records, _ = _records()
+    records, _ = _records(grouped)
     intake.facts(TopicPartition(AUDIT, 0), records)
     for share in shares.values():
         share.ledgers["d"].advance(SETTLED_MS)
@@ -187,13 +194,14 @@ def _merged(dest: Destination, members: list[dict[TopicPartition, Share]]) -> li
     ]
 
 
+@pytest.mark.parametrize("grouped", [False, True], ids=["a fact a record", "grouped"])
 def test_two_members_shares_sum_to_the_single_ledger_minute_by_minute(
-    catalog_dir: Path, tmp_path: Path
+    catalog_dir: Path, tmp_path: Path, grouped: bool
 ) -> None:
     dest = audited_destination(catalog_dir, "d", "http://d.test/in", TOPIC, lag_sla_s=1.0)
-    first = _member(dest, [P0], tmp_path / "a")
-    second = _member(dest, [P1], tmp_path / "b")
-    both = _member(dest, [P0, P1], tmp_path / "c")
+    first = _member(dest, [P0], tmp_path / "a", grouped=grouped)
+    second = _member(dest, [P1], tmp_path / "b", grouped=grouped)
+    both = _member(dest, [P0, P1], tmp_path / "c", grouped=grouped)
 
     single = Ledger("d", dest.accounting)  # one auditor over both partitions, as before shares
     for tp, by_minute in _entries().items():

@@ -14,7 +14,7 @@ from connector.delivery import Deliverer
 from connector.divert import Diverter
 from connector.rebatch import Batch
 from connector.sender import HttpxSender
-from hifi.audit import BREAKER, AuditTrail, Fact, decode_fact
+from hifi.audit import BREAKER, AuditTrail, Fact, decode_facts
 from tests.helpers import FakeKafka, Sleeps, make_destination, make_event
 
 URL = "https://collector.test/v1/events"
@@ -23,7 +23,10 @@ AUDIT = "audit"
 
 def _breaker_facts(kafka: FakeKafka) -> list[Fact]:
     facts = [
-        decode_fact(value, headers) for topic, _, value, headers in kafka.records if topic == AUDIT
+        fact
+        for topic, _, value, headers in kafka.records
+        if topic == AUDIT
+        for fact in decode_facts(value, headers)
     ]
     return [fact for fact in facts if fact.outcome == BREAKER]
 

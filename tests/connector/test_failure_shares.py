@@ -17,7 +17,7 @@ from connector.divert import Diverter
 from connector.rebatch import Batch
 from connector.sender import HttpxSender
 from hifi.accounting.client import DestinationHealth
-from hifi.audit import AuditTrail, decode_fact
+from hifi.audit import AuditTrail, decode_facts
 from retrier.dashboard.auditor_feed import panel_health
 from tests.helpers import FakeKafka, Sleeps, make_destination, make_event
 
@@ -72,7 +72,10 @@ async def test_one_percent_poison_is_one_percent_failed_events_everywhere(
     assert sum(connector["requests"].values()) == BATCHES + bisection
 
     facts = [
-        decode_fact(value, headers) for topic, _, value, headers in kafka.records if topic == AUDIT
+        fact
+        for topic, _, value, headers in kafka.records
+        if topic == AUDIT
+        for fact in decode_facts(value, headers)
     ]
     now_ms = max(fact.outcome_ms for fact in facts)
     health = Health()
@@ -106,7 +109,10 @@ async def test_an_outage_still_shows_red(catalog_dir: Path) -> None:
             await deliverer.deliver(Batch([make_event(i) for i in range(4)]))
     assert status_page.health(name)["failed_event_share"] == 1.0
     facts = [
-        decode_fact(value, headers) for topic, _, value, headers in kafka.records if topic == AUDIT
+        fact
+        for topic, _, value, headers in kafka.records
+        if topic == AUDIT
+        for fact in decode_facts(value, headers)
     ]
     now_ms = max(fact.outcome_ms for fact in facts)
     health = Health()

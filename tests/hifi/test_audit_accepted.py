@@ -47,7 +47,7 @@ async def test_accepted_events_are_written_as_a_fact_naming_their_topic(unique: 
     assert (topic, key, headers) == (
         "hifi.audit",
         f"{unique}/2".encode(),
-        [(HDR_FORMAT, b"1.3")],
+        [(HDR_FORMAT, b"1.4")],
     )
     fact = decode_fact(value, headers)
     assert (fact.outcome, fact.dest, fact.node, fact.outcome_ms) == (
