@@ -217,9 +217,7 @@ async def read_facts(settings: KafkaSettings, topic: str) -> list[Named]:
     named: list[Named] = []
     for record in await read_topic(settings, topic):
         for fact, part in (
-            (one, part)
-            for one in decode_facts(record.value, record.headers)
-            for part in one.slices
+            (one, part) for one in decode_facts(record.value, record.headers) for part in one.slices
         ):
             for offset, event_id, event_time_ms, taken_ms in zip(
                 part.offsets, part.ids, part.event_times_ms, part.taken_ms, strict=True
