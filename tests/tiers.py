@@ -56,7 +56,7 @@ def slow_modules_first(items: list[pytest.Item]) -> None:
     order: xdist hands tests out in collection order, so the ones that wait for a minute to
     end (three demos, the outage past settle_s) and the Spark group start at once beside the
     rest instead of last, alone."""
-    first = ("slow", "spark")  # the Spark tests are one long group on one worker
+    first = ("slow", "spark")  # the Spark tests are two long groups, each on one worker
     slow = {item.path for item in items if any(item.get_closest_marker(m) for m in first)}
     items.sort(key=lambda item: item.path not in slow)  # stable: each module stays whole
 
@@ -83,10 +83,12 @@ def group_for_xdist(items: list[pytest.Item]) -> None:
 def worker_groups(items: list[pytest.Item]) -> dict[pytest.Item, str]:
     """The tests `--dist loadgroup` must keep on one worker, by group name.
 
-    Spark tests share one local Spark session (a JVM): all go to one worker ("spark"). A module
-    whose tests share a module-scoped fixture (a story built once, a broker behind a proxy)
-    keeps them on one worker, or each worker would build it again; a module holding a Spark
-    test goes with the Spark group.
+    Spark tests share a local Spark session (a JVM) per worker: they go to two workers, each
+    starting one, `spark_batch`'s own tests to one ("spark-batch"), the others' to the other
+    ("spark"): together they were the longest chain of `make test`. A module whose tests share
+    a module-scoped fixture (a story built once, a broker behind a proxy) keeps them on one
+    worker, or each worker would build it again; a module holding a Spark test goes with its
+    Spark group.
     """
     by_module: dict[str, list[pytest.Item]] = {}
     for item in items:
@@ -94,7 +96,8 @@ def worker_groups(items: list[pytest.Item]) -> dict[pytest.Item, str]:
     groups: dict[pytest.Item, str] = {}
     for module, members in by_module.items():
         if any(item.get_closest_marker("spark") for item in members):
-            groups.update(dict.fromkeys(members, "spark"))
+            spark = "spark-batch" if module.startswith("tests/spark_batch/") else "spark"
+            groups.update(dict.fromkeys(members, spark))
         elif any(_shares_a_fixture(item) for item in members):
             groups.update(dict.fromkeys(members, module))
     return groups
