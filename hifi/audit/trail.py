@@ -3,7 +3,8 @@
 Each outcome's facts are built at once and queued on the producer with those of the other
 outcomes met in the same turn of the event loop (`hifi.kafka.coalescing`), grouped into one
 record per origin partition (format 1.4); the caller awaits the broker's acknowledgement
-before it commits the offsets of the events. Breaker facts are written one by one, in order.
+before it commits the offsets of the events. Breaker facts take the same way, in order,
+keyed by the destination's name.
 """
 
 from __future__ import annotations
