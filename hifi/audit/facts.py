@@ -61,6 +61,9 @@ _FORMAT = f"{FORMAT_MAJOR}.{FORMAT_MINOR}".encode()
 FACT_HEADERS = [(HDR_FORMAT, _FORMAT)]
 #: 1.4: on a record that holds several facts (a MessagePack array of them), their number
 HDR_FACTS = "hifi-audit-facts"
+#: a group of facts grows to this many bytes at most (a larger fact is written alone): a
+#: group is never a record larger than the facts it holds would be
+GROUP_MAX_BYTES = 1024 * 1024
 # Events per fact at most: a batch of 100,000 events with 250-byte ids is ~30 MB; the producer
 # takes 16 MiB per request, so a large outcome is written as several facts.
 MAX_EVENTS_PER_FACT = 20_000
@@ -309,13 +312,32 @@ def grouped_records(records: list[Record]) -> list[Record]:
     if len(by_key) == len(records):
         return records
     grouped: list[Record] = []
-    for (topic, key), group in by_key.items():
-        if len(group) == 1:
-            grouped.append(group[0])
-            continue
-        value = _array_header(len(group)) + b"".join(record[2] or b"" for record in group)
-        grouped.append((topic, key, value, [*FACT_HEADERS, (HDR_FACTS, b"%d" % len(group))]))
+    for (topic, key), same_key in by_key.items():
+        for group in _up_to(same_key, GROUP_MAX_BYTES):
+            if len(group) == 1:
+                grouped.append(group[0])
+                continue
+            value = _array_header(len(group)) + b"".join(record[2] or b"" for record in group)
+            headers = [*FACT_HEADERS, (HDR_FACTS, b"%d" % len(group))]
+            grouped.append((topic, key, value, headers))
     return grouped
+
+
+def _up_to(records: list[Record], max_bytes: int) -> list[list[Record]]:
+    """The records in runs of at most `max_bytes` of values (a larger one alone)."""
+    runs: list[list[Record]] = []
+    run: list[Record] = []
+    size = 0
+    for record in records:
+        length = len(record[2] or b"")
+        if run and size + length > max_bytes:
+            runs.append(run)
+            run, size = [], 0
+        run.append(record)
+        size += length
+    if run:
+        runs.append(run)
+    return runs
 
 
 def _array_header(length: int) -> bytes:

@@ -125,3 +125,18 @@ async def test_the_trail_writes_concurrent_outcomes_in_one_call_a_record_per_ori
     ((p0, p1),) = kafka.calls
     assert [f.slices[0].offsets for f in decode_facts(p0[2], p0[3])] == [[0, 1], [2, 3]]
     assert [f.slices[0].offsets for f in decode_facts(p1[2], p1[3])] == [[0, 1, 2]]
+
+
+def test_a_group_never_grows_past_its_bound_and_a_large_fact_stays_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    records = _records(*[_seen("a", 0, range(n * 10, n * 10 + 10)) for n in range(6)])
+    one = max(len(value or b"") for _, _, value, _ in records)
+    monkeypatch.setattr("hifi.audit.facts.GROUP_MAX_BYTES", 2 * one + 10)
+    grouped = grouped_records(records)
+    assert [dict(h).get(HDR_FACTS) for _, _, _, h in grouped] == [b"2", b"2", b"2"]
+    assert all(len(value or b"") <= 2 * one + 10 for _, _, value, _ in grouped)
+    offsets = [f.slices[0].offsets[0] for _, _, v, h in grouped for f in decode_facts(v, h)]
+    assert offsets == [0, 10, 20, 30, 40, 50]
+    monkeypatch.setattr("hifi.audit.facts.GROUP_MAX_BYTES", 10)
+    assert grouped_records(records) == records  # each fact past the bound: each alone
