@@ -182,14 +182,20 @@ def run_daemon(run: Callable[[], Awaitable[None]], request_stop: Callable[[], No
 
     log = structlog.get_logger(__name__)
 
+    from hifi.event_loop import loop_factory, loop_kind
+
+    kind = loop_kind()  # a bad HIFI_EVENT_LOOP is a ConfigError before anything starts
+
     async def main() -> None:
         if STOP_SIGNALS.hand_over(asyncio.get_running_loop(), request_stop):
             log.info("stopped_before_start", signal=getattr(STOP_SIGNALS.received, "name", None))
             return
+        log.debug("event_loop", kind=kind)
         await run()
 
     try:
-        asyncio.run(main())
+        with asyncio.Runner(loop_factory=loop_factory(kind)) as runner:
+            runner.run(main())
     except HifiError as exc:
         if exc.exit_code != EXIT_USAGE:
             log.error("daemon_failed", error=str(exc))

@@ -14,3 +14,6 @@ REDIS_URL_ENV_VAR = "HIFI_REDIS_URL"
 AUDITOR_URL_ENV = "HIFI_AUDITOR_URL"
 #: a daemon's static group membership (`--instance-id`; never read by `KafkaSettings.from_env`)
 INSTANCE_ID_ENV = "HIFI_INSTANCE_ID"
+#: the daemons' event loop, `uvloop` (the default where it is installed) or `asyncio`
+#: (`hifi.event_loop`)
+EVENT_LOOP_ENV = "HIFI_EVENT_LOOP"

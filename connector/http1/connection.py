@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import select
-from typing import Any
+from typing import Any, cast
 
 import httptools
 import httpx
@@ -160,8 +160,8 @@ class Http1Connection(asyncio.Protocol):
     # --- asyncio.Protocol ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # a stream transport: uvloop's are not subclasses of asyncio.Transport, so no isinstance
+        self._transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
         if sock is not None:  # poll, not select: no limit on the descriptor's number
             self._readable = select.poll()

@@ -33,6 +33,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import cast
 from urllib.parse import quote, unquote, urlsplit
 
 import httpx
@@ -265,8 +266,8 @@ class _TunnelReply(asyncio.Protocol):
         self.head: asyncio.Future[tuple[bytes, bool]] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # a stream transport: uvloop's are not subclasses of asyncio.Transport, so no isinstance
+        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         if self.head.done():

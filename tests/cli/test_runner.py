@@ -15,6 +15,7 @@ from click.testing import CliRunner
 import hifi.cli
 from hifi import errors
 from hifi.cli import EXIT_FAILURE, EXIT_USAGE, Group, StopSignals, run_command, run_daemon
+from hifi.environment import EVENT_LOOP_ENV
 
 ERROR_CLASSES = [
     cls
@@ -157,9 +158,13 @@ def test_a_stop_before_the_loop_runs_ends_the_daemon_before_it_starts(
     assert started == []
 
 
-def test_a_stop_while_the_daemon_runs_asks_it_to_drain(fresh_stop_signals: StopSignals) -> None:
+@pytest.mark.parametrize("kind", ["uvloop", "asyncio"])
+def test_a_stop_while_the_daemon_runs_asks_it_to_drain(
+    fresh_stop_signals: StopSignals, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With the loop running, SIGTERM reaches the daemon's request_stop, and the run ends as
-    the daemon decides (here: once asked)."""
+    the daemon decides (here: once asked), on either event loop."""
+    monkeypatch.setenv(EVENT_LOOP_ENV, kind)
     fresh_stop_signals.catch()
     asked = asyncio.Event()
 
@@ -169,3 +174,42 @@ def test_a_stop_while_the_daemon_runs_asks_it_to_drain(fresh_stop_signals: StopS
 
     run_daemon(run, asked.set)
     assert asked.is_set()
+
+
+@pytest.mark.parametrize(
+    ("asked", "module"),
+    [
+        ("uvloop", "uvloop"),
+        ("asyncio", "asyncio.unix_events"),
+        ("", "uvloop"),
+        (" asyncio ", "asyncio.unix_events"),
+    ],
+)
+def test_a_daemon_runs_on_the_event_loop_asked_for(
+    fresh_stop_signals: StopSignals, asked: str, module: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HIFI_EVENT_LOOP picks the loop; unset, a daemon runs on uvloop (a dependency)."""
+    monkeypatch.setenv(EVENT_LOOP_ENV, asked)
+    ran_on: list[str] = []
+
+    async def run() -> None:
+        ran_on.append(type(asyncio.get_running_loop()).__module__)
+
+    run_daemon(run, lambda: None)
+    assert ran_on == [module]
+
+
+def test_an_unknown_event_loop_is_a_usage_error_before_the_daemon_starts(
+    fresh_stop_signals: StopSignals, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(EVENT_LOOP_ENV, "trio")
+    started: list[bool] = []
+
+    async def run() -> None:
+        started.append(True)
+
+    with pytest.raises(
+        errors.ConfigError, match=r"^HIFI_EVENT_LOOP='trio': use one of uvloop, asyncio$"
+    ):
+        run_daemon(run, lambda: None)
+    assert started == []
