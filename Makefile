@@ -89,19 +89,26 @@ KEEP ?=
 demo: $(STAMP)
 	$(BIN)/python -m devstack.demo $(if $(filter-out 0,$(KEEP)),--keep,)
 
+# The tests write bytecode even where the environment asks Python not to: without it every
+# pytest worker compiles and rewrites the asserts of every test module again (7-10 s of CPU
+# each, docs/performance-history.md, "make test's time").
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
+
 # Every test, on PYTEST_WORKERS pytest-xdist workers (each with its own broker); the tests that
 # share a Spark session or a module's fixture stay on one worker (tests/tiers.py).
-# Four, measured on a busy 2-core machine: most tests wait on I/O (4 workers 6:46, 3 workers 9:00).
-PYTEST_WORKERS ?= 4
+# Six on a 2-core machine: most tests wait (on I/O, timers, other processes); with four the
+# CPU was half idle over the run.
+PYTEST_WORKERS ?= 6
 
 test: $(STAMP) java browser systemd promtool amtool stunnel tinyproxy podman wrk
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PYTEST) -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The inner loop: the tests that need no service; a guard fails any that reaches one.
+# Three workers: a third of their time the tests wait on timers.
 QUICK_TIER := not integration and not spark and not browser
 
 test-quick: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -m "$(QUICK_TIER)" $(PYTEST_ARGS)
+	$(PYTEST) -n 3 -m "$(QUICK_TIER)" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
