@@ -4,7 +4,8 @@ uvloop runs the same asyncio code on libuv, with less CPU per socket operation, 
 timer: the connector's CPU per request, measured in `docs/performance.md`. `HIFI_EVENT_LOOP=asyncio`
 picks the standard library's loop (to rule uvloop out while chasing a bug); `uvloop` insists on it.
 Unset, a daemon runs on uvloop when it is installed (it is a dependency on Linux and macOS) and
-on asyncio's loop otherwise. Tests run in-process on asyncio's loop; the daemons they start as
+on asyncio's loop otherwise. Tests run in-process on asyncio's loop (the HTTP/1.1 transport's
+again on uvloop: `tests/connector/test_http1_on_uvloop.py`); the daemons they start as
 processes run on the default, as in production.
 """
 
