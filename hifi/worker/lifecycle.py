@@ -4,8 +4,8 @@ A daemon supplies a `PartitionHandler`: what the records of one poll become (`ta
 unit of work to start (`next_work`) and, if it needs them, its intake limits and what follows a
 commit. The `PartitionWorker` does the rest, the same way for every daemon:
 
-- one loop polls Kafka for only as many records as the handler has room for, takes each
-  partition's records in, then starts work while fewer than `max_in_flight` (or a moving
+- one loop polls Kafka for only as many records as the handler has room for, lets aiokafka's
+  next fetch go out, takes each partition's records in, then starts work while fewer than `max_in_flight` (or a moving
   `limit()`) units run; each unit is a task it keeps; a finished unit's records are done (the
   commit watermark, `OffsetTracker`, moves past them); the slots of the units that ended in
   one turn of the loop are filled in the next (`dispatch()`); a unit that raises stops the worker;
@@ -50,13 +50,7 @@ from hifi.offsets import OffsetTracker
 from hifi.ops_http import OpsServer
 from hifi.worker.ends import Ends
 from hifi.worker.restarts import RestartWatch, StartOvers
-from hifi.worker.seams import (
-    ConsumerOpener,
-    GroupConsumer,
-    PartitionHandler,
-    Work,
-    WorkerOptions,
-)
+from hifi.worker.seams import ConsumerOpener, GroupConsumer, PartitionHandler, Work, WorkerOptions
 from hifi.worker.session import GroupSession
 
 __all__ = ["PartitionWorker"]
@@ -65,6 +59,9 @@ log = structlog.get_logger(__name__)
 
 _POLL_TIMEOUT_MS = 200
 _PAUSED_WAIT_S = 0.5  # with every partition paused: wait this long at most for progress
+# aiokafka sends the next fetch from its own task, three turns of the loop after a poll empties
+# its buffer (the consume signal, `asyncio.wait`'s callback, the fetch's task)
+_FETCH_TURNS = 3
 _offset_of = attrgetter("offset")
 
 
@@ -240,6 +237,8 @@ class _Membership:
         epoch = self.epoch
         self.poll_open = True
         try:
+            for _ in range(_FETCH_TURNS if fetched else 0):  # or the fetch waits for the take-in
+                await asyncio.sleep(0)
             for tp, records in fetched.items():
                 await asyncio.sleep(0)
                 if self.epoch != epoch:
