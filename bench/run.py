@@ -6,7 +6,7 @@ Phases, all in one run, each attempt and each live probe on a fresh embedded Tan
    the same topic; 1 and 2 are repeated on fresh topics and the pair with the median ratio counts;
    then the audit trail's cost: the connector's throughput with the trail on and with it off
    (`[accounting] audit = false`), once each, back to back (every other phase runs with it on);
-   then TLS (`bench.tls_cost`): plaintext and through stunnel, once each (`tls_over_plain`);
+   then TLS (`bench.tls_cost`): plaintext and through stunnel, three pairs (`tls_over_plain`);
 3. lag: paced live load at 25, 50 and 75 % of (2), end-to-end lag from event time to receipt,
    and at 50 % the floor (the connector's intake alone, `bench.floor`, no HTTP) and the connector
    with `concurrency = "fixed"` (adaptive is the default), measured alike;
