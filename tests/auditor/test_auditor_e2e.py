@@ -61,6 +61,11 @@ async def test_a_deliberate_gap_is_reported_as_exactly_its_missing_ids(
                 lambda: sum(len(r["missing_ids"]) for r in rows_of(auditor, unique)) >= 7,
                 timeout_s=60,
             ), "the auditor never named the missing ids"
+            # a minute with loss is counted down once it is final, which may come after the roll
+            assert await until(
+                lambda: all(r["final"] for r in rows_of(auditor, unique) if r["missing"]),
+                timeout_s=60,
+            ), "the minutes with loss never became final"
             rows = rows_of(auditor, unique)
             assert auditor.ops is not None
             async with httpx.AsyncClient(timeout=10) as client:
