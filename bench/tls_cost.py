@@ -33,6 +33,8 @@ class Drain:
 
 @dataclass(frozen=True)
 class Pair:
+    """A plaintext drain and a TLS drain, run one after the other."""
+
     plain: Drain
     tls: Drain
 
@@ -122,7 +124,7 @@ async def run_phase(work: Path, events: int, prefill: Prefill, *, pairs: int = P
             f"   pair {index + 1}: plaintext {plain.throughput.events_per_s:.0f}/s,"
             f" TLS {tls.throughput.events_per_s:.0f}/s, ratio {done[-1].ratio:.2f}"
         )
-    cost = TlsCost(None, tuple(done))
+    cost = TlsCost(plain_only=None, pairs=tuple(done))
     say(
         f"   tls_over_plain {cost.tls_over_plain:.2f} (the median of"
         f" {', '.join(f'{pair.ratio:.2f}' for pair in done)})"

@@ -5,10 +5,11 @@ unit of work to start (`next_work`) and, if it needs them, its intake limits and
 commit. The `PartitionWorker` does the rest, the same way for every daemon:
 
 - one loop polls Kafka for only as many records as the handler has room for, lets aiokafka's
-  next fetch go out, takes each partition's records in, then starts work while fewer than `max_in_flight` (or a moving
-  `limit()`) units run; each unit is a task it keeps; a finished unit's records are done (the
-  commit watermark, `OffsetTracker`, moves past them); the slots of the units that ended in
-  one turn of the loop are filled in the next (`dispatch()`); a unit that raises stops the worker;
+  next fetch go out, takes each partition's records in, then starts work while fewer than
+  `max_in_flight` (or a moving `limit()`) units run; each unit is a task it keeps; a finished
+  unit's records are done (the commit watermark, `OffsetTracker`, moves past them); the slots
+  of the units that ended in one turn of the loop are filled in the next (`dispatch()`); a unit
+  that raises stops the worker;
 - a unit whose job returns an awaitable (what is left once the job no longer needs its slot:
   the broker's acknowledgement of an outcome's audit facts) gives its slot to the next unit
   and settles beside the running ones; its records are done only once that awaitable is, and
