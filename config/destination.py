@@ -7,7 +7,7 @@ import re
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -24,13 +24,23 @@ from config.egress import normalized_origin, proxy_problem
 from config.env_refs import HEADER_VALUE_RULE, header_value_problem
 from config.event_rules import MAX_EVENT_BYTES_LIMIT, distinct_time_field, topic_problem
 from config.templates import Template, parse_template
-from config.tls_files import EncryptedKeyError, client_cert_problem, ssl_cause, tls_context
+from config.tls_files import (
+    EncryptedKeyError,
+    client_cert_problem,
+    readable_file,
+    ssl_cause,
+    tls_context,
+)
 from hifi.errors import ConfigError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
 _DAY_S = 86_400
 MAX_RATE_PER_S = 1_000_000.0  # the highest rate limit accepted (events or requests a second)
 PositiveSeconds = Annotated[float, Field(gt=0, le=7 * 86400)]
+# `max_in_flight` unset: one endpoint's, and a tenant destination's, whose tenants each need a
+# request per linger: the limit over the round trip bounds its round (docs/tenants.md)
+MAX_IN_FLIGHT = 8
+TENANT_MAX_IN_FLIGHT = 64
 
 
 class Accounting(BaseModel):
@@ -149,7 +159,7 @@ class Destination(BaseModel):
             " dead-letter topics, whose producer limit is 16 MiB"
         ),
     )
-    max_in_flight: int = Field(default=8, ge=1, le=1024)
+    max_in_flight: int = Field(default=MAX_IN_FLIGHT, ge=1, le=1024)  # with [lookups]: 64
     # adaptive concurrency: "adaptive" moves the in-flight limit between 1 and max_in_flight
     # (AIMD on round-trip time, connector/concurrency.py); "fixed" keeps it at max_in_flight
     concurrency: Literal["adaptive", "fixed"] = "adaptive"
@@ -193,6 +203,14 @@ class Destination(BaseModel):
     tls_ca_file: Path | None = None  # CA bundle to trust instead of the default one
     tls_client_cert: Path | None = None  # client certificate (and its key, unless tls_client_key)
     tls_client_key: Path | None = None  # the client certificate's unencrypted private key
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tenant_in_flight(cls, data: Any) -> Any:
+        """With `[lookups]` and no `max_in_flight`, the tenant destination's default."""
+        if isinstance(data, dict) and data.get("lookups") is not None:
+            return {"max_in_flight": TENANT_MAX_IN_FLIGHT, **data}
+        return data
 
     @field_validator("url")
     @classmethod
@@ -262,26 +280,8 @@ class Destination(BaseModel):
     @classmethod
     def _find_tls_file(cls, value: object, info: ValidationInfo) -> Path | None:
         """An existing, readable file; relative to `base_dir` of the validation context if given."""
-        if value is None:
-            return None
-        if isinstance(value, Path):
-            path = value
-        elif isinstance(value, str) and value:
-            path = Path(value)
-        else:
-            raise ValueError("must be the path of a PEM file, as a string")
         base_dir = info.context.get("base_dir") if isinstance(info.context, dict) else None
-        if not path.is_absolute() and base_dir is not None:
-            path = Path(base_dir) / path
-        if not path.exists():
-            raise ValueError(f"{path} does not exist")
-        if not path.is_file():
-            raise ValueError(f"{path} is not a file")
-        try:
-            path.read_bytes()
-        except OSError as exc:
-            raise ValueError(f"{path} cannot be read: {exc.strerror}") from None
-        return path
+        return readable_file(value, base_dir)
 
     @field_validator("tls_ca_file")
     @classmethod

@@ -24,6 +24,30 @@ def ssl_cause(exc: BaseException) -> str:
     return re.sub(r"\s*\(_ssl\.c:\d+\)", "", str(exc)) or type(exc).__name__
 
 
+def readable_file(value: object, base_dir: str | Path | None) -> Path | None:
+    """A TLS key's value as an existing, readable file; a relative path is taken from `base_dir`
+    when given. `ValueError` says what is wrong with it."""
+    if value is None:
+        return None
+    if isinstance(value, Path):
+        path = value
+    elif isinstance(value, str) and value:
+        path = Path(value)
+    else:
+        raise ValueError("must be the path of a PEM file, as a string")
+    if not path.is_absolute() and base_dir is not None:
+        path = Path(base_dir) / path
+    if not path.exists():
+        raise ValueError(f"{path} does not exist")
+    if not path.is_file():
+        raise ValueError(f"{path} is not a file")
+    try:
+        path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{path} cannot be read: {exc.strerror}") from None
+    return path
+
+
 def client_cert_problem(cert: Path, key: Path | None) -> str | None:
     """Why the client certificate and key cannot be used, naming the key to fix; None if they can."""
     key_key, key_file = ("tls_client_key", key) if key else ("tls_client_cert", cert)

@@ -67,6 +67,7 @@ class DeliveryHandler(PartitionHandler):
             max_records=dest.max_batch_records, max_bytes=dest.max_batch_bytes
         )
         self._limit_records = intake_limit(dest)
+        self._window_records = dest.max_in_flight * dest.max_batch_records
         self._limit_bytes = dest.max_in_flight * dest.max_batch_bytes * BUFFER_WINDOWS
         # a tenant destination's linger, longer while its round of tenants comes late
         floor_s = 0.0 if dest.lookups is None else dest.lookups.max_linger_s
@@ -82,15 +83,17 @@ class DeliveryHandler(PartitionHandler):
                 holds_back=deliverer.rate_limits.holds_back,  # rate limits
                 linger=self.linger,
             )
-            # batches are cut per tenant: the tail of tenants needs room to fill theirs
-            self._limit_records = max(self._limit_records, dest.lookups.buffer_records)
-            self._limit_bytes = max(self._limit_bytes, dest.lookups.buffer_bytes)
+            # batches are cut per tenant: the tail of tenants needs room to fill theirs; at least
+            # a window of full batches (its default of 64 in flight holds it at buffer_bytes)
+            self._limit_records = max(self._window_records, dest.lookups.buffer_records)
+            self._limit_bytes = max(
+                dest.max_in_flight * dest.max_batch_bytes, dest.lookups.buffer_bytes
+            )
         self._malformed: list[Unreadable] = []
         self._paused = False
         self._behind = False  # a backlog: see `_backlog`
         self._highwater = highwater
         self._unread: dict[TopicPartition, int] = {}  # records in Kafka past those taken in
-        self._window_records = dest.max_in_flight * dest.max_batch_records
         # keeping up, a tenant destination's batches fill while they linger: a request need
         # not keep its slot until its audit facts are acknowledged to let the next one grow
         self._lingers = dest.lookups is not None and dest.lookups.max_linger_s > 0

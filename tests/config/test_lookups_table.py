@@ -47,6 +47,22 @@ def test_defaults_and_templates(catalog_dir: Path) -> None:
     assert templates.headers["X-Key"].render("t", {"api_key": "k"}) == "k s3cr3t-token-value"
 
 
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        ("", 8),  # one endpoint
+        ('[lookups]\ntenant_field = "customer"\n', 64),  # many tenants, a request each
+        ('max_in_flight = 8\n[lookups]\ntenant_field = "customer"\n', 8),  # as written
+        ("max_in_flight = 200\n", 200),
+    ],
+)
+def test_in_flight_default_is_wider_for_tenants(
+    catalog_dir: Path, lines: str, expected: int
+) -> None:
+    """`max_in_flight` defaults to 8, and to 64 with `[lookups]`; a value written is kept."""
+    assert _load(catalog_dir, HEAD + lines).load("d").max_in_flight == expected
+
+
 def test_without_lookups_braces_stay_literal(catalog_dir: Path) -> None:
     """A destination without `[lookups]` sends to its url as written, braces and all."""
     dest = _load(catalog_dir, HEAD).load("d")

@@ -291,6 +291,33 @@ def test_the_connector_cuts_the_longest_queue_only_while_it_is_behind(
     assert next_offsets() == list(range(510, 515))  # t52's waited longest; big's is longer
 
 
+@pytest.mark.parametrize(("in_flight", "limit_kib"), [("", 1024), ("max_in_flight = 96\n", 1536)])
+def test_a_tenant_buffer_holds_buffer_bytes_or_a_window_of_full_batches(
+    catalog_dir: Path, in_flight: str, limit_kib: int
+) -> None:
+    """The bytes a tenant destination holds are `buffer_bytes`, or one window of `max_in_flight`
+    full batches when that is more: its default of 64 in flight does not raise them (here a
+    window of 64 batches of 16 KiB is the buffer's 1 MiB; of 96, 1.5 MiB)."""
+    dest = write_tenant_destination(
+        catalog_dir,
+        "tv",
+        "https://c.test/{region}/{tenant}",
+        "src",
+        lookups="buffer_bytes = 1048576\n",
+        extra=f"max_batch_bytes = 16384\n{in_flight}",
+    )
+    routes = _routes(dest, a={})
+    delivery = DeliveryHandler(
+        dest, Mock(rate_limits=RateLimits(dest)), Mock(), route_of=routes.get
+    )
+    tp, taken, held = TopicPartition("src", 0), 0, 0
+    while delivery.room() > 0:
+        events = tenant_events(["a"] * 16, start=taken, pad="x" * 1000)
+        delivery.take(tp, _records(events, start=taken))
+        taken, held = taken + 16, held + sum(len(event.value) for event in events)
+    assert limit_kib * 1024 <= held < limit_kib * 1024 + 16 * 1100
+
+
 def test_records_waiting_in_kafka_are_a_backlog_too(catalog_dir: Path) -> None:
     """An intake that holds the connector back leaves its buffer far from full, with records
     waiting in Kafka: more than a window of requests (`max_in_flight` full batches) past the
