@@ -6,7 +6,8 @@ Phases, all in one run, each attempt and each live probe on a fresh embedded Tan
    the same topic; 1 and 2 are repeated on fresh topics and the pair with the median ratio counts;
    then the audit trail's cost: the connector's throughput with the trail on and with it off
    (`[accounting] audit = false`), once each, back to back (every other phase runs with it on);
-   then TLS (`bench.tls_cost`): plaintext and through stunnel, three pairs (`tls_over_plain`);
+   then TLS (`bench.tls_cost`): plaintext and through stunnel, three pairs (`tls_over_plain`;
+   the raw consumer's through the same listener, `tls_ceiling_over_plain`);
 3. lag: paced live load at 25, 50 and 75 % of (2), end-to-end lag from event time to receipt,
    and at 50 % the floor (the connector's intake alone, `bench.floor`, no HTTP) and the connector
    with `concurrency = "fixed"` (adaptive is the default), measured alike;
@@ -262,6 +263,7 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
         lookups=tenants.fields(ceiling_rate),
         capacity=arc.fields(),
         tls_over_plain=tls.tls_over_plain,
+        tls_ceiling_over_plain=tls.ceiling_tls_over_plain,
         cpu_per_request_us=tenants.cpu_per_request_us(),
         p95_over_floor_ms=half.lag.p95_ms - references.floor.lag.p95_ms,
     )
@@ -305,15 +307,20 @@ def summary_line(
     lookups: str,
     capacity: str = "",
     tls_over_plain: float | None = None,
+    tls_ceiling_over_plain: float | None = None,
     cpu_per_request_us: float | None = None,
     p95_over_floor_ms: float | None = None,
 ) -> str:
     """The last line of `make bench`; `lookups` and `capacity`: those phases' fields;
-    `tls_over_plain`: the TLS phase's ratio; `cpu_per_request_us`: the connector's CPU per
+    `tls_over_plain`: the TLS phase's ratio, `tls_ceiling_over_plain` the raw consumer's through
+    the same listener; `cpu_per_request_us`: the connector's CPU per
     request on the tenant drain; `p95_over_floor_ms`: p95 at half load less the floor's (each
     left out when not measured)."""
     extra = {
         "tls_over_plain": None if tls_over_plain is None else f"{tls_over_plain:.2f}",
+        "tls_ceiling_over_plain": (
+            None if tls_ceiling_over_plain is None else f"{tls_ceiling_over_plain:.2f}"
+        ),
         "cpu_per_request_us": None if cpu_per_request_us is None else f"{cpu_per_request_us:.0f}",
         "p95_over_floor_ms": None if p95_over_floor_ms is None else f"{p95_over_floor_ms:.0f}",
     }

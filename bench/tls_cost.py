@@ -4,7 +4,10 @@ in `pairs` pairs whose order alternates; `tls_over_plain` is the median pair's T
 its plaintext one (one pair moved by up to 0.3 from run to run).
 
 On 2 cores the TLS terminator competes with the connector for CPU, as it would not on a Kafka
-cluster of its own; issue 44 holds it at 0.9 at least (`bench.run`'s targets).
+cluster of its own; issue 44 holds it at 0.9 at least (`bench.run`'s targets). So each drain's
+topic is first read by the raw aiokafka consumer (`bench.ceiling`), through the same listener:
+`ceiling_tls_over_plain`, the lower median of those pairs' ratios, is what the listener costs a
+reader that does nothing with its records.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import machine, phases
+from bench import ceiling, machine, phases
 from bench.report import Row, say
 from devstack.broker import LocalBroker
 from devstack.tls import TlsKafka, stunnel_missing
@@ -25,10 +28,11 @@ PAIRS = 3
 
 @dataclass(frozen=True)
 class Drain:
-    """One drain and the machine's cores busy during it."""
+    """One drain, the machine's cores busy during it, and the raw consumer's rate before it."""
 
     throughput: phases.Throughput
     cores: tuple[float, float]
+    ceiling_events_per_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,12 @@ class Pair:
     def ratio(self) -> float:
         plain = self.plain.throughput.events_per_s
         return self.tls.throughput.events_per_s / plain if plain else 0.0
+
+    @property
+    def ceiling_ratio(self) -> float:
+        """The raw consumer's TLS rate over its plaintext one, on the same topics."""
+        plain = self.plain.ceiling_events_per_s
+        return self.tls.ceiling_events_per_s / plain if plain else 0.0
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,14 @@ class TlsCost:
         pair = self.median_pair
         return None if pair is None else pair.ratio
 
+    @property
+    def ceiling_tls_over_plain(self) -> float | None:
+        """The lower median of the pairs' `ceiling_ratio`: the listener's own cost."""
+        if not self.pairs:
+            return None
+        ranked = sorted(pair.ceiling_ratio for pair in self.pairs)
+        return ranked[(len(ranked) - 1) // 2]
+
     def rows(self, events: int) -> list[Row]:
         pair = self.median_pair
         if pair is None:
@@ -92,6 +110,8 @@ class TlsCost:
             "tls_events_per_s": None if self.tls is None else self.tls.events_per_s,
             "tls_over_plain": self.tls_over_plain,
             "pair_ratios": [pair.ratio for pair in self.pairs],
+            "ceiling_tls_over_plain": self.ceiling_tls_over_plain,
+            "ceiling_pair_ratios": [pair.ceiling_ratio for pair in self.pairs],
             "median_of": len(self.pairs),
             "skipped": self.skipped,
         }
@@ -123,11 +143,14 @@ async def run_phase(work: Path, events: int, prefill: Prefill, *, pairs: int = P
         say(
             f"   pair {index + 1}: plaintext {plain.throughput.events_per_s:.0f}/s,"
             f" TLS {tls.throughput.events_per_s:.0f}/s, ratio {done[-1].ratio:.2f}"
+            f" (raw consumer {plain.ceiling_events_per_s:.0f}/s, {tls.ceiling_events_per_s:.0f}/s,"
+            f" {done[-1].ceiling_ratio:.2f})"
         )
     cost = TlsCost(plain_only=None, pairs=tuple(done))
     say(
         f"   tls_over_plain {cost.tls_over_plain:.2f} (the median of"
-        f" {', '.join(f'{pair.ratio:.2f}' for pair in done)})"
+        f" {', '.join(f'{pair.ratio:.2f}' for pair in done)}); the raw consumer's"
+        f" {cost.ceiling_tls_over_plain:.2f}"
     )
     return cost
 
@@ -151,6 +174,9 @@ async def _drain(
 ) -> Drain:
     topic, prefix = f"bench.{label}", f"{label}"
     await prefill(settings, topic, prefix)
+    raw = await ceiling.consume_and_commit(
+        settings, topic, events=events, group_id=f"bench.ceiling.{label}", timeout_s=300
+    )
     watch = machine.CpuWatch()
     drained = await phases.throughput(
         work / "throughput",
@@ -164,4 +190,4 @@ async def _drain(
     cores = watch.cores()
     if drained.delivered < events:
         raise RuntimeError(f"{label}: {drained.delivered} of {events} delivered")
-    return Drain(drained, cores)
+    return Drain(drained, cores, raw)

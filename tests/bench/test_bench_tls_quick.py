@@ -32,6 +32,11 @@ async def test_both_drains_deliver_everything_and_the_ratio_is_measured(tmp_path
     assert all(pair.tls.throughput.delivered >= EVENTS for pair in cost.pairs)
     assert cost.tls_over_plain == min(pair.ratio for pair in cost.pairs)  # the lower median
     assert cost.report()["pair_ratios"] == [pair.ratio for pair in cost.pairs]
+    # the raw consumer read each drain's topic first, through the same listener
+    assert all(pair.plain.ceiling_events_per_s > 0 for pair in cost.pairs)
+    assert all(pair.tls.ceiling_events_per_s > 0 for pair in cost.pairs)
+    assert cost.ceiling_tls_over_plain == min(pair.ceiling_ratio for pair in cost.pairs)
+    assert cost.report()["ceiling_pair_ratios"] == [pair.ceiling_ratio for pair in cost.pairs]
     assert cost.plain.delivered >= EVENTS
     assert cost.tls.delivered >= EVENTS
     assert cost.tls_over_plain is not None
