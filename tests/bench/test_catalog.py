@@ -23,7 +23,7 @@ def test_the_bench_destination_audits_unless_told_not_to(tmp_path: Path) -> None
 def test_the_lookup_phase_destination_differs_only_by_its_lookups(tmp_path: Path) -> None:
     """With lookups the url and X-Api-Key are per-tenant templates, and the tenants may be on
     loopback (`allow_private_destinations`); every other setting is the catalog default, as
-    in the other phases."""
+    in the other phases: `max_in_flight` too, a tenant destination's (64)."""
     write_catalog(tmp_path / "on", url="http://127.0.0.1:1/v1/events", topics=["a"])
     write_catalog(tmp_path / "t", url="http://127.0.0.1:1/v1/events", topics=["a"], lookups=True)
     plain, tenanted = Catalog(tmp_path / "on").load(DEST), Catalog(tmp_path / "t").load(DEST)
@@ -32,7 +32,8 @@ def test_the_lookup_phase_destination_differs_only_by_its_lookups(tmp_path: Path
     assert tenanted.url == "http://127.0.0.1:1/v1/events/{tenant}"
     assert tenanted.templates().header_value_names == {"api_key"}
     assert tenanted.allow_private_destinations
-    differs = {"url", "headers", "lookups", "allow_private_destinations"}
+    assert (tenanted.max_in_flight, plain.max_in_flight) == (64, 8)
+    differs = {"url", "headers", "lookups", "allow_private_destinations", "max_in_flight"}
     assert tenanted.model_dump(exclude=differs) == plain.model_dump(exclude=differs)
 
 
