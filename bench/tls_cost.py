@@ -32,7 +32,7 @@ class Drain:
 
     throughput: phases.Throughput
     cores: tuple[float, float]
-    ceiling_events_per_s: float = 0.0
+    ceiling_events_per_s: float
 
 
 @dataclass(frozen=True)
@@ -64,10 +64,7 @@ class TlsCost:
 
     @property
     def median_pair(self) -> Pair | None:
-        if not self.pairs:
-            return None
-        ranked = sorted(self.pairs, key=lambda pair: pair.ratio)
-        return ranked[(len(ranked) - 1) // 2]
+        return _lower_median(self.pairs, lambda pair: pair.ratio)
 
     @property
     def plain(self) -> phases.Throughput:
@@ -89,10 +86,8 @@ class TlsCost:
     @property
     def ceiling_tls_over_plain(self) -> float | None:
         """The lower median of the pairs' `ceiling_ratio`: the listener's own cost."""
-        if not self.pairs:
-            return None
-        ranked = sorted(pair.ceiling_ratio for pair in self.pairs)
-        return ranked[(len(ranked) - 1) // 2]
+        pair = _lower_median(self.pairs, lambda pair: pair.ceiling_ratio)
+        return None if pair is None else pair.ceiling_ratio
 
     def rows(self, events: int) -> list[Row]:
         pair = self.median_pair
@@ -115,6 +110,12 @@ class TlsCost:
             "median_of": len(self.pairs),
             "skipped": self.skipped,
         }
+
+
+def _lower_median(pairs: tuple[Pair, ...], key: Callable[[Pair], float]) -> Pair | None:
+    """The pair at the lower median of `key`; None without pairs."""
+    ranked = sorted(pairs, key=key)
+    return ranked[(len(ranked) - 1) // 2] if ranked else None
 
 
 def _row(phase: str, events: int, drain: Drain) -> Row:

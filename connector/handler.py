@@ -68,7 +68,8 @@ class DeliveryHandler(PartitionHandler):
         )
         self._limit_records = intake_limit(dest)
         self._window_records = dest.max_in_flight * dest.max_batch_records
-        self._limit_bytes = dest.max_in_flight * dest.max_batch_bytes * BUFFER_WINDOWS
+        window_bytes = dest.max_in_flight * dest.max_batch_bytes
+        self._limit_bytes = window_bytes * BUFFER_WINDOWS
         # a tenant destination's linger, longer while its round of tenants comes late
         floor_s = 0.0 if dest.lookups is None else dest.lookups.max_linger_s
         self.linger = LingerSchedule(floor_s, dest.accounting.lag_sla_s / 2)
@@ -86,9 +87,7 @@ class DeliveryHandler(PartitionHandler):
             # batches are cut per tenant: the tail of tenants needs room to fill theirs; at least
             # a window of full batches (its default of 64 in flight holds it at buffer_bytes)
             self._limit_records = max(self._window_records, dest.lookups.buffer_records)
-            self._limit_bytes = max(
-                dest.max_in_flight * dest.max_batch_bytes, dest.lookups.buffer_bytes
-            )
+            self._limit_bytes = max(window_bytes, dest.lookups.buffer_bytes)
         self._malformed: list[Unreadable] = []
         self._paused = False
         self._behind = False  # a backlog: see `_backlog`
