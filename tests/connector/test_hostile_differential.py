@@ -12,8 +12,10 @@ attempt that outlives its bound by a second (a decoder that never yields) as a c
 is a loss, the worst outcome.
 
 Ranking: delivered once > retried (a hand-off, a redirect's too) > dead-lettered > crash > lost.
-A run that timed out or hung with every behaviour sent at once is sent again alone with the others
-that did (under a new tag): on a busy machine the bound is the machine's, not the behaviour's.
+A run that timed out, hung or broke in transport with every behaviour sent at once is sent again
+alone with the others that did (under a new tag): on a busy machine the bound is the machine's, and
+a 4xx answered before its body is read races the client's write; a behaviour that does it alone
+too is judged the same.
 The behaviours where the connector does better are printed by `test_where_the_connector_does_better`
 (run with `-s`); with the specified transport they are the broken-after-2xx replies (a truncated,
 reset, endless or trickled body, odd framing, a bomb or a bad encoding on a 2xx) and the 307/308
@@ -96,7 +98,7 @@ async def duels(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[dict[
             again = [
                 _run(server, senders[tag], tag, name, again=True)
                 for tag, _, name, sent in answers
-                if any(outcome in (TIMED_OUT, Rank.CRASH) for _, outcome in sent)
+                if any(outcome in (TIMED_OUT, BROKEN, Rank.CRASH) for _, outcome in sent)
             ]
             rerun = await asyncio.gather(*again)
         redone = {(tag, name) for tag, _, name, _ in rerun}
@@ -129,6 +131,7 @@ def _destination(directory: Path, server: HostileServer) -> Destination:
 
 Sent = list[tuple[list[str], str | Rank]]  # per request: its ids, and "2xx" or how it failed
 TIMED_OUT = "timed out"  # judged as retried
+BROKEN = "transport error"  # judged as retried
 
 
 async def _run(
@@ -160,7 +163,7 @@ async def attempt(sender: Sender, url: str, body: bytes) -> str | Rank:
     except DestinationRejected:
         outcome = Rank.DEAD_LETTERED
     except httpx.TransportError:
-        outcome = Rank.RETRIED
+        outcome = BROKEN
     except TimeoutError:
         outcome = TIMED_OUT
     except Exception:  # anything else escapes the connector's delivery: a crash
@@ -179,7 +182,7 @@ def _judge(server: HostileServer, tag: str, name: str, sent: Sent) -> Judged:
     for ids, outcome in sent:
         if isinstance(outcome, Rank):
             ranks.append(outcome)
-        elif outcome == TIMED_OUT:
+        elif outcome in (TIMED_OUT, BROKEN):
             ranks.append(Rank.RETRIED)
         else:  # "2xx": delivered only if the server answered each id 2xx exactly once
             once = all(answered[event_id] == 1 for event_id in ids)
