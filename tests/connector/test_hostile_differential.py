@@ -83,10 +83,12 @@ async def duels(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[dict[
     async with HostileServer(bomb_bytes=BOMB_BYTES) as server:
         dest = _destination(tmp_path_factory.mktemp("hostile-diff"), server)
         trust = ssl.create_default_context(cadata=server.ca_pem.decode())
-        plain = httpx.AsyncClient(
-            transport=httpx.AsyncHTTPTransport(verify=trust), timeout=TIMEOUT_S
-        )
-        async with plain, opened_sender(dest) as ours:
+
+        def client() -> httpx.AsyncClient:
+            transport = httpx.AsyncHTTPTransport(verify=trust)
+            return httpx.AsyncClient(transport=transport, timeout=TIMEOUT_S)
+
+        async with client() as plain, opened_sender(dest) as ours:
             theirs = HttpxSender(plain, timeout_s=TIMEOUT_S)
             runs = [
                 _run(server, sender, tag, name)
@@ -94,7 +96,9 @@ async def duels(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[dict[
                 for tag, sender in (("httpx", theirs), ("connector", ours))
             ]
             answers = await asyncio.gather(*runs)
-            senders = {"httpx": theirs, "connector": ours}
+        # sent again on fresh clients: no connection the first round's replies closed is reused
+        async with client() as plain, opened_sender(dest) as ours:
+            senders = {"httpx": HttpxSender(plain, timeout_s=TIMEOUT_S), "connector": ours}
             again = [
                 _run(server, senders[tag], tag, name, again=True)
                 for tag, _, name, sent in answers
