@@ -267,7 +267,7 @@ class LiveSession:
                 bootstrap=bootstrap,
                 topic=topic,
                 deliveries_file=self._work / "deliveries.ndjson",
-                log_path=self._work / "floor.log",
+                log_path=self._work / f"floor-{topic}.log",
             )
         return processes.ConnectorProcess(
             catalog_dir=catalog,

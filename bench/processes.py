@@ -95,12 +95,14 @@ class ReaderProcess(abc.ABC):
         self._env = env
         self._log_path = log_path
         self._process: subprocess.Popen[bytes] | None = None
+        self._log_start = 0
         self.peak_rss_kb = 0
         #: (wall-clock ms, CPU s) samples while it runs, for `measure.cpu_between`
         self.cpu_samples: list[tuple[float, float]] = []
 
     def start(self) -> None:
         with open(self._log_path, "ab") as log:
+            self._log_start = log.tell()  # what earlier readers wrote there is not this one's
             self._process = _spawn(self._args, log, self._env)
 
     @property
@@ -234,7 +236,9 @@ class FloorProcess(ReaderProcess):
         super().__init__(args, log_path=log_path, env=dict(os.environ))
 
     async def is_ready(self) -> bool:
-        return READY_LINE.encode() in self._log_path.read_bytes()
+        with self._log_path.open("rb") as log:
+            log.seek(self._log_start)
+            return READY_LINE.encode() in log.read()
 
 
 def _answers_200(url: str) -> bool:
