@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv java browser systemd promtool amtool stunnel tinyproxy podman demo test test-quick check lint typecheck image wrk bench bench-auditor bench-ingest bench-dlq bench-rebalance bench-reconcile spark-zip chaos clean
+.PHONY: help venv java browser systemd promtool amtool stunnel tinyproxy podman demo test test-quick check lint typecheck image wrk bench bench-auditor bench-ingest bench-dlq bench-rebalance bench-reconcile spark-zip chaos soak redis clean
 
 help:
 	@echo "make demo   - run the connector and retrier against a local broker and a flaky destination"
@@ -20,7 +20,8 @@ help:
 	@echo "make bench-rebalance - partitions moved and stalls of a 3-member group scaling out, in and restarting (docs/rebalancing.md)"
 	@echo "make bench-reconcile - spark-batch reconcile of a synthetic day of 10 M events on local[2], checked against DuckDB"
 	@echo "make spark-zip - dist/spark/: the reconciliation's zip and driver file for spark-submit (docs/spark-cluster.md)"
-	@echo "make chaos  - fault-injection runs that count loss by event id"
+	@echo "make chaos  - fault-injection runs that count loss by event id, and a 10-minute soak"
+	@echo "make soak   - an hour of the whole pipeline under seeded faults: REPORT.md and a picture (soak/results/)"
 	@echo "make image  - the container image with podman, on a Debian base made here (docs/deploy-container.md)"
 
 $(STAMP): pyproject.toml
@@ -100,7 +101,7 @@ PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
 # CPU was half idle over the run.
 PYTEST_WORKERS ?= 6
 
-test: $(STAMP) java browser systemd promtool amtool stunnel tinyproxy podman wrk
+test: $(STAMP) java browser systemd promtool amtool stunnel tinyproxy podman wrk redis
 	$(PYTEST) -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The inner loop: the tests that need no service; a guard fails any that reaches one.
@@ -159,8 +160,21 @@ bench-reconcile: $(STAMP) java
 spark-zip: $(STAMP)
 	$(BIN)/spark-batch package --out dist/spark
 
-chaos: $(STAMP)
+redis:
+	$(call debian,redis-server,redis-server,the soak and the tests that stop Redis)
+
+# The whole pipeline for DURATION under a seeded schedule of faults (docs/reliability.md);
+# the report in soak/results/. SEED=N: another schedule; RATE=N: events/s, not measured.
+DURATION ?= 60m
+SEED ?= 1
+RATE ?=
+soak: $(STAMP) redis
+	$(BIN)/python -m soak --duration $(DURATION) --seed $(SEED) $(if $(RATE),--rate $(RATE),)
+
+# every scenario, the reply fuzz, then a soak of 10 minutes (its minutes final after 60 s)
+chaos: $(STAMP) redis
 	$(BIN)/python -m chaos
+	$(BIN)/python -m soak --duration 10m --seed $(SEED) --settle-s 60
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -61,6 +61,12 @@ class Daemon:
         self.restarts = 0  # exits nobody asked for (a kill -9 from the scenario is not one)
         self._killed = False
 
+    @property
+    def pid(self) -> int | None:
+        """The running process's id; None between a death and its restart."""
+        process = self._process
+        return process.pid if process is not None and process.returncode is None else None
+
     async def start(self) -> None:
         self._stopping = False
         await self._spawn()

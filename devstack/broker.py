@@ -94,6 +94,13 @@ class LocalBroker:
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
+    @property
+    def pid(self) -> int:
+        """The broker process's id (to freeze it with SIGSTOP, or sample it)."""
+        if self._process is None:
+            raise RuntimeError("the broker is not running")
+        return self._process.pid
+
     def start(self) -> LocalBroker:
         url = f"tcp://{self.host}:{self.port}"
         advertised = f"tcp://{self.host}:{self.advertised_port}"

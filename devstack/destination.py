@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import math
+import random
 import ssl
 import time
 import zlib
@@ -73,7 +75,7 @@ class TestDestination:
 
     Per request the reply is chosen by, in order: down (connection refused), `set_capacity`
     (503 beyond it), `reject_ids` / `reject_poison`, the `script` queue, random `set_faults`,
-    else 200 `{"accepted": N}`.
+    else 200 `{"accepted": N}`; every answer after `set_latency`'s draw, if set.
     Error replies echo the request's credentials after `echo(Echo(...))`.
 
     What it records:
@@ -124,6 +126,7 @@ class TestDestination:
         self._capacity: tuple[int, float] | None = None  # (max_concurrent, service_s)
         self._in_service = 0  # requests within the capacity being served now
         self.max_serving = 0  # the most served at once since start (with a capacity)
+        self._latency_s: Callable[[], float] | None = None  # `set_latency`'s draw
 
     async def __aenter__(self) -> TestDestination:
         await self._listen()
@@ -193,6 +196,16 @@ class TestDestination:
         if service_s < 0:
             raise ValueError(f"service_s {service_s} is negative; use 0 or more")
         self._capacity = None if max_concurrent is None else (max_concurrent, service_s)
+
+    def set_latency(self, median_s: float, sigma: float = 0.0, *, seed: int = 0) -> None:
+        """Take a log-normal time to answer every request (its median `median_s`; `sigma`, the
+        spread of its log, makes the tail: 1.0 puts p99 near 10 times the median), seeded;
+        `median_s` 0: answer at once, as by default."""
+        if median_s < 0 or sigma < 0:
+            raise ValueError(f"latency median {median_s} s, sigma {sigma}: use 0 or more")
+        rng = random.Random(seed)
+        mu = math.log(median_s) if median_s > 0 else 0.0
+        self._latency_s = (lambda: rng.lognormvariate(mu, sigma)) if median_s > 0 else None
 
     def echo(self, echo: Echo | None) -> None:
         """From now on error replies (3xx to 5xx) echo credentials as `echo` says; None stops."""
@@ -367,9 +380,10 @@ class TestDestination:
             ids=ids,
         )
         self._record_request(record)
+        delay_s = reply.delay_s + (self._latency_s() if self._latency_s is not None else 0.0)
         try:
-            if reply.delay_s > 0:
-                await asyncio.sleep(reply.delay_s)
+            if delay_s > 0:
+                await asyncio.sleep(delay_s)
         except asyncio.CancelledError:
             self._mark_unanswered(record)
             raise

@@ -33,6 +33,14 @@ class Readiness:
     detail: str
 
 
+def _tasks() -> float:
+    """The event loop's tasks not done; NaN when read outside it (`/metrics` reads it inside)."""
+    try:
+        return float(len(asyncio.all_tasks()))
+    except RuntimeError:
+        return float("nan")
+
+
 class QuietServer(uvicorn.Server):
     """A uvicorn server that leaves signal handling to the daemon that embeds it."""
 
@@ -47,6 +55,11 @@ BUILD_INFO = prometheus_client.Gauge(
     "hifi_build_info",
     "Always 1: the hifi version and the component running.",
     ["version", "component"],
+)
+TASKS = prometheus_client.Gauge(
+    "hifi_asyncio_tasks",
+    "asyncio tasks not yet done in the daemon's event loop (flat in a daemon that leaks none).",
+    ["component"],
 )
 READY = prometheus_client.Gauge(
     "hifi_ready",
@@ -82,6 +95,7 @@ class OpsServer:
         ]
         self._app = Starlette(routes=routes, exception_handlers={404: self._not_found})
         READY.labels(component).set_function(lambda: float(self.is_ready()))
+        TASKS.labels(component).set_function(_tasks)
 
     @property
     def ready(self) -> bool:

@@ -1,0 +1,158 @@
+"""What a soak run measured: its faults, its minutes, its daemons' resources and its account.
+
+Every time is wall-clock epoch milliseconds (`*_ms`) or, for spans within the run, seconds
+since the run started (`*_s`); rates are per second, slopes per hour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+#: a process life counts for the resource slopes when it lasted this long ...
+MIN_LIFE_S = 30 * 60.0
+#: ... and its slope is fitted after this much of it (start-up, caches and pools filling)
+WARMUP_S = 10 * 60.0
+#: how often every daemon's resources are sampled
+SAMPLE_EVERY_S = 10.0
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault of the schedule as it ran: `kind` done to `target` from `start_s` to `end_s`."""
+
+    kind: str  # one of `soak.schedule.KINDS`
+    target: str  # a daemon's name, "broker", "destination NAME", "redis"
+    start_s: float
+    end_s: float
+    detail: str = ""  # what exactly was done ("SIGKILL pid 4242, restarted in 0.5 s")
+
+    def active(self, start_s: float, end_s: float) -> bool:
+        """Whether the fault overlaps the span [start_s, end_s)."""
+        return self.start_s < end_s and start_s < self.end_s
+
+
+@dataclass(frozen=True)
+class Minute:
+    """One minute of event time, all destinations, as the auditor cuts them: its events' lag,
+    from the event's time to the destination's 2xx of its first delivery."""
+
+    start_ms: int
+    events: int  # events of this minute answered 2xx (first deliveries)
+    p50_ms: float | None  # None: no event of the minute was delivered
+    p95_ms: float | None
+    p99_ms: float | None
+    on_time: bool  # its p95 within `lag_sla_s` (the auditor's "down for lag" otherwise)
+    faults: tuple[str, ...] = ()  # "kind target" of every fault active during the minute
+
+    @property
+    def fault_active(self) -> bool:
+        return bool(self.faults)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One daemon process's resources at one moment."""
+
+    at_s: float
+    daemon: str
+    pid: int
+    rss_mb: float
+    fds: int
+    threads: int
+    kafka_connections: int  # its established TCP connections to the Kafka listener
+    tasks: int | None  # asyncio tasks (`hifi_asyncio_tasks`); None when it did not answer
+
+
+@dataclass(frozen=True)
+class Slope:
+    """How one process life's resources grew, fitted by least squares after `WARMUP_S`."""
+
+    daemon: str
+    pid: int
+    life_s: float
+    rss_mb_per_h: float
+    fds_per_h: float
+    threads_per_h: float
+    kafka_connections_per_h: float
+    tasks_per_h: float | None
+
+
+@dataclass(frozen=True)
+class Account:
+    """Every event accepted (ingest's 2xx, or acks=all straight to Kafka), by id, at the end."""
+
+    accepted: int
+    delivered: int  # distinct ids answered 2xx by a destination
+    lost: int  # accepted, neither delivered nor dead-lettered
+    duplicates: int  # deliveries beyond the first of an id
+    dead_lettered: Mapping[str, int]  # reason -> events in the DLQs (and not delivered)
+    duplicate_causes: Mapping[str, int]  # "kind target" of the fault around the repeat -> count
+    lost_sample: tuple[str, ...] = ()
+    audit_mismatches: tuple[str, ...] = ()  # "DEST MINUTE figure auditor != run"
+
+    @property
+    def dup_pct(self) -> float:
+        return 100.0 * self.duplicates / self.delivered if self.delivered else 0.0
+
+
+@dataclass(frozen=True)
+class SoakResult:
+    """A soak run, whole: what the report and its summary line are made of."""
+
+    started_ms: int
+    seed: int
+    duration_s: float
+    lag_sla_s: float
+    capacity_events_per_s: float  # the connector's drain measured at the start
+    rate_events_per_s: float  # the steady load offered, all sources together
+    faults: tuple[Fault, ...]
+    minutes: tuple[Minute, ...]
+    samples: tuple[Sample, ...]
+    slopes: tuple[Slope, ...]
+    account: Account
+    exits: Mapping[str, int] = field(default_factory=dict)  # daemon -> exits nobody asked for
+
+    @property
+    def late_minutes(self) -> int:
+        return sum(1 for minute in self.minutes if minute.events and not minute.on_time)
+
+    @property
+    def quiet_minutes(self) -> tuple[Minute, ...]:
+        """Minutes with deliveries and no fault active."""
+        return tuple(m for m in self.minutes if m.events and not m.fault_active)
+
+    @property
+    def on_time_pct(self) -> float:
+        counted = [m for m in self.minutes if m.events]
+        return 100.0 * sum(m.on_time for m in counted) / len(counted) if counted else 0.0
+
+    @property
+    def on_time_pct_no_fault(self) -> float:
+        quiet = self.quiet_minutes
+        return 100.0 * sum(m.on_time for m in quiet) / len(quiet) if quiet else 0.0
+
+    @property
+    def p95_no_fault_ms(self) -> float:
+        """The highest p95 of a minute with no fault active (each minute must hold alone)."""
+        return max((m.p95_ms or 0.0 for m in self.quiet_minutes), default=0.0)
+
+    @property
+    def rss_slope_mb_per_h(self) -> float:
+        """The steepest RSS slope of a process life long enough to count (0: none was)."""
+        return max((s.rss_mb_per_h for s in self.slopes), default=0.0)
+
+    @property
+    def fds_slope_per_h(self) -> float:
+        return max((s.fds_per_h for s in self.slopes), default=0.0)
+
+    def summary_line(self) -> str:
+        return (
+            f"soak: minutes={round(self.duration_s / 60)} faults={len(self.faults)}"
+            f" lost={self.account.lost} dup_pct={self.account.dup_pct:.3f}"
+            f" late_minutes={self.late_minutes}"
+            f" on_time_pct_no_fault={self.on_time_pct_no_fault:.1f}"
+            f" p95_no_fault_ms={self.p95_no_fault_ms:.0f}"
+            f" rss_slope_mb_per_h={self.rss_slope_mb_per_h:.1f}"
+            f" fds_slope_per_h={self.fds_slope_per_h:.1f}"
+        )

@@ -1,0 +1,218 @@
+"""Each daemon's resources, sampled while the soak runs, and how fast each process life grew.
+
+A leak shows as a slope: RSS, file descriptors, threads, Kafka connections or asyncio tasks that
+keep climbing after start-up. Every process is read from /proc (and its task gauge from its
+/metrics) every `SAMPLE_EVERY_S`; `slopes` fits one line per process life after `WARMUP_S`, so a
+daemon restarted by a fault starts a new life instead of bending the old one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
+from pathlib import Path
+from typing import Self
+
+import httpx
+
+from soak.model import MIN_LIFE_S, SAMPLE_EVERY_S, WARMUP_S, Sample, Slope
+
+SCRAPE_TIMEOUT_S = 1.0
+TASKS_GAUGE = "hifi_asyncio_tasks"
+_ESTABLISHED = "01"  # the `st` column of /proc/net/tcp
+
+
+def sample_process(
+    daemon: str, pid: int, *, at_s: float, kafka_ports: Collection[int], tasks: int | None
+) -> Sample | None:
+    """The process's resources now, from /proc; None when it is gone (or a zombie)."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        status = _status_fields(proc.joinpath("status").read_text())
+        if "VmRSS" not in status:  # a zombie keeps its status, not its memory
+            return None
+        fd_names = os.listdir(proc / "fd")
+        sockets = _socket_inodes(proc / "fd", fd_names)
+        tables = [proc.joinpath("net", "tcp").read_text(), _read_if_any(proc / "net" / "tcp6")]
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    to_kafka = _established_to(tables, frozenset(kafka_ports))
+    return Sample(
+        at_s=at_s,
+        daemon=daemon,
+        pid=pid,
+        rss_mb=int(status["VmRSS"].split()[0]) / 1024,  # "123456 kB"
+        fds=len(fd_names),
+        threads=int(status["Threads"]),
+        kafka_connections=len(sockets & to_kafka),
+        tasks=tasks,
+    )
+
+
+def _status_fields(text: str) -> dict[str, str]:
+    fields = (line.partition(":") for line in text.splitlines())
+    return {name: value.strip() for name, _, value in fields}
+
+
+def _socket_inodes(fd_dir: Path, fd_names: Iterable[str]) -> set[str]:
+    """The inodes of the sockets among the fds; an fd closed since the listing is skipped."""
+    inodes = set()
+    for name in fd_names:
+        try:
+            target = os.readlink(fd_dir / name)
+        except FileNotFoundError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    return inodes
+
+
+def _read_if_any(path: Path) -> str:
+    """A /proc/net table the kernel may lack (tcp6 without IPv6): empty then."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
+def _established_to(tables: Iterable[str], ports: frozenset[int]) -> set[str]:
+    """The inodes of the ESTABLISHED TCP sockets whose remote port is one of `ports`."""
+    inodes = set()
+    for table in tables:
+        for row in table.splitlines()[1:]:  # the first line names the columns
+            columns = row.split()
+            remote, state, inode = columns[2], columns[3], columns[9]
+            if state == _ESTABLISHED and int(remote.rpartition(":")[2], 16) in ports:
+                inodes.add(inode)
+    return inodes
+
+
+async def scrape_tasks(client: httpx.AsyncClient, metrics_port: int) -> int | None:
+    """The daemon's asyncio tasks (its `hifi_asyncio_tasks`, summed); None when it does not say."""
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    try:
+        response = await client.get(url, timeout=SCRAPE_TIMEOUT_S)
+    except httpx.HTTPError:
+        return None
+    if not response.is_success:
+        return None
+    values = []
+    for line in response.text.splitlines():
+        if line.startswith((f"{TASKS_GAUGE}{{", f"{TASKS_GAUGE} ")):
+            value = line.rpartition("}")[2] if "{" in line else line.removeprefix(TASKS_GAUGE)
+            try:
+                values.append(float(value.split()[0]))  # a timestamp may follow
+            except (IndexError, ValueError):
+                return None
+    return round(sum(values)) if values else None
+
+
+class ResourceSampler:
+    """Samples every daemon process into `samples` every `every_s`, from enter to exit.
+
+    `processes` names the processes of the moment (daemon, pid, metrics port; 0: no port known),
+    so a daemon restarted under a new pid is followed; `started` is the run's `time.monotonic()`
+    origin, from which each sample's `at_s` counts.
+    """
+
+    def __init__(
+        self,
+        processes: Callable[[], Iterable[tuple[str, int, int]]],
+        kafka_ports: Collection[int],
+        started: float,
+        every_s: float = SAMPLE_EVERY_S,
+    ) -> None:
+        self.samples: list[Sample] = []
+        self._processes = processes
+        self._kafka_ports = frozenset(kafka_ports)
+        self._started = started
+        self._every_s = every_s
+        self._client: httpx.AsyncClient | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Self:
+        self._client = httpx.AsyncClient(trust_env=False)  # loopback: never through a proxy
+        self._task = asyncio.create_task(self._run(self._client), name="soak-resource-sampler")
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        task, client = self._task, self._client
+        self._task = self._client = None
+        try:
+            if task is not None:
+                task.cancel()
+                await asyncio.wait([task])
+                if not task.cancelled():
+                    task.result()  # the sampler crashed: say so here
+        finally:
+            if client is not None:
+                await client.aclose()
+
+    async def _run(self, client: httpx.AsyncClient) -> None:
+        next_s = time.monotonic()
+        while True:
+            await self._sample(client)
+            next_s = max(next_s + self._every_s, time.monotonic())
+            await asyncio.sleep(next_s - time.monotonic())
+
+    async def _sample(self, client: httpx.AsyncClient) -> None:
+        processes = list(self._processes())
+        tasks = await asyncio.gather(*(_tasks_of(client, port) for _, _, port in processes))
+        at_s = time.monotonic() - self._started
+        for (daemon, pid, _), count in zip(processes, tasks, strict=True):
+            sample = sample_process(
+                daemon, pid, at_s=at_s, kafka_ports=self._kafka_ports, tasks=count
+            )
+            if sample is not None:
+                self.samples.append(sample)
+
+
+async def _tasks_of(client: httpx.AsyncClient, metrics_port: int) -> int | None:
+    return await scrape_tasks(client, metrics_port) if metrics_port else None
+
+
+def slopes(
+    samples: Iterable[Sample], *, warmup_s: float = WARMUP_S, min_life_s: float = MIN_LIFE_S
+) -> list[Slope]:
+    """One slope per process life of at least `min_life_s`, fitted after its first `warmup_s`.
+
+    A life is one (daemon, pid); lives come by daemon, then by their first sample.
+    """
+    lives: dict[tuple[str, int], list[Sample]] = {}
+    for sample in samples:
+        lives.setdefault((sample.daemon, sample.pid), []).append(sample)
+    fitted = []
+    for (daemon, pid), life in lives.items():
+        life.sort(key=lambda sample: sample.at_s)
+        first_s, life_s = life[0].at_s, life[-1].at_s - life[0].at_s
+        steady = [sample for sample in life if sample.at_s >= first_s + warmup_s]
+        if life_s < min_life_s or not _fittable(steady):  # too short to count, or to fit
+            continue
+        with_tasks = [(s.at_s, s.tasks) for s in steady if s.tasks is not None]
+        slope = Slope(
+            daemon=daemon,
+            pid=pid,
+            life_s=life_s,
+            rss_mb_per_h=_per_h([(s.at_s, s.rss_mb) for s in steady]),
+            fds_per_h=_per_h([(s.at_s, s.fds) for s in steady]),
+            threads_per_h=_per_h([(s.at_s, s.threads) for s in steady]),
+            kafka_connections_per_h=_per_h([(s.at_s, s.kafka_connections) for s in steady]),
+            tasks_per_h=_per_h(with_tasks) if len(with_tasks) >= 2 else None,
+        )
+        fitted.append((first_s, slope))
+    fitted.sort(key=lambda pair: (pair[1].daemon, pair[0]))
+    return [slope for _, slope in fitted]
+
+
+def _fittable(steady: Sequence[Sample]) -> bool:
+    """A line needs samples at two moments at least."""
+    return len({sample.at_s for sample in steady}) >= 2
+
+
+def _per_h(points: Sequence[tuple[float, float]]) -> float:
+    """The least-squares slope through (second, value) points, per hour."""
+    at_s, values = zip(*points, strict=True)
+    return statistics.linear_regression(at_s, values).slope * 3600

@@ -1,0 +1,240 @@
+"""One soak run: measure the capacity, start the stack, offer a third of it under the fault
+schedule, drain, and take the account by id against the destinations, the DLQs and the auditors."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from bench import phases
+from bench.load import Tenants
+from bench.lookups import TENANTS, ZIPF_S
+from bench.report import say
+from chaos import audit
+from chaos.audit import MINUTE_MS
+from devstack import kafka_tools
+from soak import schedule
+from soak.faults import FaultRunner
+from soak.ledger import Ledger
+from soak.load import IngestLoad, KafkaLoad
+from soak.model import Account, Fault, Minute, SoakResult
+from soak.resources import ResourceSampler, slopes
+from soak.stack import INGEST_TOKEN, KILLABLE, PARTITIONS, PLAIN, TENANTS_DEST, TOPICS, Stack, stack
+
+#: the share of the total rate each source offers: straight to Kafka, tenants, through ingest
+SHARES = {"k": 0.5, "t": 0.4, "i": 0.1}
+SOURCES = {"k": PLAIN, "t": TENANTS_DEST, "i": PLAIN}
+LAG_SLA_S = 1.0  # the catalog's default `lag_sla_s`
+_READY_TIMEOUT_S = 180.0
+_DRAIN_POLL_S = 5.0
+_CAUSE_WINDOW_MS = 60_000  # a repeat this long after a fault ended is put down to it
+
+
+@dataclass(frozen=True)
+class SoakPlan:
+    """What a run does; `rate_per_s` set: that total rate, without measuring the capacity."""
+
+    duration_s: float
+    seed: int
+    load_share: float = 1 / 3
+    rate_per_s: float | None = None
+    faults: int | None = None
+    capacity_events: int = 200_000
+    drain_timeout_s: float = 900.0
+    settle_s: float = 300.0  # the auditors' (the catalog's default)
+
+
+async def soak(plan: SoakPlan, work: Path) -> SoakResult:
+    """The whole run; `work` keeps every log."""
+    capacity = await _capacity(plan, work)
+    rate = plan.rate_per_s or capacity * plan.load_share
+    started_ms = time.time_ns() // 1_000_000
+    ledger = Ledger(started_ms, SOURCES)
+    async with stack(
+        work / "stack", ledger.on_delivery, seed=plan.seed, settle_s=plan.settle_s
+    ) as running:
+        await _start(running)
+        planned = schedule.plan(
+            plan.duration_s, plan.seed, killable=list(KILLABLE), faults=plan.faults
+        )
+        say(f"soak: {plan.duration_s / 60:.0f} min at {rate:.0f} events/s, seed {plan.seed}")
+        for fault in planned:
+            say(f"   fault {fault.line()}")
+        origin = time.monotonic()
+        run_started_ms = time.time_ns() // 1_000_000
+        runner = FaultRunner(running, planned, origin)
+        async with ResourceSampler(
+            running.processes, kafka_ports={running.broker.port}, started=origin
+        ) as sampler:
+            ingest = IngestLoad(running.ingest_url, INGEST_TOKEN, "i", rate * SHARES["i"], ledger)
+            tenants = Tenants(TENANTS, ZIPF_S, seed=plan.seed)
+            async with asyncio.TaskGroup() as group:
+                group.create_task(runner.run(), name="faults")
+                for letter in ("k", "t"):
+                    load = KafkaLoad(
+                        running.settings,
+                        TOPICS[SOURCES[letter]],
+                        letter,
+                        rate * SHARES[letter],
+                        ledger,
+                        partitions=PARTITIONS,
+                        tenants=tenants if letter == "t" else None,
+                    )
+                    group.create_task(load.run(plan.duration_s), name=f"load-{letter}")
+                group.create_task(
+                    ingest.run(plan.duration_s, deadline_s=plan.duration_s + plan.drain_timeout_s),
+                    name="load-i",
+                )
+            say(f"   load offered; ingest senders: {ingest.line}")
+            drained_s = await _drain(ledger, plan.drain_timeout_s)
+            say(f"   drained {drained_s:.0f} s after the load ended")
+            samples = tuple(sampler.samples)
+        exits = {name: daemon.restarts for name, daemon in running.daemons.items()}
+        for name, daemon in running.daemons.items():
+            if not name.startswith("auditor"):
+                await daemon.stop()
+        account = await _account(running, ledger, runner.done, run_started_ms, plan.settle_s)
+    faults = tuple(sorted(runner.done, key=lambda fault: fault.start_s))
+    return SoakResult(
+        started_ms=run_started_ms,
+        seed=plan.seed,
+        duration_s=plan.duration_s,
+        lag_sla_s=LAG_SLA_S,
+        capacity_events_per_s=capacity,
+        rate_events_per_s=rate,
+        faults=faults,
+        minutes=_minutes(ledger, faults, run_started_ms),
+        samples=samples,
+        slopes=tuple(slopes(samples)),
+        account=account,
+        exits=exits,
+    )
+
+
+async def _capacity(plan: SoakPlan, work: Path) -> float:
+    """The connector's drain of a pre-filled topic on a broker of its own, as `make bench`
+    measures it (0 when the plan gives the rate)."""
+    if plan.rate_per_s is not None:
+        return 0.0
+    say(f"soak: the connector's capacity ({plan.capacity_events:,} events)")
+    drain = await phases.fresh_drain(
+        work / "capacity",
+        topic="soak.capacity",
+        prefix="capacity",
+        events=plan.capacity_events,
+        partitions=PARTITIONS,
+    )
+    say(f"   {drain.events_per_s:.0f} events/s")
+    return drain.events_per_s
+
+
+async def _start(running: Stack) -> None:
+    for daemon in running.daemons.values():
+        await daemon.start()
+    for name, daemon in running.daemons.items():
+        if not await daemon.ready(timeout_s=_READY_TIMEOUT_S):
+            raise RuntimeError(f"{name} never became ready (/readyz); see {running.work}")
+
+
+async def _drain(ledger: Ledger, timeout_s: float) -> float:
+    """Wait until every accepted event was delivered, or nothing more arrived for a while (the
+    rest is in a DLQ, or lost), or `timeout_s`; the seconds it took."""
+    started = time.monotonic()
+    last, still = -1, 0.0
+    while time.monotonic() - started < timeout_s:
+        missing = sum(len(seqs) for seqs in ledger.missing().values())
+        if missing == 0:
+            break
+        still = still + _DRAIN_POLL_S if missing == last else 0.0
+        if still >= 120.0:  # beyond the retrier's first tiers: what is left is not coming
+            break
+        last = missing
+        await asyncio.sleep(_DRAIN_POLL_S)
+    return time.monotonic() - started
+
+
+async def _account(
+    running: Stack, ledger: Ledger, faults: list[Fault], run_started_ms: int, settle_s: float
+) -> Account:
+    dead = {
+        dest: await kafka_tools.dead_letters(running.settings, dest)
+        for dest in (PLAIN, TENANTS_DEST)
+    }
+    reasons: Counter[str] = Counter()
+    lost: list[str] = []
+    for letter, seqs in ledger.missing().items():
+        for seq in seqs:
+            reason = dead[SOURCES[letter]].get(f"{letter}-{seq}")
+            if reason is None:
+                lost.append(f"{letter}-{seq}")
+            else:
+                reasons[reason] += 1
+    expected = ledger.expected_minutes({dest: set(found) for dest, found in dead.items()})
+    mismatches: list[str] = []
+    for dest in (PLAIN, TENANTS_DEST):
+        found = await _audit(running.auditor_url(dest), dest, expected.get(dest, {}), settle_s)
+        mismatches.extend(f"{dest} {mismatch}" for mismatch in found)
+    return Account(
+        accepted=ledger.accepted_count(),
+        delivered=ledger.delivered_count(),
+        lost=len(lost),
+        duplicates=ledger.duplicates(),
+        dead_lettered=dict(reasons),
+        duplicate_causes=_causes(ledger, faults, run_started_ms),
+        lost_sample=tuple(lost[:10]),
+        audit_mismatches=tuple(mismatches),
+    )
+
+
+async def _audit(
+    url: str, dest: str, expected: dict[int, audit.Expected], settle_s: float
+) -> tuple[str, ...]:
+    """The auditor's tables against the run's count, once its last minute is final."""
+    if not expected:
+        return ()
+    final_ms = max(expected) + MINUTE_MS + int(settle_s * 1000)
+    wait_s = max(0.0, (final_ms - time.time_ns() // 1_000_000) / 1000) + 90.0
+    try:
+        found = await audit.account(url, dest, expected, timeout_s=wait_s)
+    except httpx.HTTPError as exc:
+        return (f"the auditor did not answer: {exc}",)
+    return found.mismatches
+
+
+def _causes(ledger: Ledger, faults: list[Fault], run_started_ms: int) -> dict[str, int]:
+    """Each repeated delivery put down to the fault that ran at most a minute before it."""
+    causes: Counter[str] = Counter()
+    for second, count in ledger.repeats_by_s.items():
+        at_ms = second * 1000
+        cause = "no fault"
+        for fault in sorted(faults, key=lambda f: f.start_s, reverse=True):
+            start_ms = run_started_ms + fault.start_s * 1000
+            end_ms = run_started_ms + fault.end_s * 1000 + _CAUSE_WINDOW_MS
+            if start_ms <= at_ms <= end_ms:
+                cause = f"{fault.kind} {fault.target}"
+                break
+        causes[cause] += count
+    return dict(causes)
+
+
+def _minutes(ledger: Ledger, faults: tuple[Fault, ...], run_started_ms: int) -> tuple[Minute, ...]:
+    minutes = []
+    for start_ms, lags in ledger.lags().items():
+        span = ((start_ms - run_started_ms) / 1000, (start_ms + MINUTE_MS - run_started_ms) / 1000)
+        minutes.append(
+            Minute(
+                start_ms=start_ms,
+                events=lags.events,
+                p50_ms=lags.p50_ms,
+                p95_ms=lags.p95_ms,
+                p99_ms=lags.p99_ms,
+                on_time=lags.p95_ms is not None and lags.p95_ms <= LAG_SLA_S * 1000,
+                faults=tuple(f"{f.kind} {f.target}" for f in faults if f.active(*span)),
+            )
+        )
+    return tuple(minutes)

@@ -1,0 +1,174 @@
+"""The soak's report: its targets met or not, its faults, its picture and its result.json."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+# matplotlib builds its font cache with `fc-list`, a process the quick tier's guard refuses
+# inside a test: build it while this module is collected.
+import matplotlib.font_manager  # noqa: F401
+import orjson
+
+from soak.model import Account, Fault, Minute, Sample, Slope, SoakResult
+from soak.report import late_minutes_by_fault, write_report
+
+STARTED_MS = 1_735_732_800_000  # 2025-01-01 12:00 UTC
+KILL = Fault("kill9", "connector", 60.0, 61.5, "SIGKILL pid 100, ready again in 1.5 s")
+DOWN = Fault("destination_down", "destination shop", 300.0, 420.0, "every request answered 503")
+JOIN = Fault("member_join_leave", "connector", 360.0, 480.0, "a third member for 120 s")
+FAULTS = (KILL, DOWN, JOIN)  # DOWN and JOIN overlap from 06:00 to 07:00
+
+
+def _minute(index: int, *, on_time: bool = True) -> Minute:
+    """Minute `index` of the run: 100 events/s, late only if not `on_time`."""
+    start_s, end_s = index * 60.0, index * 60.0 + 60
+    active = tuple(f"{f.kind} {f.target}" for f in FAULTS if f.active(start_s, end_s))
+    p95_ms = 400.0 if on_time else 4_000.0
+    return Minute(STARTED_MS + index * 60_000, 6_000, 120.0, p95_ms, p95_ms * 1.5, on_time, active)
+
+
+def _samples() -> tuple[Sample, ...]:
+    """Every 30 s for 12 minutes: the connector restarts (pid 100, then 101) at 01:00."""
+    samples = []
+    for tick in range(24):
+        at_s = tick * 30.0
+        connector_pid = 100 if at_s < 60 else 101
+        samples.append(Sample(at_s, "connector", connector_pid, 80.0 + tick * 0.1, 40, 9, 3, 25))
+        samples.append(Sample(at_s, "retrier", 200, 60.0, 30, 7, 2, None))
+    return tuple(samples)
+
+
+def _result(**changes: Any) -> SoakResult:
+    """Twelve minutes, three faults; late only 07:00-08:00, under JOIN and just after DOWN."""
+    account = Account(
+        accepted=72_000,
+        delivered=71_997,
+        lost=0,
+        duplicates=2,
+        dead_lettered={"malformed": 3},
+        duplicate_causes={"kill9 connector": 2},
+    )
+    result = SoakResult(
+        started_ms=STARTED_MS,
+        seed=7,
+        duration_s=720.0,
+        lag_sla_s=2.0,
+        capacity_events_per_s=400.0,
+        rate_events_per_s=100.0,
+        faults=FAULTS,
+        minutes=tuple(_minute(i, on_time=i != 7) for i in range(12)),
+        samples=_samples(),
+        slopes=(
+            Slope("connector", 101, 660.0, 1.2, 0.1, 0.0, 0.0, 0.2),
+            Slope("retrier", 200, 720.0, 0.4, 0.0, 0.0, 0.0, None),
+        ),
+        account=account,
+        exits={"connector": 1},
+    )
+    return dataclasses.replace(result, **changes)
+
+
+def _verdicts(report: str) -> dict[str, str]:
+    """The Targets table of REPORT.md: target -> met, not met or not measured."""
+    section = report.split("## Targets", 1)[1].split("\n\n", 2)[1]
+    rows = [line.strip("| ").split(" | ") for line in section.splitlines()[2:]]
+    return {row[0]: row[-1] for row in rows}
+
+
+def test_the_report_holds_the_summary_line_and_every_fault(tmp_path: Path) -> None:
+    """REPORT.md carries the summary line and a row for each fault, with its kind and detail."""
+    result = _result()
+    report = write_report(result, tmp_path).read_text()
+    assert report.startswith("# Soak of 2025-01-01 12:00:00 UTC")
+    assert f"```\n{result.summary_line()}\n```" in report
+    faults = report.split("## Faults", 1)[1].split("## Account", 1)[0]
+    for fault in FAULTS:
+        assert f"| {fault.kind} | {fault.target} |" in faults
+        assert fault.detail in faults
+
+
+def test_a_clean_run_meets_every_target(tmp_path: Path) -> None:
+    """Nothing lost, auditors agreeing, quiet minutes on time, one late minute per fault and
+    flat resources: every target is met."""
+    verdicts = _verdicts(write_report(_result(), tmp_path).read_text())
+    assert len(verdicts) == 10
+    assert set(verdicts.values()) == {"met"}
+
+
+def test_a_lost_event_fails_its_target_and_no_other(tmp_path: Path) -> None:
+    """One lost event: "lost = 0" is not met, its id is shown, every other target still is."""
+    account = dataclasses.replace(_result().account, lost=1, lost_sample=("ev-42",))
+    report = write_report(_result(account=account), tmp_path).read_text()
+    verdicts = _verdicts(report)
+    assert verdicts.pop("lost = 0") == "not met"
+    assert set(verdicts.values()) == {"met"}
+    assert "- lost: 1 (for example `ev-42`)" in report
+
+
+def test_late_minutes_with_no_fault_and_a_growing_count_fail_their_targets(tmp_path: Path) -> None:
+    """Late minutes long after every fault fail "on time with no fault", its p95 and, past two
+    per fault in all, the late minutes' target though no fault has more than two; a thread count
+    growing by 3 an hour is not flat."""
+    late = (1, 2, 7, 8, 9, 10, 11)
+    minutes = tuple(_minute(i, on_time=i not in late) for i in range(12))
+    slopes = (Slope("connector", 101, 660.0, 1.2, 0.1, 3.0, 0.0, 0.2),)
+    result = _result(minutes=minutes, slopes=slopes)
+    verdicts = _verdicts(write_report(result, tmp_path).read_text())
+    assert late_minutes_by_fault(result) == {0: 2, 1: 1, 2: 2}
+    assert verdicts["late minutes ≤ 2 per fault"] == "not met"
+    assert verdicts["on time with no fault = 100 %"] == "not met"
+    assert verdicts["p95 with no fault ≤ 1,000 ms"] == "not met"
+    assert verdicts["threads flat (\\|slope\\| < 1/h)"] == "not met"
+    assert verdicts["fds flat (\\|slope\\| < 1/h)"] == "met"
+
+
+def test_the_account_and_resources_show_duplicates_dead_letters_and_a_restart(
+    tmp_path: Path,
+) -> None:
+    """Duplicates by cause, dead letters by reason, and the connector's restart (two pids)."""
+    report = write_report(_result(), tmp_path).read_text()
+    assert "- duplicates: 2 (0.003 % of delivered)" in report
+    assert "| kill9 connector | 2 |" in report
+    assert "| malformed | 3 |" in report
+    assert "| connector | 1 | 80.0 → 82.3 | 40 → 40 |" in report
+    assert "| retrier | 0 | 60.0 → 60.0 |" in report
+
+
+def test_the_picture_is_a_png_12_by_9_inches_at_110_dpi(tmp_path: Path) -> None:
+    """report.png is a PNG of 12 x 9 in at 110 dpi with something drawn in it."""
+    write_report(_result(), tmp_path)
+    picture = (tmp_path / "report.png").read_bytes()
+    assert picture.startswith(b"\x89PNG\r\n\x1a\n")
+    width, height = int.from_bytes(picture[16:20], "big"), int.from_bytes(picture[20:24], "big")
+    assert (width, height) == (1320, 990)
+    assert len(picture) > 25_000  # axes and text alone; the lines, bands and legends add more
+
+
+def test_result_json_holds_the_run_and_its_figures(tmp_path: Path) -> None:
+    """result.json holds the whole result and the figures the model computes from it."""
+    result = _result()
+    write_report(result, tmp_path)
+    document = orjson.loads((tmp_path / "result.json").read_bytes())
+    assert tuple(Fault(**fault) for fault in document["faults"]) == FAULTS
+    assert len(document["minutes"]) == 12
+    assert document["account"]["dead_lettered"] == {"malformed": 3}
+    assert document["exits"] == {"connector": 1}
+    figures = document["figures"]
+    assert figures["late_minutes"] == result.late_minutes == 1
+    assert figures["late_minutes_by_fault"] == [0, 1, 1]
+    assert figures["on_time_pct_no_fault"] == result.on_time_pct_no_fault == 100.0
+    assert figures["p95_no_fault_ms"] == result.p95_no_fault_ms == 400.0
+    assert figures["rss_slope_mb_per_h"] == result.rss_slope_mb_per_h == 1.2
+    assert figures["dup_pct"] == result.account.dup_pct
+
+
+def test_a_late_minute_right_after_a_fault_counts_for_it_and_not_for_one_long_over() -> None:
+    """A late minute counts for the faults it overlaps and the one that ended just before it,
+    not for a fault that ended earlier."""
+    assert late_minutes_by_fault(_result()) == {0: 0, 1: 1, 2: 1}  # 07:00-08:00
+    minutes = tuple(_minute(i, on_time=i not in (7, 8)) for i in range(12))
+    assert late_minutes_by_fault(_result(minutes=minutes)) == {0: 0, 1: 1, 2: 2}
+    minutes = tuple(_minute(i, on_time=i not in (7, 9)) for i in range(12))
+    assert late_minutes_by_fault(_result(minutes=minutes)) == {0: 0, 1: 1, 2: 1}
