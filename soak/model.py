@@ -119,8 +119,14 @@ class SoakResult:
 
     @property
     def quiet_minutes(self) -> tuple[Minute, ...]:
-        """Minutes with deliveries and no fault active."""
-        return tuple(m for m in self.minutes if m.events and not m.fault_active)
+        """Minutes with deliveries, no fault active and none ended in the minute before: the
+        minute after a fault is its to spend (a fault costs its own minutes and the next)."""
+
+        def quiet(minute: Minute) -> bool:
+            start_s = (minute.start_ms - self.started_ms) / 1000
+            return not any(f.active(start_s - 60.0, start_s + 60.0) for f in self.faults)
+
+        return tuple(m for m in self.minutes if m.events and quiet(m))
 
     @property
     def on_time_pct(self) -> float:
