@@ -13,9 +13,9 @@ is a loss, the worst outcome.
 
 Ranking: delivered once > retried (a hand-off, a redirect's too) > dead-lettered > crash > lost.
 A run that timed out, hung or broke in transport with every behaviour sent at once is sent again
-alone with the others that did (under a new tag): on a busy machine the bound is the machine's, and
-a 4xx answered before its body is read races the client's write; a behaviour that does it alone
-too is judged the same.
+alone, one after another, on fresh clients (under a new tag): on a busy machine the bound is the
+machine's, and a 4xx answered before its body is read races the client's write; a behaviour that
+does it alone too is judged the same.
 The behaviours where the connector does better are printed by `test_where_the_connector_does_better`
 (run with `-s`); with the specified transport they are the broken-after-2xx replies (a truncated,
 reset, endless or trickled body, odd framing, a bomb or a bad encoding on a 2xx) and the 307/308
@@ -99,12 +99,12 @@ async def duels(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[dict[
         # sent again on fresh clients: no connection the first round's replies closed is reused
         async with client() as plain, opened_sender(dest) as ours:
             senders = {"httpx": HttpxSender(plain, timeout_s=TIMEOUT_S), "connector": ours}
-            again = [
-                _run(server, senders[tag], tag, name, again=True)
+            # one at a time: sent all at once, a busy machine timed the reference out again
+            rerun = [
+                await _run(server, senders[tag], tag, name, again=True)
                 for tag, _, name, sent in answers
                 if any(outcome in (TIMED_OUT, BROKEN, Rank.CRASH) for _, outcome in sent)
             ]
-            rerun = await asyncio.gather(*again)
         redone = {(tag, name) for tag, _, name, _ in rerun}
         answers = [answer for answer in answers if (answer[0], answer[2]) not in redone] + rerun
         await asyncio.sleep(0.5)  # the server's last records after its final writes
