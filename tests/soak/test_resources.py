@@ -85,15 +85,15 @@ async def metrics_server(body: bytes) -> AsyncIterator[int]:
     """A loopback HTTP server answering every request with `body`; yields its port."""
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
+        # the client may go away mid-request (a sampler leaving)
+        with (
+            contextlib.closing(writer),
+            contextlib.suppress(asyncio.IncompleteReadError, ConnectionError),
+        ):
             await reader.readuntil(b"\r\n\r\n")
             head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
             writer.write(head % len(body) + body)
             await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the client went away mid-request (a sampler leaving)
-        finally:
-            writer.close()
 
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     async with server:
