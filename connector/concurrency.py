@@ -9,13 +9,21 @@ are back-pressure. Time is cut into windows of one averaged RTT. At the end of e
   (`EWMA_ALPHA`) of earlier windows' means;
 - the limit grows by one when the window reached it (as many attempts in flight as allowed), saw
   no back-pressure, and its RTT was at or under the past mean (evidence that more would help);
-- else it shrinks to `limit * DECREASE_RATIO` (floored, at least 1) on back-pressure, or when
-  the window's RTT was more than `RTT_DEVIATION_SCALE` standard deviations above the past mean
-  and, unlike Vector, more than `RTT_MIN_RISE` (a tenth) above it: against a destination whose
-  RTT is steady the deviation collapses to a millisecond, and the connector's own event-loop
-  hiccups read as queueing (at N = 64 in `bench.capacity`: 19 decreases in 20 s and a limit of
-  45 without the floor, 3 and 64 with it; a queueing destination's RTT rises far more);
-- so the limit changes at most once per window: by +1, or down by a tenth.
+- else, on back-pressure, it shrinks in proportion to how much of it there was lately, unlike
+  Vector (a tenth for any): the share of each window's answers that were back-pressure is
+  averaged over windows (`BACK_PRESSURE_GAIN`), and the limit is multiplied by one less half that
+  average, as DCTCP does with congestion marks (RFC 8257). A destination that answers a small
+  steady share of requests 503 or 429 whatever its load, as web services do, cost a tenth of the
+  limit in each window that met one, so the limit stayed a fraction of its ceiling and a tenant
+  destination's round of requests stretched to seconds (the soak, docs/reliability.md).
+  Overload that persists drives the average, and the decrease, toward a half per window;
+- else it shrinks to `limit * DECREASE_RATIO` when the window's RTT was more than
+  `RTT_DEVIATION_SCALE` standard deviations above the past mean and, unlike Vector, more than
+  `RTT_MIN_RISE` (a tenth) above it: against a destination whose RTT is steady the deviation
+  collapses to a millisecond, and the connector's own event-loop hiccups read as queueing (at
+  N = 64 in `bench.capacity`: 19 decreases in 20 s and a limit of 45 without the floor, 3 and 64
+  with it; a queueing destination's RTT rises far more);
+- so the limit changes at most once per window.
 
 The limit starts at 1 and never exceeds `max_in_flight` (the ceiling). With
 `concurrency = "fixed"` the limit is `max_in_flight` from the start and never moves; RTTs are
@@ -36,10 +44,18 @@ from config.destination import Destination
 from connector import metrics
 from connector.http1.decoding import Answer
 
-__all__ = ["DECREASE_RATIO", "EWMA_ALPHA", "RTT_DEVIATION_SCALE", "Limiter", "is_back_pressure"]
+__all__ = [
+    "BACK_PRESSURE_GAIN",
+    "DECREASE_RATIO",
+    "EWMA_ALPHA",
+    "RTT_DEVIATION_SCALE",
+    "Limiter",
+    "is_back_pressure",
+]
 
 EWMA_ALPHA = 0.4
-DECREASE_RATIO = 0.9
+DECREASE_RATIO = 0.9  # on a slow window
+BACK_PRESSURE_GAIN = 1 / 8  # each window's weight in the averaged share of back-pressure
 RTT_DEVIATION_SCALE = 2.5
 RTT_MIN_RISE = 0.1  # and at least a tenth above the mean (hifi; see the module docstring)
 _BACK_PRESSURE_STATUSES = frozenset({429, 503})
@@ -103,12 +119,15 @@ class Limiter:
         self.adaptive = adaptive
         self._clock = clock
         self._limit = 1 if adaptive else ceiling
+        self._share = float(self._limit)  # the limit before flooring: small decreases add up
         self._in_flight = 0
         self._past = _Ewma(EWMA_ALPHA)
         self._window_sum_s = 0.0  # this window's RTT samples
         self._window_samples = 0
         self._window_ends_s = clock()
-        self._back_pressure = False
+        self._window_answers = 0
+        self._window_back_pressure = 0
+        self._back_pressure_share = 0.0  # averaged over windows (`BACK_PRESSURE_GAIN`)
         self._reached_limit = False
         self.last_rtt_s: float | None = None
         self._limit_gauge = metrics.CONCURRENCY_LIMIT.labels(dest_name)
@@ -140,8 +159,9 @@ class Limiter:
         """An attempt ended after `rtt_s`: `processed` when the destination answered it (an RTT
         sample), `back_pressure` when it asked to slow down (429, 503, Retry-After, timeout)."""
         self._in_flight = max(0, self._in_flight - 1)
+        self._window_answers += 1
         if back_pressure:
-            self._back_pressure = True
+            self._window_back_pressure += 1
         if processed and not back_pressure:
             self.last_rtt_s = rtt_s
             self._rtt_gauge.set(rtt_s)
@@ -178,21 +198,26 @@ class Limiter:
         }
 
     def _adjust(self, past: _Ewma, window_rtt_s: float | None) -> None:
-        """At a window's end: +1 on evidence that more would help, x0.9 on back-pressure or a
-        slow window; nothing in fixed mode."""
+        """At a window's end: +1 on evidence that more would help, down by half the averaged
+        share of back-pressure on back-pressure, x0.9 on a slow window; nothing in fixed mode."""
         if not self.adaptive:
             return
         limit = self._limit
         mean_s = past.mean
+        pressed = self._window_back_pressure / self._window_answers if self._window_answers else 0
+        self._back_pressure_share += BACK_PRESSURE_GAIN * (pressed - self._back_pressure_share)
         if (
             limit < self.ceiling
             and self._reached_limit
-            and not self._back_pressure
+            and not pressed
             and window_rtt_s is not None
             and mean_s is not None
             and window_rtt_s <= mean_s + _RTT_EPSILON_S
         ):
-            self._set_limit(limit + 1)
+            self._set_limit(self._share + 1)
+            return
+        if pressed:
+            self._set_limit(self._share * (1 - self._back_pressure_share / 2))
             return
         threshold_s = max(
             math.sqrt(past.variance) * RTT_DEVIATION_SCALE, RTT_MIN_RISE * (mean_s or 0.0)
@@ -202,15 +227,16 @@ class Limiter:
             and mean_s is not None
             and window_rtt_s > mean_s + threshold_s + _RTT_EPSILON_S
         )
-        if limit > 1 and (self._back_pressure or slow):
-            self._set_limit(max(1, int(limit * DECREASE_RATIO)))
+        if slow:
+            self._set_limit(self._share * DECREASE_RATIO)
 
-    def _set_limit(self, limit: int) -> None:
-        self._limit = limit
-        self._limit_gauge.set(limit)
+    def _set_limit(self, share: float) -> None:
+        self._share = min(float(self.ceiling), max(1.0, share))
+        self._limit = int(self._share)
+        self._limit_gauge.set(self._limit)
 
     def _new_window(self) -> None:
         self._window_sum_s = 0.0
         self._window_samples = 0
-        self._back_pressure = False
+        self._window_answers = self._window_back_pressure = 0
         self._reached_limit = self._in_flight >= self._limit

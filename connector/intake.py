@@ -10,10 +10,6 @@ from typing import Any
 
 from config.destination import Destination
 
-# How long the broker may hold a fetch that has no data yet. Kafka answers as soon as data arrives,
-# so this only paces idle polls; some brokers (Tansu) hold every fetch this long, which was the
-# bulk of the end-to-end lag at aiokafka's default of 500 ms.
-FETCH_MAX_WAIT_MS = 20
 BUFFER_WINDOWS = 2  # records buffered beyond those in flight, in units of max_in_flight batches
 
 
@@ -22,7 +18,7 @@ def consumer_options(dest: Destination) -> dict[str, Any]:
     return {
         "fetch_max_bytes": 16 * 1024 * 1024,
         "max_partition_fetch_bytes": max(1024 * 1024, dest.max_batch_bytes),
-        "fetch_max_wait_ms": FETCH_MAX_WAIT_MS,
+        "fetch_max_wait_ms": dest.fetch_max_wait_ms,
     }
 
 

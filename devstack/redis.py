@@ -55,6 +55,11 @@ class RedisServer:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return self._process.pid if self.running and self._process is not None else None
+
     def start(self, timeout_s: float = 15.0) -> None:
         """Start it (no-op when running) and wait until it answers PING."""
         if self.running:

@@ -97,6 +97,31 @@ class Account:
 
 
 @dataclass(frozen=True)
+class StackCapacity:
+    """What the calibration measured (`soak.calibrate`): CPU = idle + fixed + rate x per event."""
+
+    cores: int
+    idle_cores: float  # the stack's CPU with no load, in cores
+    fixed_cores: float  # what any load costs on top of idle, whatever its rate
+    cpu_per_event_us: float  # beyond that, every process of the stack counted
+    steps: tuple[tuple[float, float], ...] = ()  # (events/s, cores used) of each warm-up step
+
+    @property
+    def events_per_s(self) -> float:
+        """The rate at which the stack would use every core."""
+        spare = max(0.0, self.cores - self.idle_cores - self.fixed_cores)
+        return spare / (self.cpu_per_event_us / 1e6) if self.cpu_per_event_us > 0 else 0.0
+
+    def line(self) -> str:
+        steps = ", ".join(f"{cores:.2f} cores at {rate:.0f}/s" for rate, cores in self.steps)
+        return (
+            f"{self.events_per_s:.0f} events/s: {self.cpu_per_event_us:.0f} µs of CPU an event"
+            f" and {self.fixed_cores:.2f} cores whatever the rate, {self.idle_cores:.2f} of"
+            f" {self.cores} cores used idle ({steps})"
+        )
+
+
+@dataclass(frozen=True)
 class SoakResult:
     """A soak run, whole: what the report and its summary line are made of."""
 
@@ -112,6 +137,7 @@ class SoakResult:
     slopes: tuple[Slope, ...]
     account: Account
     exits: Mapping[str, int] = field(default_factory=dict)  # daemon -> exits nobody asked for
+    stack_capacity: StackCapacity | None = None  # the whole stack's, measured before the run
 
     @property
     def late_minutes(self) -> int:

@@ -168,9 +168,14 @@ def _markdown(result: SoakResult) -> list[str]:
         f"# Soak of {started:%Y-%m-%d %H:%M:%S} UTC",
         "",
         f"Seed {result.seed}, {result.duration_s / 60:,.0f} minutes ({result.duration_s:,.0f} s);"
-        f" capacity measured {result.capacity_events_per_s:,.0f} events/s,"
-        f" rate offered {result.rate_events_per_s:,.0f} events/s ({100 * share:.0f} % of capacity).",
+        f" the connector's capacity measured alone {result.capacity_events_per_s:,.0f} events/s,"
+        f" rate offered {result.rate_events_per_s:,.0f} events/s ({100 * share:.0f} % of it).",
         "",
+        *(
+            [f"The whole stack's capacity on this machine: {result.stack_capacity.line()}.", ""]
+            if result.stack_capacity
+            else []
+        ),
         "```",
         result.summary_line(),
         "```",

@@ -4,8 +4,10 @@ schedule, drain, and take the account by id against the destinations, the DLQs a
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,19 +18,27 @@ from bench.load import Tenants
 from bench.lookups import TENANTS, ZIPF_S
 from bench.report import say
 from chaos import audit
-from chaos.audit import MINUTE_MS
+from chaos.audit import MINUTE_MS, minute_of
 from devstack import kafka_tools
-from soak import schedule
+from soak import calibrate, schedule
 from soak.faults import FaultRunner
 from soak.ledger import Ledger
 from soak.load import IngestLoad, KafkaLoad
-from soak.model import Account, Fault, Minute, SoakResult
+from soak.model import Account, Fault, Minute, SoakResult, StackCapacity
 from soak.resources import ResourceSampler, slopes
 from soak.stack import INGEST_TOKEN, KILLABLE, PARTITIONS, PLAIN, TENANTS_DEST, TOPICS, Stack, stack
 
 #: the share of the total rate each source offers: straight to Kafka, tenants, through ingest
 SHARES = {"k": 0.5, "t": 0.4, "i": 0.1}
-SOURCES = {"k": PLAIN, "t": TENANTS_DEST, "i": PLAIN}
+#: each role's letter in the run, and in the two warm-up steps (numbered apart, and accounted
+#: like the run's)
+RUN = {"k": "k", "t": "t", "i": "i"}
+WARMUPS = ({"k": "w", "t": "v", "i": "j"}, {"k": "x", "t": "u", "i": "h"})
+SOURCES = {
+    names[role]: dest
+    for names in (RUN, *WARMUPS)
+    for role, dest in (("k", PLAIN), ("t", TENANTS_DEST), ("i", PLAIN))
+}
 LAG_SLA_S = 1.0  # the catalog's default `lag_sla_s`
 _READY_TIMEOUT_S = 180.0
 _DRAIN_POLL_S = 5.0
@@ -57,13 +67,19 @@ class SoakPlan:
 async def soak(plan: SoakPlan, work: Path) -> SoakResult:
     """The whole run; `work` keeps every log."""
     capacity = await _capacity(plan, work)
-    rate = plan.rate_per_s or min(capacity * plan.load_share, broker_cap_per_s(plan.duration_s))
     started_ms = time.time_ns() // 1_000_000
     ledger = Ledger(started_ms, SOURCES)
+    tenants = Tenants(TENANTS, ZIPF_S, seed=plan.seed)
     async with stack(
         work / "stack", ledger.on_delivery, seed=plan.seed, settle_s=plan.settle_s
     ) as running:
         await _start(running)
+        stack_capacity = await _calibrate(plan, running, ledger, tenants, capacity)
+        rate = plan.rate_per_s or min(
+            capacity * plan.load_share,
+            stack_capacity.events_per_s * plan.load_share if stack_capacity else capacity,
+            broker_cap_per_s(plan.duration_s),
+        )
         planned = schedule.plan(
             plan.duration_s, plan.seed, killable=list(KILLABLE), faults=plan.faults
         )
@@ -77,25 +93,9 @@ async def soak(plan: SoakPlan, work: Path) -> SoakResult:
         async with ResourceSampler(
             running.processes, kafka_ports={running.broker.port}, started=origin
         ) as sampler:
-            ingest = IngestLoad(running.ingest_url, INGEST_TOKEN, "i", rate * SHARES["i"], ledger)
-            tenants = Tenants(TENANTS, ZIPF_S, seed=plan.seed)
             async with asyncio.TaskGroup() as group:
                 group.create_task(runner.run(), name="faults")
-                for letter in ("k", "t"):
-                    load = KafkaLoad(
-                        running.settings,
-                        TOPICS[SOURCES[letter]],
-                        letter,
-                        rate * SHARES[letter],
-                        ledger,
-                        partitions=PARTITIONS,
-                        tenants=tenants if letter == "t" else None,
-                    )
-                    group.create_task(load.run(plan.duration_s), name=f"load-{letter}")
-                group.create_task(
-                    ingest.run(plan.duration_s, deadline_s=plan.duration_s + plan.drain_timeout_s),
-                    name="load-i",
-                )
+                ingest = _offer(group, running, ledger, tenants, rate, plan, names=RUN)
             say(f"   load offered; ingest senders: {ingest.line}")
             drained_s = await _drain(ledger, plan.drain_timeout_s)
             say(f"   drained {drained_s:.0f} s after the load ended")
@@ -112,6 +112,7 @@ async def soak(plan: SoakPlan, work: Path) -> SoakResult:
         duration_s=plan.duration_s,
         lag_sla_s=LAG_SLA_S,
         capacity_events_per_s=capacity,
+        stack_capacity=stack_capacity,
         rate_events_per_s=rate,
         faults=faults,
         minutes=_minutes(ledger, faults, run_started_ms),
@@ -147,6 +148,83 @@ async def _capacity(plan: SoakPlan, work: Path) -> float:
     )
     say(f"   {drain.events_per_s:.0f} events/s")
     return drain.events_per_s
+
+
+def _offer(
+    group: asyncio.TaskGroup,
+    running: Stack,
+    ledger: Ledger,
+    tenants: Tenants,
+    rate: float,
+    plan: SoakPlan,
+    *,
+    names: Mapping[str, str],
+    duration_s: float | None = None,
+) -> IngestLoad:
+    """The load of the three sources, as tasks of `group`, each numbered by its letter in
+    `names` (`RUN` or one of `WARMUPS`); the ingest one returned."""
+    duration_s = plan.duration_s if duration_s is None else duration_s
+    letter = names
+    for role in ("k", "t"):
+        load = KafkaLoad(
+            running.settings,
+            TOPICS[SOURCES[role]],
+            letter[role],
+            rate * SHARES[role],
+            ledger,
+            partitions=PARTITIONS,
+            tenants=tenants if role == "t" else None,
+        )
+        group.create_task(load.run(duration_s), name=f"load-{letter[role]}")
+    ingest = IngestLoad(running.ingest_url, INGEST_TOKEN, letter["i"], rate * SHARES["i"], ledger)
+    group.create_task(
+        ingest.run(duration_s, deadline_s=duration_s + plan.drain_timeout_s),
+        name=f"load-{letter['i']}",
+    )
+    return ingest
+
+
+async def _calibrate(
+    plan: SoakPlan, running: Stack, ledger: Ledger, tenants: Tenants, capacity: float
+) -> StackCapacity | None:
+    """The stack's own capacity (`soak.calibrate`); None when the plan gives the rate."""
+    if plan.rate_per_s is not None or capacity <= 0:
+        return None
+    pids = [pid for _, pid, _ in running.processes()] + [os.getpid()]
+    if running.redis.pid is not None:
+        pids.append(running.redis.pid)
+    say(f"soak: the stack's capacity ({calibrate.IDLE_S:.0f} s idle, then two warm-up steps)")
+    cores = calibrate.machine_cores()
+    idle = await calibrate.cpu_cores_over(pids, calibrate.IDLE_S)
+    first_rate = capacity * calibrate.FIRST_SHARE
+    first = await _step(plan, running, ledger, tenants, pids, first_rate, WARMUPS[0])
+    second_rate = calibrate.second_rate(cores=cores, idle_cores=idle, rate=first_rate, used=first)
+    second = await _step(plan, running, ledger, tenants, pids, second_rate, WARMUPS[1])
+    measured = calibrate.capacity_of(
+        cores=cores, idle_cores=idle, steps=((first_rate, first), (second_rate, second))
+    )
+    say(f"   {measured.line()}")
+    return measured
+
+
+async def _step(
+    plan: SoakPlan,
+    running: Stack,
+    ledger: Ledger,
+    tenants: Tenants,
+    pids: list[int],
+    rate: float,
+    names: Mapping[str, str],
+) -> float:
+    """One warm-up step at `rate`: the cores the stack used once it settled."""
+    async with asyncio.TaskGroup() as group:
+        _offer(
+            group, running, ledger, tenants, rate, plan, names=names, duration_s=calibrate.STEP_S
+        )
+        await asyncio.sleep(calibrate.STEP_SETTLE_S)
+        return await calibrate.cpu_cores_over(
+            pids, calibrate.STEP_S - calibrate.STEP_SETTLE_S - 1.0
+        )
 
 
 async def _start(running: Stack) -> None:
@@ -241,6 +319,8 @@ def _causes(ledger: Ledger, faults: list[Fault], run_started_ms: int) -> dict[st
 def _minutes(ledger: Ledger, faults: tuple[Fault, ...], run_started_ms: int) -> tuple[Minute, ...]:
     minutes = []
     for start_ms, lags in ledger.lags().items():
+        if start_ms < minute_of(run_started_ms):  # the warm-up's
+            continue
         span = ((start_ms - run_started_ms) / 1000, (start_ms + MINUTE_MS - run_started_ms) / 1000)
         minutes.append(
             Minute(

@@ -49,6 +49,10 @@ STEADY_FAULTS = (
     *[Reply(429, retry_after="1")] * 10,
     Reply(drop=True),
 )
+# Tansu answers a held fetch only when it next looks, and its looking costs it CPU for each
+# caught-up consumer, the more the shorter the wait: at the connector's default the three
+# connectors took half the machine (docs/performance-history.md, "The dev broker's fetch wait").
+FETCH_MAX_WAIT_MS = 100
 
 
 @dataclass
@@ -144,12 +148,14 @@ def _make_dir(path: Path) -> None:
 def _write_catalog(catalog: Path, urls: dict[str, str], streams: Path, settle_s: float) -> None:
     catalog.mkdir(parents=True, exist_ok=True)
     accounting = f"\n[accounting]\nsettle_s = {settle_s}\n"
+    fetch = f"fetch_max_wait_ms = {FETCH_MAX_WAIT_MS}\n"
     (catalog / f"{PLAIN}.toml").write_text(
-        f'url = "{urls[PLAIN]}/plain"\nsource_topics = ["{TOPICS[PLAIN]}"]\n{accounting}'
+        f'url = "{urls[PLAIN]}/plain"\nsource_topics = ["{TOPICS[PLAIN]}"]\n{fetch}{accounting}'
     )
     (catalog / f"{TENANTS_DEST}.toml").write_text(
         f'url = "{urls[TENANTS_DEST]}/{{tenant}}"\n'
         f'source_topics = ["{TOPICS[TENANTS_DEST]}"]\n'
+        f"{fetch}"
         "allow_private_destinations = true\n"
         f'\n[lookups]\ntenant_field = "{TENANT_FIELD}"\n'
         '\n[headers]\nX-Api-Key = "{api_key}"\n'

@@ -25,8 +25,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from config.destination import Destination
-from connector.intake import FETCH_MAX_WAIT_MS
+from config.destination import FETCH_MAX_WAIT_MS, Destination
 from hifi.errors import BrokerUnavailable, UnknownTopic
 from hifi.kafka.consuming import Consumer, open_consumer
 from hifi.kafka.settings import KafkaSettings

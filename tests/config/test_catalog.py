@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from config.catalog import Catalog, default_catalog_dir
+from connector.intake import consumer_options
 from hifi.errors import ConfigError
 from tests.helpers import write_destination
 
@@ -38,6 +39,13 @@ def test_minimal_file_gets_documented_defaults(catalog_dir: Path) -> None:
         "d.dlq",
     )
     assert dest.connector_group == "hifi.connector.d"
+    assert dest.fetch_max_wait_ms == 20
+
+
+def test_the_fetch_wait_set_is_the_one_the_connector_fetches_with(catalog_dir: Path) -> None:
+    write_destination(catalog_dir, "d", **GOOD, fetch_max_wait_ms=100)
+    dest = Catalog(catalog_dir, {}).load("d")
+    assert consumer_options(dest)["fetch_max_wait_ms"] == 100
 
 
 def test_shipped_example_is_valid() -> None:
@@ -82,6 +90,7 @@ def test_unknown_key_lists_allowed_keys(catalog_dir: Path) -> None:
         ("retry_tiers_s = []", "retry_tiers_s", "at least 1"),
         ("max_batch_bytes = 10", "max_batch_bytes", "greater than or equal to 1024"),
         ('event_time_field = "id"', "event_time_field", "must differ from id_field"),
+        ("fetch_max_wait_ms = 0", "fetch_max_wait_ms", "greater than or equal to 1"),
     ],
 )
 def test_out_of_range_and_wrong_type(catalog_dir: Path, line: str, key: str, fragment: str) -> None:
