@@ -36,11 +36,8 @@ from hifi.errors import ConfigError
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
 _DAY_S = 86_400
 MAX_RATE_PER_S = 1_000_000.0  # the highest rate limit accepted (events or requests a second)
-# How long the broker may hold a fetch that has no data yet, by default (the catalog's
-# `fetch_max_wait_ms`). Kafka answers as soon as data arrives, so this only paces idle polls; Tansu
-# answers a held fetch only when it next looks, a quarter of this late on average, which was the
-# bulk of the end-to-end lag at aiokafka's default of 500 ms; and its looking costs it CPU, the
-# more the shorter this is (docs/performance-history.md, "The dev broker's fetch wait").
+# How long the broker may hold a fetch with no data: Kafka answers when data arrives; Tansu looks,
+# a quarter of this late and at a CPU cost (performance-history.md, "The dev broker's fetch wait")
 FETCH_MAX_WAIT_MS = 20
 
 PositiveSeconds = Annotated[float, Field(gt=0, le=7 * 86400)]
@@ -189,8 +186,7 @@ class Destination(BaseModel):
     allow_private_destinations: bool = False
     max_bisect_requests: int = Field(default=64, ge=0, le=10_000)
     commit_interval_s: float = Field(default=1.0, gt=0, le=300)
-    # how long the broker may hold the connector's fetch while it has no data (fetch.max.wait.ms)
-    fetch_max_wait_ms: int = Field(default=FETCH_MAX_WAIT_MS, ge=1, le=60_000)
+    fetch_max_wait_ms: int = Field(default=FETCH_MAX_WAIT_MS, ge=1, le=60_000)  # fetch.max.wait.ms
     shutdown_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     internal_topic_partitions: int = Field(default=4, ge=1, le=1000)
     # the circuit breaker (docs/destinations.md): statuses that fault the destination, not the
