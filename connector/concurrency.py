@@ -119,7 +119,7 @@ class Limiter:
         self.adaptive = adaptive
         self._clock = clock
         self._limit = 1 if adaptive else ceiling
-        self._share = float(self._limit)  # the limit before flooring: small decreases add up
+        self._limit_exact = float(self._limit)  # before flooring: small decreases add up
         self._in_flight = 0
         self._past = _Ewma(EWMA_ALPHA)
         self._window_sum_s = 0.0  # this window's RTT samples
@@ -214,10 +214,10 @@ class Limiter:
             and mean_s is not None
             and window_rtt_s <= mean_s + _RTT_EPSILON_S
         ):
-            self._set_limit(self._share + 1)
+            self._set_limit(self._limit_exact + 1)
             return
         if pressed:
-            self._set_limit(self._share * (1 - self._back_pressure_share / 2))
+            self._set_limit(self._limit_exact * (1 - self._back_pressure_share / 2))
             return
         threshold_s = max(
             math.sqrt(past.variance) * RTT_DEVIATION_SCALE, RTT_MIN_RISE * (mean_s or 0.0)
@@ -228,11 +228,11 @@ class Limiter:
             and window_rtt_s > mean_s + threshold_s + _RTT_EPSILON_S
         )
         if slow:
-            self._set_limit(self._share * DECREASE_RATIO)
+            self._set_limit(self._limit_exact * DECREASE_RATIO)
 
-    def _set_limit(self, share: float) -> None:
-        self._share = min(float(self.ceiling), max(1.0, share))
-        self._limit = int(self._share)
+    def _set_limit(self, exact: float) -> None:
+        self._limit_exact = min(float(self.ceiling), max(1.0, exact))
+        self._limit = int(self._limit_exact)
         self._limit_gauge.set(self._limit)
 
     def _new_window(self) -> None:

@@ -75,10 +75,9 @@ async def soak(plan: SoakPlan, work: Path) -> SoakResult:
     ) as running:
         await _start(running)
         stack_capacity = await _calibrate(plan, running, ledger, tenants, capacity)
+        capacities = [capacity] + ([stack_capacity.events_per_s] if stack_capacity else [])
         rate = plan.rate_per_s or min(
-            capacity * plan.load_share,
-            stack_capacity.events_per_s * plan.load_share if stack_capacity else capacity,
-            broker_cap_per_s(plan.duration_s),
+            min(capacities) * plan.load_share, broker_cap_per_s(plan.duration_s)
         )
         planned = schedule.plan(
             plan.duration_s, plan.seed, killable=list(KILLABLE), faults=plan.faults
@@ -164,22 +163,21 @@ def _offer(
     """The load of the three sources, as tasks of `group`, each numbered by its letter in
     `names` (`RUN` or one of `WARMUPS`); the ingest one returned."""
     duration_s = plan.duration_s if duration_s is None else duration_s
-    letter = names
     for role in ("k", "t"):
         load = KafkaLoad(
             running.settings,
             TOPICS[SOURCES[role]],
-            letter[role],
+            names[role],
             rate * SHARES[role],
             ledger,
             partitions=PARTITIONS,
             tenants=tenants if role == "t" else None,
         )
-        group.create_task(load.run(duration_s), name=f"load-{letter[role]}")
-    ingest = IngestLoad(running.ingest_url, INGEST_TOKEN, letter["i"], rate * SHARES["i"], ledger)
+        group.create_task(load.run(duration_s), name=f"load-{names[role]}")
+    ingest = IngestLoad(running.ingest_url, INGEST_TOKEN, names["i"], rate * SHARES["i"], ledger)
     group.create_task(
         ingest.run(duration_s, deadline_s=duration_s + plan.drain_timeout_s),
-        name=f"load-{letter['i']}",
+        name=f"load-{names['i']}",
     )
     return ingest
 

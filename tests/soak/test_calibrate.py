@@ -47,7 +47,9 @@ def test_the_second_step_asks_for_half_of_what_the_first_steps_cost_allows() -> 
 @pytest.mark.integration
 async def test_a_busy_process_counts_its_cores_and_a_sleeping_one_nearly_none() -> None:
     busy = await asyncio.create_subprocess_exec(sys.executable, "-c", "while True: pass")
-    idle = await asyncio.create_subprocess_exec(sys.executable, "-c", "import time; time.sleep(60)")
+    idle = await asyncio.create_subprocess_exec(  # blocked on its stdin until killed
+        sys.executable, "-c", "import sys; sys.stdin.read()", stdin=asyncio.subprocess.PIPE
+    )
     try:
         busy_cores = await cpu_cores_over([busy.pid], 1.0)
         idle_cores = await cpu_cores_over([idle.pid], 1.0)
