@@ -230,7 +230,8 @@ class Deliverer:
                 if failed == limit or isinstance(exc, Moved):  # a redirect: it moved
                     raise
                 self._note_retry(exc)
-                await self._sleep(pause_s(self._dest, exc, failed_attempts=failed))
+                with self.limiter.pausing():  # in its place, which the limiter counts as used
+                    await self._sleep(pause_s(self._dest, exc, failed_attempts=failed))
 
     async def _post(
         self,

@@ -278,6 +278,11 @@ RATE_LIMIT_WAITING = Gauge(
     "Requests waiting for rate-limit tokens now.",
     ["dest"],
 )
+PAUSING = Gauge(
+    "hifi_connector_pausing_requests",
+    "Requests between two attempts now (a retry's backoff or Retry-After), each in its place.",
+    ["dest"],
+)
 RATE_LIMITED_ROUTES = Gauge(
     "hifi_connector_rate_limited_routes",
     "Tenant routes whose entry sets a rate limit (a count, not a label per tenant).",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import statistics
@@ -141,6 +142,31 @@ def test_a_steady_share_of_503s_whatever_the_load_does_not_pin_the_limit_low() -
     limiter, clock = _limiter(ceiling=64)
     limits = _windows_with_sporadic_back_pressure(limiter, clock, 0.015, 600)
     assert statistics.mean(limits[300:]) > 48
+
+
+def test_requests_pausing_in_their_places_count_toward_the_limit() -> None:
+    """A quarter of the places held by requests pausing between two attempts (a 429's
+    Retry-After, a 503's backoff), the rest full of attempts at a steady RTT: the limit grows
+    to the ceiling, and `/status` shows them. Counted as attempts alone, the limit was never
+    reached and stayed where it was (a tenant destination's at 7-17 of 64, the soak)."""
+    limiter, clock = _limiter(ceiling=64)
+    for _ in range(8):
+        _window(limiter, clock, 0.005)
+    assert limiter.limit() == 8
+    for _ in range(200):
+        limit = limiter.limit()
+        asleep = max(1, limit // 4)
+        with contextlib.ExitStack() as pauses:
+            for _ in range(asleep):
+                pauses.enter_context(limiter.pausing())
+            for _ in range(limit - asleep):
+                limiter.sent()
+            assert limiter.view()["requests_pausing"] == asleep
+            clock.now_s += 0.005 * 1.01
+            for _ in range(limit - asleep):
+                limiter.answered(0.005, processed=True, back_pressure=False)
+    assert limiter.limit() == 64
+    assert limiter.view()["requests_pausing"] == 0
 
 
 def test_overload_that_persists_brings_the_limit_down() -> None:
