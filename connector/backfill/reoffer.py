@@ -41,6 +41,7 @@ from hifi.headers import reoffer_headers
 from hifi.kafka.consuming import Consumer
 from hifi.kafka.producing import Producer, open_producer
 from hifi.kafka.settings import KafkaSettings
+from hifi.worker.gaps import OffsetGaps
 
 log = structlog.get_logger(__name__)
 
@@ -221,11 +222,10 @@ class Backfill:
         for tp, cursor in reading.items():
             consumer.seek(tp, cursor.next)
         idle_fetches = 0
+        gaps = OffsetGaps(log)  # a batch a fetch left out is read again, not passed over
         while reading and not self._stop.is_set():
             fetched = await consumer.getmany(timeout_ms=_FETCH_WAIT_MS, max_records=_FETCH_RECORDS)
-            for tp, records in fetched.items():
-                if tp in reading and records:
-                    await self._take(reading[tp], records, producer, show)
+            await self._take_poll(consumer, fetched, reading, gaps, producer, show)
             await self._close_ended(consumer, reading, fetched)
             idle_fetches = 0 if fetched else idle_fetches + 1
             if idle_fetches > _IDLE_FETCHES:
@@ -236,6 +236,26 @@ class Backfill:
                 )
             show(state)
             await self._maybe_save()
+
+    async def _take_poll(
+        self,
+        consumer: Consumer,
+        fetched: dict[TopicPartition, list[Any]],
+        reading: dict[TopicPartition, Cursor],
+        gaps: OffsetGaps,
+        producer: Producer | None,
+        show: ShowProgress,
+    ) -> None:
+        """Take a poll's records of the partitions read, up to a jump past an offset not read
+        (then read again from it, `hifi.worker.gaps`)."""
+        for tp, records in fetched.items():
+            if tp in reading and records:
+                cursor = reading[tp]
+                taken, again = gaps.cut(tp, records, cursor.next)
+                if taken:
+                    await self._take(cursor, taken, producer, show)
+                if again is not None and not cursor.done:
+                    consumer.seek(tp, again)
 
     async def _close_ended(
         self,

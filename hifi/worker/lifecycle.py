@@ -25,12 +25,11 @@ commit. The `PartitionWorker` does the rest, the same way for every daemon:
   that rebalance ends (aiokafka leaves the group only then); the other members' drains bound
   it by their `shutdown_timeout_s`; an assignment starts where the handler says, if it does;
 - a handler's `assigned` that raises stops the worker with that error (aiokafka logs it only);
-- a partition whose topic was created again starts over (`hifi.worker.restarts`), old records first;
+- a partition whose topic was created again starts over (`hifi.worker.restarts`), old records
+  first; offsets that jump past one not read are read again once (`hifi.worker.gaps`);
 - the lag `after_commit` is told stays true while a partition is paused (`hifi.worker.ends`);
 - cut from Kafka: no new work, not ready; a session later its partitions go (`hifi.worker.session`).
-
-How a daemon uses it: `hifi.worker.seams.PartitionHandler`. The consumer is a seam (a fake in tests).
-"""
+How a daemon uses it: `hifi.worker.seams.PartitionHandler`. The consumer is a seam (a fake in tests)."""
 
 from __future__ import annotations
 
@@ -60,9 +59,8 @@ log = structlog.get_logger(__name__)
 
 _POLL_TIMEOUT_MS = 200
 _PAUSED_WAIT_S = 0.5  # with every partition paused: wait this long at most for progress
-# aiokafka sends the next fetch from its own task, three turns of the loop after a poll empties
-# its buffer (the consume signal, `asyncio.wait`'s callback, the fetch's task)
-_FETCH_TURNS = 3
+# aiokafka's next fetch leaves three turns of the loop after a poll empties its buffer (the
+_FETCH_TURNS = 3  # consume signal, `asyncio.wait`'s callback, the fetch's own task)
 _offset_of = attrgetter("offset")
 
 
@@ -246,7 +244,9 @@ class _Membership:
                     return
                 if tp in self.session.lost or self.restarts.skip(tp, records[0].offset):
                     continue
-                resume = self.handler.take(tp, records)
+                records, again = self.restarts.before_gap(tp, records)  # (hifi.worker.gaps)
+                taken = self.handler.take(tp, records) if records else None
+                resume = again if taken is None else taken  # the first offset not taken
                 if resume is None:
                     self.tracker.track(tp, map(_offset_of, records))
                     self.restarts.took(tp, records[-1].offset + 1)

@@ -36,6 +36,7 @@ from aiokafka import TopicPartition
 from hifi.errors import HifiError
 from hifi.offsets import OffsetTracker
 from hifi.vocabulary import StartedOver
+from hifi.worker.gaps import OffsetGaps
 from hifi.worker.seams import GroupConsumer, PartitionHandler
 
 END_QUERY_TIMEOUT_S = 5.0  # asking a leader for a partition's end: longer, and ask again later
@@ -98,11 +99,21 @@ class RestartWatch:
     # the old topic's records finishing
     waiting: dict[TopicPartition, StartOver] = field(default_factory=dict, init=False)
 
+    # jumps past offsets not read (`hifi.worker.gaps`)
+    _gaps: OffsetGaps = field(init=False)
+
     def __post_init__(self) -> None:
         self._history.waiting = self.waiting
+        self._gaps = OffsetGaps(self._log)
+
+    def before_gap(self, tp: TopicPartition, records: list[Any]) -> tuple[list[Any], int | None]:
+        """A poll's records of `tp` to take, and where to read it again from (None: nowhere):
+        `OffsetGaps.cut` from where the member read it."""
+        return self._gaps.cut(tp, records, self._read_to.get(tp))
 
     def forget(self, partitions: set[TopicPartition]) -> None:
         """Assigned or revoked: the next fetch starts from the committed offset."""
+        self._gaps.forget(partitions)
         for tp in partitions:
             self._read_to.pop(tp, None)
             self._suspected.pop(tp, None)

@@ -59,12 +59,19 @@ class FakeGroup:
         self.silent_since: float | None = None  # the coordinator's last answer, while cut off
         self.rejoins = 0  # rejoin() calls
         self._rejoining: asyncio.Future[None] | None = None
+        self.holes: dict[TopicPartition, set[int]] = {}  # offsets with no record (compaction)
+        self._left_out: dict[TopicPartition, range] = {}  # the next fetch over them skips them
 
     # --- what the test does ---
 
     def append(self, partition: int, count: int) -> None:
         self.logs[TopicPartition(self.topic, partition)] += count
         self._wake.set()
+
+    def leave_out_once(self, partition: int, offsets: range) -> None:
+        """The next fetch that covers `offsets` answers without them, and the ones after them
+        (a broker's fetch that leaves a record batch out); later fetches have them."""
+        self._left_out[TopicPartition(self.topic, partition)] = offsets
 
     def recreate(self, partition: int, count: int) -> None:
         """The topic deleted and created again: the partition holds `count` new records from
@@ -175,9 +182,15 @@ class FakeGroup:
             end = min(self.logs[tp], start + max_records)
             if end > start:
                 topic = self.incarnation[tp]
+                skipped = self.holes.get(tp, set())
+                left_out = self._left_out.get(tp)
+                if left_out is not None and start <= left_out.start < end:
+                    skipped = skipped | set(left_out)
+                    del self._left_out[tp]
                 fetched[tp] = [
                     FakeRecord(tp.topic, tp.partition, n, b'{"n":%d,"topic":%d}' % (n, topic))
                     for n in range(start, end)
+                    if n not in skipped
                 ]
                 self._position[tp] = end
                 max_records -= end - start
