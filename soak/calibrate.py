@@ -11,7 +11,8 @@ top of idle is not proportional to the rate: the tenant destination's requests g
 tenants that have events, up to one each per linger, and the dev broker spends CPU on each
 caught-up consumer whatever the rate. So the first step runs at `FIRST_SHARE` of the
 connector's capacity, the second at half of what the first step's cost would allow, and a line
-through the two, CPU = a + b x rate, gives the stack's capacity: the rate at which the spare
+through the two, CPU = a + b x rate (the rate each step delivered, not the one offered: a
+stack that falls behind looks cheap), gives the stack's capacity: the rate at which the spare
 cores (all of them, less the idle stack's) would be used up.
 """
 
@@ -66,7 +67,7 @@ def capacity_of(
 
 def second_rate(*, cores: int, idle_cores: float, rate: float, used: float) -> float:
     """The second step's rate: half the rate the first step's cost per event would allow."""
-    extra = max(used - idle_cores, 1e-3)
+    extra, rate = max(used - idle_cores, 1e-3), max(rate, 1.0)
     return max(rate * 2, 0.5 * max(0.0, cores - idle_cores) / (extra / rate))
 
 

@@ -67,6 +67,7 @@ class Ledger:
         self._lags: dict[int, array[int]] = {}  # event-time minute (epoch ms) -> first lags
         self.repeats_by_s: Counter[int] = Counter()  # epoch second -> deliveries beyond the first
         self.foreign = 0  # deliveries of ids no source of this run made
+        self.first_deliveries = 0  # ids answered 2xx, accepted yet or not (a running count)
 
     def accepted(self, source: str, seq: int, event_ms: int) -> None:
         """SEQ of `source` was accepted (acks=all, or ingest's 2xx) with this event time."""
@@ -92,7 +93,9 @@ class Ledger:
                 entry.deliveries[seq] = count + 1
             if count:
                 self.repeats_by_s[delivery.received_ms // 1000] += 1
-            elif isinstance(delivery.event_time, int):
+                continue
+            self.first_deliveries += 1
+            if isinstance(delivery.event_time, int):
                 lags = self._lags.setdefault(minute_of(delivery.event_time), array("I"))
                 lags.append(max(0, delivery.received_ms - delivery.event_time))
 

@@ -24,6 +24,7 @@ def test_missing_duplicates_and_foreign_ids_are_counted_whatever_the_order() -> 
     assert ledger.missing() == {"k": [1, 2, 4], "t": [70_000]}
     assert ledger.foreign == 1
     assert ledger.repeats_by_s == {(T0 + 5_000) // 1000: 1}
+    assert ledger.first_deliveries == 2  # k-3 before its acknowledgement, and k-0 once
 
 
 def test_lags_are_of_first_deliveries_in_their_event_minute() -> None:
