@@ -27,10 +27,9 @@ are back-pressure. Time is cut into windows of one averaged RTT. At the end of e
 
 A request between two attempts (a pause after a 429, a 503 or a timeout: `pausing`) keeps its
 place in flight, so the limit is reached when the attempts in flight and the requests pausing
-fill it. Counted as attempts alone, a steady 1.5 % of 503s and 429s with a second's
-`Retry-After` held a few places asleep, the limiter never saw its limit reached, and a tenant
-destination's limit stayed at 7-17 of 64 while every place was taken (the soak,
-docs/reliability.md).
+fill it. Counted as attempts alone, a steady share of 503s and 429s with a `Retry-After` held
+places asleep, the limiter never saw its limit reached, and it stayed far below its ceiling
+while every place was taken (docs/reliability.md, the soak).
 
 The limit starts at 1 and never exceeds `max_in_flight` (the ceiling). With
 `concurrency = "fixed"` the limit is `max_in_flight` from the start and never moves; RTTs are

@@ -214,8 +214,7 @@ async def _step(
 ) -> tuple[float, float]:
     """One warm-up step offered at `rate`: the events/s delivered and the cores the stack used,
     once it settled. What it delivered, not what it was offered: a stack that falls behind
-    looks cheaper per offered event than it is (steps of 3,881 and 7,763 offered with 1.67
-    and 1.72 cores made a line that put its capacity at 32,262, and the machine saturated)."""
+    looks cheaper per offered event than it is (docs/reliability.md, "The load")."""
     async with asyncio.TaskGroup() as group:
         _offer(
             group, running, ledger, tenants, rate, plan, names=names, duration_s=calibrate.STEP_S

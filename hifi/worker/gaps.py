@@ -4,9 +4,8 @@ Offsets of one partition come one after another, save where the log has none: re
 compacted away, transaction markers, aborted transactions. A consumer cannot tell those from a
 fetch that left a record batch out, and a batch left out is never fetched again: the member
 reads on past it, commits past it, and its events are lost without an error. The dev broker
-does this (Tansu 0.6: one batch of 13 records in 90 s among four plain aiokafka consumers of
-one topic at 3,000 events/s, while the other three read it; a connector lost a batch of 49 in
-the soak, docs/reliability.md).
+(Tansu 0.6) does this now and then, to plain aiokafka consumers as to hifi's
+(docs/reliability.md, the soak).
 
 So when a poll's records jump past an offset the member has not read (between polls, or within
 one), the worker takes the records before the jump and reads the partition again from it
@@ -73,7 +72,9 @@ class OffsetGaps:
                 del self._rereading[tp]
                 self._confirmed[tp] += 1
                 GAPS.labels(tp.topic, "confirmed").inc()
-                self._log.info("offset_gap_confirmed", partition=_name(tp), skipped=jump)
+                self._log.info(
+                    "offset_gap_confirmed", partition=f"{tp.topic}/{tp.partition}", skipped=jump
+                )
             elif self._confirmed[tp] >= CONFIRMED_BEFORE_TRUSTED:
                 GAPS.labels(tp.topic, "trusted").inc()
             else:
@@ -92,11 +93,7 @@ class OffsetGaps:
         GAPS.labels(tp.topic, "filled").inc()
         self._log.warning(
             "offset_gap_filled",
-            partition=_name(tp),
+            partition=f"{tp.topic}/{tp.partition}",
             skipped=rereading,
             hint="a fetch left out records the broker had; read again, nothing was lost",
         )
-
-
-def _name(tp: TopicPartition) -> str:
-    return f"{tp.topic}/{tp.partition}"

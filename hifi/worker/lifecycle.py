@@ -29,6 +29,7 @@ commit. The `PartitionWorker` does the rest, the same way for every daemon:
   first; offsets that jump past one not read are read again once (`hifi.worker.gaps`);
 - the lag `after_commit` is told stays true while a partition is paused (`hifi.worker.ends`);
 - cut from Kafka: no new work, not ready; a session later its partitions go (`hifi.worker.session`).
+
 How a daemon uses it: `hifi.worker.seams.PartitionHandler`. The consumer is a seam (a fake in tests)."""
 
 from __future__ import annotations
@@ -59,8 +60,7 @@ log = structlog.get_logger(__name__)
 
 _POLL_TIMEOUT_MS = 200
 _PAUSED_WAIT_S = 0.5  # with every partition paused: wait this long at most for progress
-# aiokafka's next fetch leaves three turns of the loop after a poll empties its buffer (the
-_FETCH_TURNS = 3  # consume signal, `asyncio.wait`'s callback, the fetch's own task)
+_FETCH_TURNS = 3  # aiokafka's next fetch leaves three loop turns after a poll empties its buffer
 _offset_of = attrgetter("offset")
 
 
