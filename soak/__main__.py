@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import re
 import shutil
+import signal
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -52,6 +53,19 @@ def problems(result: SoakResult) -> list[str]:
     return found
 
 
+async def stoppable(plan: SoakPlan, work: Path) -> SoakResult:
+    """`soak`, cancelled by SIGTERM as by Ctrl-C: the broker, Redis, the destinations and every
+    daemon stop with it (SIGTERM's default would leave them running, orphaned)."""
+    loop = asyncio.get_running_loop()
+    run = asyncio.current_task()
+    assert run is not None
+    loop.add_signal_handler(signal.SIGTERM, run.cancel)
+    try:
+        return await soak(plan, work)
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--duration", default="60m", show_default=True, help="How long the load runs.")
 @click.option("--seed", default=1, show_default=True, help="The fault schedule's and load's.")
@@ -93,7 +107,13 @@ def main(
     )
     work = Path(tempfile.mkdtemp(prefix="hifi-soak-"))
     try:
-        result = asyncio.run(soak(plan, work))
+        result = asyncio.run(stoppable(plan, work))
+    except KeyboardInterrupt:
+        say(f"soak stopped; logs kept in {work}")
+        sys.exit(130)
+    except asyncio.CancelledError:  # SIGTERM
+        say(f"soak stopped; logs kept in {work}")
+        sys.exit(143)
     except Exception:
         say(f"soak failed; logs kept in {work}")
         raise
