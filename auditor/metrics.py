@@ -73,6 +73,11 @@ WAITING = Gauge(
     " without a final outcome.",
     ["dest"],
 )
+REMEMBERED_FACTS = Gauge(
+    "hifi_auditor_remembered_facts",
+    "Audit fact ids kept to count a repeated fact once, until the minutes it can change are final.",
+    ["dest"],
+)
 PROBLEMS = Counter(
     "hifi_auditor_odd_records",
     "Entered records that are odd, by problem (malformed, too_large, no_id, time_future,"

@@ -122,10 +122,9 @@ class Settling:
     def _serve(self, name: str, view: DestinationView, now_ms: int) -> None:
         lead = view.lead
         share = None if lead is None else self._shares.get(lead)
-        waiting = sum(
-            s.ledgers[name].waiting_events() for s in self._shares.values() if name in s.ledgers
-        )
-        metrics.WAITING.labels(name).set(waiting)
+        ledgers = [s.ledgers[name] for s in self._shares.values() if name in s.ledgers]
+        metrics.WAITING.labels(name).set(sum(ledger.waiting_events() for ledger in ledgers))
+        metrics.REMEMBERED_FACTS.labels(name).set(sum(len(ledger.seen_facts) for ledger in ledgers))
         if share is None:  # another member's: read the final rows it wrote, when they change
             try:
                 mtime = final_file(self.board, name).stat().st_mtime

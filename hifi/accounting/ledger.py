@@ -62,8 +62,9 @@ from hifi.vocabulary import Outcome
 FUTURE_TOLERANCE_MS = 60_000
 # ids of missing events named per final minute (live and in the reconciliation)
 MAX_MISSING_IDS = 1000
-# A repeated fact comes within minutes (a producer retry, a crash).
-SEEN_FACTS_KEEP_MS = 30 * MINUTE_MS
+# Fact ids are kept (about 155 bytes each) until every minute a repeat could change is final,
+# plus this margin (`Ledger.facts_kept_ms`); a tenant destination writes about a fact an event.
+SEEN_FACTS_MARGIN_MS = 2 * MINUTE_MS
 
 
 class Ledger:
@@ -310,6 +311,13 @@ class Ledger:
         note_verdicts(self.buckets, moved, self.down_minutes)
         return moved, rose
 
+    def facts_kept_ms(self) -> int:
+        """How long, in fact time, a fact id is kept to count its repeat (a producer retry)
+        once: a fact's events are no later than it, and their minutes are final once the
+        auditor's progress is settle_s past their end. A later repeat changes no count (its
+        offsets are forgotten, its lags unattributed)."""
+        return round(self.settings.settle_s * 1000) + MINUTE_MS + SEEN_FACTS_MARGIN_MS
+
     def _age_out(self, progress_ms: int) -> None:
         keep_from = minute_of(progress_ms) - self.settings.retention_min * MINUTE_MS
         for minute in [m for m, b in self.buckets.items() if b.final and m < keep_from]:
@@ -318,7 +326,7 @@ class Ledger:
         day_ago = progress_ms - 86_400_000
         for minute in [m for m in self.down_minutes if m < day_ago]:
             del self.down_minutes[minute]
-        fact_horizon = progress_ms - SEEN_FACTS_KEEP_MS
+        fact_horizon = progress_ms - self.facts_kept_ms()
         stale = []
         for fact_id, outcome_ms in self.seen_facts.items():  # in the order read: oldest first
             if outcome_ms >= fact_horizon:

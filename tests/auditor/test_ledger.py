@@ -84,6 +84,25 @@ def test_a_later_2xx_wins_over_a_dead_letter_and_repeated_facts_count_once() -> 
     assert book.buckets[T0].duplicates == 1
 
 
+def test_fact_ids_are_kept_until_the_minutes_a_repeat_could_change_are_final() -> None:
+    book = ledger(settle_s=60.0)
+    book.enter(T0, TP, range(3))
+    first = fact(Outcome.DELIVERED, [0, 1], at_ms=T0 + 3000, fact_id="f1")
+    book.apply(first)
+    kept_ms = book.facts_kept_ms()
+    assert kept_ms == 60_000 + MINUTE_MS + 2 * MINUTE_MS  # settle_s, the minute, a margin
+    bucket = book.buckets[T0]
+    book.advance(T0 + 3000 + kept_ms)
+    assert bucket.final
+    assert "f1" in book.seen_facts
+    book.advance(T0 + 3000 + kept_ms + 1)
+    assert book.seen_facts == {}  # not half an hour of ids: a tenant destination's grew by GBs
+    counts = book.tally(bucket)
+    assert book.apply(first) == []  # repeated once its minute is final: no count changes
+    assert book.tally(bucket) == counts
+    assert (counts.delivered, counts.missing, bucket.duplicates) == (2, 1, 0)
+
+
 def test_a_bucket_settles_on_the_progress_clock_and_keeps_only_waiting_events() -> None:
     book = ledger(settle_s=60.0)
     book.enter(T0, TP, range(100))
