@@ -106,19 +106,25 @@ async def fresh_drain(
     tenants: load.Tenants | None = None,
     lookups: Mapping[str, str] | None = None,
     max_batch_records: int | None = None,
+    kafka: KafkaSettings | None = None,
 ) -> Throughput:
-    """On a fresh broker: `topic` pre-filled with `events` (their tenants from `tenants`), then
-    the connector's drain of it (`throughput`, with `lookups` and `max_batch_records`)."""
+    """On a fresh broker (or on `kafka`, a Kafka of the caller's): `topic` pre-filled with
+    `events` (their tenants from `tenants`), then the connector's drain of it (`throughput`,
+    with `lookups` and `max_batch_records`)."""
     work.mkdir(parents=True, exist_ok=True)
-    with LocalBroker(log_path=work / "broker.log") as broker:
-        settings = KafkaSettings(bootstrap=broker.bootstrap)
+    with contextlib.ExitStack() as running:
+        settings = kafka
+        if settings is None:
+            broker = running.enter_context(LocalBroker(log_path=work / "broker.log"))
+            settings = KafkaSettings(bootstrap=broker.bootstrap)
         await kafka_admin.ensure_topics(settings, [topic], partitions=partitions)
         await load.prefill(
             settings, topic, partitions=partitions, events=events, prefix=prefix, tenants=tenants
         )
         return await throughput(
             work,
-            bootstrap=broker.bootstrap,
+            bootstrap=settings.bootstrap,
+            kafka_env=settings.environment(),
             topic=topic,
             events=events,
             prefix=prefix,

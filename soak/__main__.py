@@ -6,6 +6,7 @@ late minutes."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
 import signal
@@ -17,11 +18,16 @@ from pathlib import Path
 import click
 
 from bench.report import say
+from hifi.errors import ConfigError
+from hifi.kafka.settings import ENV_KEYS, KafkaSettings
 from hifi.logging import configure_logging
 from soak.model import SoakResult
 from soak.report import late_minutes_by_fault, write_report
 from soak.run import SoakPlan, soak
 
+#: as the tests take it: a Kafka to run on instead of the dev broker
+BOOTSTRAP_ENV_VAR = "HIFI_TEST_BOOTSTRAP"
+BOOTSTRAP_VAR = ENV_KEYS["bootstrap"]
 RESULTS_DIR = Path(__file__).parent / "results"
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)?$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600}
@@ -53,6 +59,16 @@ def problems(result: SoakResult) -> list[str]:
     return found
 
 
+def kafka_settings(bootstrap: str | None) -> KafkaSettings | None:
+    """How the run connects to a Kafka of the caller's (None: it starts a Tansu of its own)."""
+    if not bootstrap:
+        return None
+    try:
+        return KafkaSettings.from_env({**os.environ, BOOTSTRAP_VAR: bootstrap})
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
 async def stoppable(plan: SoakPlan, work: Path) -> SoakResult:
     """`soak`, cancelled by SIGTERM as by Ctrl-C: the broker, Redis, the destinations and every
     daemon stop with it (SIGTERM's default would leave them running, orphaned)."""
@@ -78,6 +94,11 @@ async def stoppable(plan: SoakPlan, work: Path) -> SoakResult:
 @click.option("--rate", type=click.FloatRange(min=1), help="Total events/s, not measured.")
 @click.option("--faults", type=click.IntRange(min=0), help="Faults  [default: 6 an hour, >= 2]")
 @click.option("--settle-s", default=300.0, show_default=True, help="The auditors' settle_s.")
+@click.option(
+    "--bootstrap",
+    envvar=BOOTSTRAP_ENV_VAR,
+    help="A Kafka to run on; HIFI_KAFKA_* say how to connect  [default: a Tansu of its own]",
+)
 @click.option("--keep-work", is_flag=True, help="Keep every log (else only on a failure).")
 @click.option(
     "--results-dir",
@@ -92,6 +113,7 @@ def main(
     rate: float | None,
     faults: int | None,
     settle_s: float,
+    bootstrap: str | None,
     keep_work: bool,
     results_dir: Path,
 ) -> None:
@@ -104,6 +126,7 @@ def main(
         rate_per_s=rate,
         faults=faults,
         settle_s=settle_s,
+        kafka=kafka_settings(bootstrap),
     )
     work = Path(tempfile.mkdtemp(prefix="hifi-soak-"))
     try:

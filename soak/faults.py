@@ -87,7 +87,10 @@ class FaultRunner:
         return f"{JOINER} {'ready' if ready else 'never ready'}, left with exit {code}"
 
     async def _broker_frozen(self, planned: PlannedFault) -> str:
-        pid = self._stack.broker.pid
+        broker = self._stack.broker
+        if broker is None:  # not planned on a Kafka of the caller's (`schedule.plan`'s `without`)
+            return "no broker of the soak's own to freeze"
+        pid = broker.pid
         os.kill(pid, signal.SIGSTOP)
         try:
             await asyncio.sleep(planned.length_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -20,13 +21,14 @@ from bench.report import say
 from chaos import audit
 from chaos.audit import MINUTE_MS, minute_of
 from devstack import kafka_tools
+from hifi.kafka.settings import KafkaSettings
 from soak import calibrate, schedule
 from soak.faults import FaultRunner
 from soak.ledger import Ledger
 from soak.load import IngestLoad, KafkaLoad
 from soak.model import Account, Fault, Minute, SoakResult, StackCapacity
 from soak.resources import ResourceSampler, slopes
-from soak.stack import INGEST_TOKEN, KILLABLE, PARTITIONS, PLAIN, TENANTS_DEST, TOPICS, Stack, stack
+from soak.stack import INGEST_TOKEN, KILLABLE, PARTITIONS, PLAIN, TENANTS_DEST, Stack, stack
 
 #: the share of the total rate each source offers: straight to Kafka, tenants, through ingest
 SHARES = {"k": 0.5, "t": 0.4, "i": 0.1}
@@ -62,6 +64,7 @@ class SoakPlan:
     capacity_events: int = 200_000
     drain_timeout_s: float = 900.0
     settle_s: float = 300.0  # the auditors' (the catalog's default)
+    kafka: KafkaSettings | None = None  # a Kafka of the caller's; None: a Tansu of the run's own
 
 
 async def soak(plan: SoakPlan, work: Path) -> SoakResult:
@@ -71,16 +74,20 @@ async def soak(plan: SoakPlan, work: Path) -> SoakResult:
     ledger = Ledger(started_ms, SOURCES)
     tenants = Tenants(TENANTS, ZIPF_S, seed=plan.seed)
     async with stack(
-        work / "stack", ledger.on_delivery, seed=plan.seed, settle_s=plan.settle_s
+        work / "stack", ledger.on_delivery, seed=plan.seed, settle_s=plan.settle_s, kafka=plan.kafka
     ) as running:
         await _start(running)
         stack_capacity = await _calibrate(plan, running, ledger, tenants, capacity)
         capacities = [capacity] + ([stack_capacity.events_per_s] if stack_capacity else [])
-        rate = plan.rate_per_s or min(
-            min(capacities) * plan.load_share, broker_cap_per_s(plan.duration_s)
-        )
+        held = broker_cap_per_s(plan.duration_s) if running.broker else float("inf")
+        rate = plan.rate_per_s or min(min(capacities) * plan.load_share, held)
         planned = schedule.plan(
-            plan.duration_s, plan.seed, killable=list(KILLABLE), faults=plan.faults
+            plan.duration_s,
+            plan.seed,
+            killable=list(KILLABLE),
+            faults=plan.faults,
+            # a Kafka of the caller's is not this machine's to freeze
+            without=() if running.broker else (schedule.BROKER_FROZEN,),
         )
         share = f" ({rate / capacity:.2f} of the capacity)" if capacity else ""
         say(f"soak: {plan.duration_s / 60:.0f} min at {rate:.0f} events/s{share}, seed {plan.seed}")
@@ -90,7 +97,7 @@ async def soak(plan: SoakPlan, work: Path) -> SoakResult:
         run_started_ms = time.time_ns() // 1_000_000
         runner = FaultRunner(running, planned, origin)
         async with ResourceSampler(
-            running.processes, kafka_ports={running.broker.port}, started=origin
+            running.processes, kafka_ports=running.kafka_ports, started=origin
         ) as sampler:
             async with asyncio.TaskGroup() as group:
                 group.create_task(runner.run(), name="faults")
@@ -140,7 +147,8 @@ async def _capacity(plan: SoakPlan, work: Path) -> float:
     say(f"soak: the connector's capacity ({plan.capacity_events:,} events)")
     drain = await phases.fresh_drain(
         work / "capacity",
-        topic="soak.capacity",
+        topic="soak.capacity" if plan.kafka is None else f"soak.capacity.{secrets.token_hex(3)}",
+        kafka=plan.kafka,
         prefix="capacity",
         events=plan.capacity_events,
         partitions=PARTITIONS,
@@ -166,7 +174,7 @@ def _offer(
     for role in ("k", "t"):
         load = KafkaLoad(
             running.settings,
-            TOPICS[SOURCES[role]],
+            running.topic(SOURCES[role]),
             names[role],
             rate * SHARES[role],
             ledger,
@@ -256,7 +264,7 @@ async def _account(
     running: Stack, ledger: Ledger, faults: list[Fault], run_started_ms: int, settle_s: float
 ) -> Account:
     dead = {
-        dest: await kafka_tools.dead_letters(running.settings, dest)
+        dest: await kafka_tools.dead_letters(running.settings, running.name(dest))
         for dest in (PLAIN, TENANTS_DEST)
     }
     reasons: Counter[str] = Counter()
@@ -271,7 +279,9 @@ async def _account(
     expected = ledger.expected_minutes({dest: set(found) for dest, found in dead.items()})
     mismatches: list[str] = []
     for dest in (PLAIN, TENANTS_DEST):
-        found = await _audit(running.auditor_url(dest), dest, expected.get(dest, {}), settle_s)
+        found = await _audit(
+            running.auditor_url(dest), running.name(dest), expected.get(dest, {}), settle_s
+        )
         mismatches.extend(f"{dest} {mismatch}" for mismatch in found)
     return Account(
         accepted=ledger.accepted_count(),

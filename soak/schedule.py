@@ -11,6 +11,7 @@ the pipeline drains before the account. A fault that would run into that end is 
 from __future__ import annotations
 
 import random
+from collections.abc import Collection
 from dataclasses import dataclass
 
 FAULTS_PER_HOUR = 6
@@ -62,9 +63,11 @@ def plan(
     killable: list[str],
     faults: int | None = None,
     destinations: tuple[str, str] = ("plain", "tenants"),
+    without: Collection[str] = (),
 ) -> list[PlannedFault]:
     """The schedule of a run of `duration_s`: `faults` of them (by default `FAULTS_PER_HOUR`
-    for an hour, at least 2 so that two can overlap), process faults on one of `killable`."""
+    for an hour, at least 2 so that two can overlap), process faults on one of `killable`, no
+    fault of a kind in `without`."""
     rng = random.Random(seed)
     count = faults if faults is not None else max(2, round(FAULTS_PER_HOUR * duration_s / 3600))
     quiet_start_s = min(QUIET_START_S, duration_s * 0.1)
@@ -73,8 +76,9 @@ def plan(
     if count < 1 or window_s <= 0:
         return []
     kinds: list[str] = []
-    while len(kinds) < count:
-        kinds.extend(rng.sample(sorted(KINDS), len(KINDS)))
+    while len(kinds) < count:  # drawn from every kind, so a seed's schedule is the same less them
+        drawn = rng.sample(sorted(KINDS), len(KINDS))
+        kinds.extend(kind for kind in drawn if kind not in without)
     slot_s = window_s / count
     overlapping = rng.randrange(1, count) if count >= 2 else None
     planned: list[PlannedFault] = []

@@ -6,11 +6,16 @@ routed by its tenant's Redis entry, 1,000 tenants). Each has its retrier and its
 daemon is supervised (`chaos.harness.Daemon`: restarted when it exits on its own) and has an ops
 port of its own. `connector-plain-a`, `retrier-plain` and `auditor-plain` are never killed:
 every kind of daemon has a life of the whole run.
+
+The broker is a Tansu of the run's own, or a Kafka given by its bootstrap (`HIFI_KAFKA_*` say
+how to connect): there, whatever an earlier run left, its names carry a suffix of the run's
+(`soak_plain_<hex>`, `soak.plain.<hex>`), and so do its topics, groups, retry topics and DLQs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import secrets
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,7 +65,7 @@ class Stack:
     """The running pieces; `daemons` by name."""
 
     work: Path
-    broker: LocalBroker
+    broker: LocalBroker | None  # None: a Kafka of the caller's, not this machine's to freeze
     redis: RedisServer
     destinations: dict[str, TestDestination]
     settings: KafkaSettings
@@ -68,6 +73,22 @@ class Stack:
     ingest_url: str
     daemons: dict[str, Daemon] = field(default_factory=dict)
     seed: int = 0
+    suffix: str = ""  # of every destination and topic name, on a Kafka of the caller's
+
+    def name(self, dest: str) -> str:
+        """`PLAIN` or `TENANTS_DEST` as the catalog names it in this run."""
+        return f"{dest}{self.suffix}"
+
+    def topic(self, dest: str) -> str:
+        """The source topic of `dest` in this run."""
+        return f"{TOPICS[dest]}.{self.suffix[1:]}" if self.suffix else TOPICS[dest]
+
+    @property
+    def kafka_ports(self) -> frozenset[int]:
+        """The broker ports the daemons connect to (counted as their Kafka connections)."""
+        return frozenset(
+            int(address.rsplit(":", 1)[1]) for address in self.settings.bootstrap.split(",")
+        )
 
     def auditor_url(self, dest: str) -> str:
         name = "auditor-plain" if dest == PLAIN else "auditor-tenants"
@@ -86,7 +107,7 @@ class Stack:
                 f"t{rank}": orjson.dumps({"values": {"api_key": f"soak-key-{rank:04d}"}})
                 for rank in range(TENANTS)
             }
-            client.hset(tenants_key(TENANTS_DEST), mapping=entries)  # type: ignore[arg-type]
+            client.hset(tenants_key(self.name(TENANTS_DEST)), mapping=entries)  # type: ignore[arg-type]
         finally:
             client.close()
 
@@ -96,13 +117,13 @@ class Stack:
         env = {STATE_DIR_ENV_VAR: str(self.work / "state" / name)}
         if dest == TENANTS_DEST:
             env[REDIS_URL_ENV_VAR] = self.redis.url
-        return self._daemon(
-            name, "connector", ["--dest", dest, "--catalog", str(self.catalog)], env
-        )
+        args = ["--dest", self.name(dest), "--catalog", str(self.catalog)]
+        return self._daemon(name, "connector", args, env)
 
     def processes(self) -> Iterator[tuple[str, int, int]]:
-        """(name, pid, ops port) of every daemon running now, and the broker's (port 0)."""
-        yield "broker", self.broker.pid, 0
+        """(name, pid, ops port) of every daemon running now, and the local broker's (port 0)."""
+        if self.broker is not None:
+            yield "broker", self.broker.pid, 0
         for name, daemon in self.daemons.items():
             if daemon.pid is not None:
                 yield name, daemon.pid, daemon.metrics_port
@@ -123,13 +144,12 @@ class Stack:
         catalog = ["--catalog", str(self.catalog)]
         for name in ("connector-plain-a", "connector-plain-b", "connector-tenants"):
             self.daemons[name] = self.connector(name)
-        for dest, suffix in ((PLAIN, "plain"), (TENANTS_DEST, "tenants")):
-            self.daemons[f"retrier-{suffix}"] = self._daemon(
-                f"retrier-{suffix}", "retrier", ["--dest", dest, *catalog], {}
-            )
-            archive = ["--archive", str(self.work / f"archive-{suffix}")]
-            self.daemons[f"auditor-{suffix}"] = self._daemon(
-                f"auditor-{suffix}", "auditor", ["--dest", dest, *catalog, *archive], {}
+        for dest, role in ((PLAIN, "plain"), (TENANTS_DEST, "tenants")):
+            named = ["--dest", self.name(dest), *catalog]
+            self.daemons[f"retrier-{role}"] = self._daemon(f"retrier-{role}", "retrier", named, {})
+            archive = ["--archive", str(self.work / f"archive-{role}")]
+            self.daemons[f"auditor-{role}"] = self._daemon(
+                f"auditor-{role}", "auditor", [*named, *archive], {}
             )
         streams = self.work / "streams"
         port = int(self.ingest_url.rsplit(":", 1)[1].split("/", 1)[0])
@@ -145,16 +165,18 @@ def _make_dir(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
 
 
-def _write_catalog(catalog: Path, urls: dict[str, str], streams: Path, settle_s: float) -> None:
+def _write_catalog(built: Stack, urls: dict[str, str], streams: Path, settle_s: float) -> None:
+    catalog = built.catalog
     catalog.mkdir(parents=True, exist_ok=True)
     accounting = f"\n[accounting]\nsettle_s = {settle_s}\n"
     fetch = f"fetch_max_wait_ms = {FETCH_MAX_WAIT_MS}\n"
-    (catalog / f"{PLAIN}.toml").write_text(
-        f'url = "{urls[PLAIN]}/plain"\nsource_topics = ["{TOPICS[PLAIN]}"]\n{fetch}{accounting}'
+    (catalog / f"{built.name(PLAIN)}.toml").write_text(
+        f'url = "{urls[PLAIN]}/plain"\nsource_topics = ["{built.topic(PLAIN)}"]\n'
+        f"{fetch}{accounting}"
     )
-    (catalog / f"{TENANTS_DEST}.toml").write_text(
+    (catalog / f"{built.name(TENANTS_DEST)}.toml").write_text(
         f'url = "{urls[TENANTS_DEST]}/{{tenant}}"\n'
-        f'source_topics = ["{TOPICS[TENANTS_DEST]}"]\n'
+        f'source_topics = ["{built.topic(TENANTS_DEST)}"]\n'
         f"{fetch}"
         "allow_private_destinations = true\n"
         f'\n[lookups]\ntenant_field = "{TENANT_FIELD}"\n'
@@ -162,47 +184,59 @@ def _write_catalog(catalog: Path, urls: dict[str, str], streams: Path, settle_s:
         f"{accounting}"
     )
     streams.mkdir(parents=True, exist_ok=True)
-    (streams / f"{PLAIN}.toml").write_text(
-        f'topic = "{TOPICS[PLAIN]}"\ntokens_sha256 = ["{hash_token(INGEST_TOKEN)}"]\n'
+    (streams / f"{built.name(PLAIN)}.toml").write_text(
+        f'topic = "{built.topic(PLAIN)}"\ntokens_sha256 = ["{hash_token(INGEST_TOKEN)}"]\n'
     )
 
 
 @contextlib.asynccontextmanager
 async def stack(
-    work: Path, on_delivery: DeliveryHook, *, seed: int, settle_s: float
+    work: Path,
+    on_delivery: DeliveryHook,
+    *,
+    seed: int,
+    settle_s: float,
+    kafka: KafkaSettings | None = None,
 ) -> AsyncIterator[Stack]:
-    """Start the broker, Redis and both destinations (their steady faults on), create the
-    topics and the catalog; the daemons are created, not started."""
+    """Start the broker (none with `kafka`: that one), Redis and both destinations (their steady
+    faults on), create the topics and the catalog; the daemons are created, not started."""
     _make_dir(work)
-    with (
-        LocalBroker(log_path=work / "broker.log") as broker,
-        RedisServer() as redis_server,
-    ):
-        async with (
-            TestDestination(
-                record_bodies=False, keep_history=False, on_delivery=on_delivery
-            ) as plain,
-            TestDestination(
-                record_bodies=False, keep_history=False, on_delivery=on_delivery
-            ) as tenants,
-        ):
-            settings = KafkaSettings(bootstrap=broker.bootstrap)
-            await kafka_admin.ensure_topics(settings, list(TOPICS.values()), partitions=PARTITIONS)
-            destinations = {PLAIN: plain, TENANTS_DEST: tenants}
-            ingest_url = f"http://127.0.0.1:{free_port()}/v1/events/{PLAIN}"
-            catalog = work / "catalog"
-            urls = {dest: target.url.rstrip("/") for dest, target in destinations.items()}
-            _write_catalog(catalog, urls, work / "streams", settle_s)
-            built = Stack(
-                work, broker, redis_server, destinations, settings, catalog, ingest_url, seed=seed
+    async with contextlib.AsyncExitStack() as running:
+        broker = None
+        if kafka is None:
+            broker = running.enter_context(LocalBroker(log_path=work / "broker.log"))
+            kafka = KafkaSettings(bootstrap=broker.bootstrap)
+        redis_server = running.enter_context(RedisServer())
+        destinations = {
+            dest: await running.enter_async_context(
+                TestDestination(record_bodies=False, keep_history=False, on_delivery=on_delivery)
             )
-            built.fill_redis()
-            for index, (dest, destination) in enumerate(destinations.items()):
-                destination.set_latency(LATENCY_MEDIAN_S, LATENCY_SIGMA, seed=seed + index)
-                built.steady(dest)
-            built.create_daemons()
-            try:
-                yield built
-            finally:
-                for daemon in built.daemons.values():
-                    await daemon.stop()
+            for dest in (PLAIN, TENANTS_DEST)
+        }
+        suffix = "" if broker is not None else f"_{secrets.token_hex(3)}"
+        ingest_url = f"http://127.0.0.1:{free_port()}/v1/events/{PLAIN}{suffix}"
+        built = Stack(
+            work,
+            broker,
+            redis_server,
+            destinations,
+            kafka,
+            work / "catalog",
+            ingest_url,
+            seed=seed,
+            suffix=suffix,
+        )
+        topics = [built.topic(dest) for dest in TOPICS]
+        await kafka_admin.ensure_topics(kafka, topics, partitions=PARTITIONS)
+        urls = {dest: target.url.rstrip("/") for dest, target in destinations.items()}
+        _write_catalog(built, urls, work / "streams", settle_s)
+        built.fill_redis()
+        for index, (dest, destination) in enumerate(destinations.items()):
+            destination.set_latency(LATENCY_MEDIAN_S, LATENCY_SIGMA, seed=seed + index)
+            built.steady(dest)
+        built.create_daemons()
+        try:
+            yield built
+        finally:
+            for daemon in built.daemons.values():
+                await daemon.stop()

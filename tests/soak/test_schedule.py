@@ -42,3 +42,14 @@ def test_a_short_run_keeps_its_faults_inside_it() -> None:
     assert len(planned) == 2
     assert all(f.start_s >= 9.0 and f.start_s + f.length_s <= 90 - 22.5 for f in planned)
     assert schedule.plan(90, 3, killable=KILLABLE, faults=0) == []
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_kind_left_out_is_never_drawn_and_the_seed_keeps_the_faults_before_it(seed: int) -> None:
+    everything = schedule.plan(3600, seed, killable=KILLABLE)
+    without = schedule.plan(3600, seed, killable=KILLABLE, without=[schedule.BROKER_FROZEN])
+    assert len(without) == schedule.FAULTS_PER_HOUR
+    assert schedule.BROKER_FROZEN not in {fault.kind for fault in without}
+    kinds = [fault.kind for fault in everything]
+    before = kinds.index(schedule.BROKER_FROZEN) if schedule.BROKER_FROZEN in kinds else len(kinds)
+    assert [f.kind for f in without[:before]] == kinds[:before]

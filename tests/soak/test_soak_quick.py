@@ -1,15 +1,21 @@
 """The 90-second version of `make soak`: the whole stack under two overlapping faults, its
-account by id, the auditors against it, and the report."""
+account by id, the auditors against it, and the report. It runs on the session's broker as on a
+Kafka of the caller's ($HIFI_TEST_BOOTSTRAP, or the tests' Tansu): its names carry the run's
+suffix and the broker is not its to freeze or sample."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
+from hifi.kafka.settings import KafkaSettings
 from soak.__main__ import problems
 from soak.report import write_report
 from soak.run import SoakPlan, soak
+from soak.schedule import BROKER_FROZEN
+from soak.stack import PLAIN, TENANTS_DEST
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -17,8 +23,10 @@ QUICK = SoakPlan(duration_s=90.0, seed=3, rate_per_s=300.0, faults=2, settle_s=1
 
 
 @pytest.mark.timeout(600)
-async def test_a_short_soak_loses_nothing_and_the_auditors_agree(tmp_path: Path) -> None:
-    result = await soak(QUICK, tmp_path / "work")
+async def test_a_short_soak_loses_nothing_and_the_auditors_agree(
+    tmp_path: Path, kafka_settings: KafkaSettings
+) -> None:
+    result = await soak(dataclasses.replace(QUICK, kafka=kafka_settings), tmp_path / "work")
     report = write_report(result, tmp_path / "report")
     print(result.summary_line())
     assert len(result.faults) == 2
@@ -32,7 +40,11 @@ async def test_a_short_soak_loses_nothing_and_the_auditors_agree(tmp_path: Path)
     assert result.minutes
     assert all(m.p95_ms is not None for m in result.minutes if m.events)
     daemons = {sample.daemon for sample in result.samples}
-    assert {"connector-plain-a", "auditor-plain", "ingest", "broker"} <= daemons
+    assert {"connector-plain-a", "auditor-plain", "ingest"} <= daemons
+    assert "broker" not in daemons
+    assert BROKER_FROZEN not in {fault.kind for fault in result.faults}
+    catalog = sorted(path.stem for path in (tmp_path / "work" / "stack" / "catalog").iterdir())
+    assert [name[: -len("_abcdef")] for name in catalog] == [PLAIN, TENANTS_DEST]
     assert all(s.kafka_connections > 0 for s in result.samples if s.daemon.startswith("conn"))
     assert report.read_text().count(result.summary_line()) == 1
     assert (report.parent / "report.png").stat().st_size > 10_000
