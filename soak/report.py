@@ -105,12 +105,34 @@ def _span_s(result: SoakResult, start_ms: int) -> tuple[float, float]:
     return start_s, start_s + 60
 
 
+def late_minute_budget(result: SoakResult) -> dict[int, int]:
+    """Fault index -> the late minutes it may cost: its own minutes and the next. A fault within
+    one minute: 2 (`LATE_MINUTES_PER_FAULT_MAX`); one across a minute's end (a 69 s outage, or
+    a 9 s one at 00:55): a minute more, since no event of an outage can be on time."""
+    spans = [_span_s(result, m.start_ms) for m in result.minutes]
+    own = {
+        i: sum(1 for start_s, end_s in spans if f.start_s < end_s and start_s < f.end_s)
+        for i, f in enumerate(result.faults)
+    }
+    return {i: max(count, 1) + LATE_MINUTES_PER_FAULT_MAX - 1 for i, count in own.items()}
+
+
+def late_beyond_budget(result: SoakResult) -> int:
+    """The late minutes no fault may cost (`late_minute_budget`): neither among a fault's own
+    minutes nor the next after one; a fault whose late minutes run on, or a late quiet minute."""
+    late = [_span_s(result, m.start_ms) for m in result.minutes if m.events and not m.on_time]
+    return sum(
+        1
+        for start_s, end_s in late
+        if not any(f.start_s < end_s and start_s < f.end_s + 60 for f in result.faults)
+    )
+
+
 def _targets(result: SoakResult) -> list[_Target]:
     mismatches = result.account.audit_mismatches
     quiet = result.quiet_minutes
     by_fault = late_minutes_by_fault(result)
     worst = max(by_fault.values(), default=0)
-    allowed = LATE_MINUTES_PER_FAULT_MAX * len(result.faults)
     return [
         _Target("lost = 0", f"{result.account.lost:,}", result.account.lost == 0),
         _Target("auditors agree", f"{len(mismatches):,} mismatches", not mismatches),
@@ -125,10 +147,10 @@ def _targets(result: SoakResult) -> list[_Target]:
             result.p95_no_fault_ms <= P95_NO_FAULT_MAX_MS if quiet else None,
         ),
         _Target(
-            f"late minutes ≤ {LATE_MINUTES_PER_FAULT_MAX} per fault",
+            "late minutes ≤ a fault's own and the next, per fault",
             f"at most {worst} per fault; {result.late_minutes} in all"
-            f" for {len(result.faults)} faults",
-            worst <= LATE_MINUTES_PER_FAULT_MAX and result.late_minutes <= allowed,
+            f" for {len(result.faults)} faults, {late_beyond_budget(result)} beyond them",
+            not late_beyond_budget(result),
         ),
         _rss_target(result.slopes),
         *(_flat_target(name, per_h, result.slopes) for name, per_h, _ in _FLAT),
