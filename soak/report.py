@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from soak.model import Sample, Slope, SoakResult
+from soak.model import Fault, Sample, Slope, SoakResult
 from soak.picture import draw_picture
 
 #: the highest p95 lag a minute with no fault may have
@@ -62,11 +62,18 @@ def write_report(result: SoakResult, out_dir: Path) -> Path:
 def late_minutes_by_fault(result: SoakResult) -> dict[int, int]:
     """Fault index -> late minutes among those it overlaps and the one after it ends (a late
     minute within two overlapping faults counts for both)."""
-    late = [_span_s(result, m.start_ms) for m in result.minutes if m.events and not m.on_time]
-    return {
-        i: sum(1 for start_s, end_s in late if f.start_s < end_s and start_s < f.end_s + 60)
-        for i, f in enumerate(result.faults)
-    }
+    late = _late_spans(result)
+    return {i: sum(1 for span in late if _may_cost(f, span)) for i, f in enumerate(result.faults)}
+
+
+def _late_spans(result: SoakResult) -> list[tuple[float, float]]:
+    return [_span_s(result, m.start_ms) for m in result.minutes if m.events and not m.on_time]
+
+
+def _may_cost(fault: Fault, span: tuple[float, float], *, after_s: float = 60.0) -> bool:
+    """Whether the minute `span` is one of the fault's own or starts within `after_s` of its end."""
+    start_s, end_s = span
+    return fault.start_s < end_s and start_s < fault.end_s + after_s
 
 
 def _figures(result: SoakResult) -> dict[str, Any]:
@@ -111,7 +118,7 @@ def late_minute_budget(result: SoakResult) -> dict[int, int]:
     a 9 s one at 00:55): a minute more, since no event of an outage can be on time."""
     spans = [_span_s(result, m.start_ms) for m in result.minutes]
     own = {
-        i: sum(1 for start_s, end_s in spans if f.start_s < end_s and start_s < f.end_s)
+        i: sum(1 for span in spans if _may_cost(f, span, after_s=0.0))
         for i, f in enumerate(result.faults)
     }
     return {i: max(count, 1) + LATE_MINUTES_PER_FAULT_MAX - 1 for i, count in own.items()}
@@ -120,11 +127,8 @@ def late_minute_budget(result: SoakResult) -> dict[int, int]:
 def late_beyond_budget(result: SoakResult) -> int:
     """The late minutes no fault may cost (`late_minute_budget`): neither among a fault's own
     minutes nor the next after one; a fault whose late minutes run on, or a late quiet minute."""
-    late = [_span_s(result, m.start_ms) for m in result.minutes if m.events and not m.on_time]
     return sum(
-        1
-        for start_s, end_s in late
-        if not any(f.start_s < end_s and start_s < f.end_s + 60 for f in result.faults)
+        1 for span in _late_spans(result) if not any(_may_cost(f, span) for f in result.faults)
     )
 
 
@@ -218,7 +222,7 @@ def _markdown(result: SoakResult) -> list[str]:
 
 
 def _faults(result: SoakResult) -> list[str]:
-    by_fault = late_minutes_by_fault(result)
+    by_fault, budget = late_minutes_by_fault(result), late_minute_budget(result)
     rows = (
         (
             f.kind,
@@ -226,7 +230,7 @@ def _faults(result: SoakResult) -> list[str]:
             _clock(f.start_s),
             _clock(f.end_s),
             f"{f.end_s - f.start_s:,.1f}",
-            by_fault[i],
+            f"{by_fault[i]} of at most {budget[i]}",
             f.detail,
         )
         for i, f in enumerate(result.faults)
