@@ -175,7 +175,8 @@ STOP_SIGNALS = StopSignals()
 
 def run_daemon(run: Callable[[], Awaitable[None]], request_stop: Callable[[], None]) -> None:
     """Run a daemon's coroutine until it returns; SIGTERM/SIGINT ask it to drain, and one that
-    came before the loop ran ends it at once (exit 0). A `HifiError` propagates to the runner."""
+    came before the loop ran ends it at once (exit 0). A `HifiError` propagates to the runner.
+    Meanwhile the memory it frees goes back to the system (`hifi.memory`)."""
     import asyncio
 
     import structlog
@@ -183,15 +184,18 @@ def run_daemon(run: Callable[[], Awaitable[None]], request_stop: Callable[[], No
     log = structlog.get_logger(__name__)
 
     from hifi.event_loop import loop_factory, loop_kind
+    from hifi.memory import releasing_memory, settle_allocators
 
     kind = loop_kind()  # a bad HIFI_EVENT_LOOP is a ConfigError before anything starts
+    settle_allocators()  # before the loop's threads allocate
 
     async def main() -> None:
         if STOP_SIGNALS.hand_over(asyncio.get_running_loop(), request_stop):
             log.info("stopped_before_start", signal=getattr(STOP_SIGNALS.received, "name", None))
             return
         log.debug("event_loop", kind=kind)
-        await run()
+        async with releasing_memory():
+            await run()
 
     try:
         with asyncio.Runner(loop_factory=loop_factory(kind)) as runner:

@@ -9,11 +9,12 @@ import signal
 from collections.abc import Iterator
 
 import click
+import prometheus_client
 import pytest
 from click.testing import CliRunner
 
 import hifi.cli
-from hifi import errors
+from hifi import errors, memory
 from hifi.cli import EXIT_FAILURE, EXIT_USAGE, Group, StopSignals, run_command, run_daemon
 from hifi.environment import EVENT_LOOP_ENV
 
@@ -213,3 +214,23 @@ def test_an_unknown_event_loop_is_a_usage_error_before_the_daemon_starts(
     ):
         run_daemon(run, lambda: None)
     assert started == []
+
+
+def test_a_daemon_hands_freed_memory_back_while_it_runs(
+    fresh_stop_signals: StopSignals, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run_daemon` keeps a release task beside the daemon's work, and ends it with the run."""
+    monkeypatch.setattr(memory, "RELEASE_EVERY_S", 0.01)
+    seconds = "hifi_memory_release_seconds_total"
+    before = prometheus_client.REGISTRY.get_sample_value(seconds) or 0.0
+    seen: list[str] = []
+
+    async def run() -> None:
+        seen.extend(t.get_name() for t in asyncio.all_tasks())
+        async with asyncio.timeout(30):
+            while (prometheus_client.REGISTRY.get_sample_value(seconds) or 0.0) == before:
+                await asyncio.sleep(0.01)
+
+    run_daemon(run, lambda: None)
+    assert "memory-release" in seen
+    assert (prometheus_client.REGISTRY.get_sample_value(seconds) or 0.0) > before

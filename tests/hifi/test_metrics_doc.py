@@ -10,7 +10,9 @@ import prometheus_client
 import auditor.metrics  # noqa: F401 - registers the auditor's metrics
 import connector.metrics  # noqa: F401 - registers the connector's metrics
 import hifi.lookup_cache.metrics  # registers the lookup caches' metrics
-import hifi.ops_http  # noqa: F401 - registers hifi_build_info
+import hifi.memory  # registers the memory release counters
+import hifi.ops_http  # registers hifi_build_info
+import hifi.worker.gaps  # noqa: F401 - registers hifi_offset_gaps
 import ingest.metrics  # noqa: F401 - registers the ingest service's metrics
 import retrier.metrics  # noqa: F401 - registers the retrier's metrics
 
