@@ -89,7 +89,8 @@ async def soak(plan: SoakPlan, work: Path) -> SoakResult:
             # a Kafka of the caller's is not this machine's to freeze
             without=() if running.broker else (schedule.BROKER_FROZEN,),
         )
-        share = f" ({rate / capacity:.2f} of the capacity)" if capacity else ""
+        lower = min(capacities)  # the connector's drain, or the whole stack's if lower
+        share = f" ({rate / lower:.2f} of the capacity)" if lower else ""
         say(f"soak: {plan.duration_s / 60:.0f} min at {rate:.0f} events/s{share}, seed {plan.seed}")
         for fault in planned:
             say(f"   fault {fault.line()}")
