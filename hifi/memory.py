@@ -41,10 +41,10 @@ import prometheus_client
 import structlog
 
 from hifi.background import in_background
+from hifi.environment import ARROW_POOL_ENV, MALLOC_ARENAS_ENV
 
 __all__ = [
     "ARENAS_MAX",
-    "ARROW_POOL_ENV",
     "RELEASE_EVERY_S",
     "Released",
     "release_unused",
@@ -56,7 +56,6 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 ARENAS_MAX = 2
-ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"  # read by Arrow when its default pool is first asked
 RELEASE_EVERY_S = 60.0
 _M_ARENA_MAX = -8  # mallopt's parameter, from glibc's malloc.h
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -90,7 +89,7 @@ def settle_allocators(arenas: int = ARENAS_MAX) -> None:
     """At most `arenas` malloc arenas from now on, and Arrow on the C library's allocator; what
     the operator set in `MALLOC_ARENA_MAX` or `ARROW_DEFAULT_MEMORY_POOL` is left as it is."""
     libc = _glibc()
-    if libc is not None and not os.environ.get("MALLOC_ARENA_MAX"):
+    if libc is not None and not os.environ.get(MALLOC_ARENAS_ENV):
         libc.mallopt(_M_ARENA_MAX, arenas)
     if os.environ.setdefault(ARROW_POOL_ENV, "system") == "system":
         arrow = sys.modules.get("pyarrow")  # loaded already: its default pool may be chosen

@@ -15,6 +15,8 @@ MIN_LIFE_S = 30 * 60.0
 WARMUP_S = 10 * 60.0
 #: how often every daemon's resources are sampled
 SAMPLE_EVERY_S = 10.0
+#: the local broker's name among the sampled processes: shown with the daemons, not judged
+BROKER = "broker"
 
 
 @dataclass(frozen=True)
@@ -170,13 +172,19 @@ class SoakResult:
         return max((m.p95_ms or 0.0 for m in self.quiet_minutes), default=0.0)
 
     @property
+    def daemon_slopes(self) -> tuple[Slope, ...]:
+        """The slopes of hifi's daemons: the dev broker's growth (it keeps every record) is
+        shown beside them, not judged with them."""
+        return tuple(s for s in self.slopes if s.daemon != BROKER)
+
+    @property
     def rss_slope_mb_per_h(self) -> float:
-        """The steepest RSS slope of a process life long enough to count (0: none was)."""
-        return max((s.rss_mb_per_h for s in self.slopes), default=0.0)
+        """The steepest RSS slope of a daemon's life long enough to count (0: none was)."""
+        return max((s.rss_mb_per_h for s in self.daemon_slopes), default=0.0)
 
     @property
     def fds_slope_per_h(self) -> float:
-        return max((s.fds_per_h for s in self.slopes), default=0.0)
+        return max((s.fds_per_h for s in self.daemon_slopes), default=0.0)
 
     def summary_line(self) -> str:
         return (

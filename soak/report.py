@@ -156,8 +156,8 @@ def _targets(result: SoakResult) -> list[_Target]:
             f" for {len(result.faults)} faults, {late_beyond_budget(result)} beyond them",
             not late_beyond_budget(result),
         ),
-        _rss_target(result.slopes),
-        *(_flat_target(name, per_h, result.slopes) for name, per_h, _ in _FLAT),
+        _rss_target(result.daemon_slopes),
+        *(_flat_target(name, per_h, result.daemon_slopes) for name, per_h, _ in _FLAT),
     ]
 
 

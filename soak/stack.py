@@ -34,6 +34,7 @@ from hifi.environment import REDIS_URL_ENV_VAR
 from hifi.files import STATE_DIR_ENV_VAR
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
+from soak.model import BROKER
 from tenants.keys import tenants_key
 
 PLAIN, TENANTS_DEST = "soak_plain", "soak_tenants"
@@ -123,7 +124,7 @@ class Stack:
     def processes(self) -> Iterator[tuple[str, int, int]]:
         """(name, pid, ops port) of every daemon running now, and the local broker's (port 0)."""
         if self.broker is not None:
-            yield "broker", self.broker.pid, 0
+            yield BROKER, self.broker.pid, 0
         for name, daemon in self.daemons.items():
             if daemon.pid is not None:
                 yield name, daemon.pid, daemon.metrics_port

@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 from hifi import memory
+from hifi.environment import ARROW_POOL_ENV, MALLOC_ARENAS_ENV
 
 glibc_only = pytest.mark.skipif(memory._glibc() is None, reason="malloc_trim is glibc's")
 
@@ -80,10 +81,10 @@ def _arenas(how: str, env: dict[str, str]) -> int:
 @pytest.mark.integration
 @glibc_only
 def test_threads_share_a_few_arenas_unless_the_operator_chose_a_number() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    env = {k: v for k, v in os.environ.items() if k != MALLOC_ARENAS_ENV}
     assert _arenas("as_is", env) > memory.ARENAS_MAX
     assert _arenas("settled", env) <= memory.ARENAS_MAX
-    assert _arenas("settled", {**env, "MALLOC_ARENA_MAX": "6"}) == 6
+    assert _arenas("settled", {**env, MALLOC_ARENAS_ENV: "6"}) == 6
 
 
 _ARROW_POOL = "from hifi.memory import settle_allocators; import pyarrow as pa; "
@@ -107,9 +108,9 @@ def test_arrow_allocates_from_the_c_library_unless_the_operator_chose_a_pool(
     script: str, asked: str | None, backend: str
 ) -> None:
     """Arrow's own allocator keeps freed pages per thread, out of the trim's reach."""
-    env = {k: v for k, v in os.environ.items() if k != memory.ARROW_POOL_ENV}
+    env = {k: v for k, v in os.environ.items() if k != ARROW_POOL_ENV}
     if asked is not None:
-        env[memory.ARROW_POOL_ENV] = asked
+        env[ARROW_POOL_ENV] = asked
     out = subprocess.run(
         [sys.executable, "-c", script + "; print(pa.default_memory_pool().backend_name)"],
         capture_output=True,

@@ -12,7 +12,7 @@ import matplotlib.font_manager  # noqa: F401
 import orjson
 
 from soak.__main__ import problems
-from soak.model import Account, Fault, Minute, Sample, Slope, SoakResult
+from soak.model import BROKER, Account, Fault, Minute, Sample, Slope, SoakResult
 from soak.report import late_beyond_budget, late_minute_budget, late_minutes_by_fault, write_report
 
 STARTED_MS = 1_735_732_800_000  # 2025-01-01 12:00 UTC
@@ -125,6 +125,23 @@ def test_late_minutes_with_no_fault_and_a_growing_count_fail_their_targets(tmp_p
     assert verdicts["p95 with no fault ≤ 1,000 ms"] == "not met"
     assert verdicts["threads flat (\\|slope\\| < 1/h)"] == "not met"
     assert verdicts["fds flat (\\|slope\\| < 1/h)"] == "met"
+
+
+def test_the_dev_brokers_growth_is_shown_beside_the_daemons_not_judged_with_them(
+    tmp_path: Path,
+) -> None:
+    """The broker keeps every record (Tansu has no retention): its slopes are in the table, but
+    the summary's and the targets' figures are the daemons'."""
+    broker = Slope(BROKER, 90, 720.0, 4_396.7, 2.0, 0.0, 0.0, None)
+    result = _result(slopes=(*_result().slopes, broker))
+    report = write_report(result, tmp_path).read_text()
+    verdicts = _verdicts(report)
+    assert result.rss_slope_mb_per_h == 1.2
+    assert result.fds_slope_per_h == 0.1
+    assert "rss_slope_mb_per_h=1.2 fds_slope_per_h=0.1" in result.summary_line()
+    assert verdicts["RSS slope < 5 MB/h per daemon"] == "met"
+    assert verdicts["fds flat (\\|slope\\| < 1/h)"] == "met"
+    assert "| broker | 90 | 12 | +4396.70 |" in report.split("## Resources", 1)[1]
 
 
 def test_the_account_and_resources_show_duplicates_dead_letters_and_a_restart(
