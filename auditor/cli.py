@@ -13,7 +13,7 @@ import click
 
 from auditor.defaults import DEFAULT_ROLL_S, GROUP_ID
 from hifi.accounting.buckets import MINUTE_MS
-from hifi.cli import STOP_SIGNALS, parse_time, run_command, run_daemon
+from hifi.cli import parse_time, run_daemon, run_daemon_command
 from hifi.cli_options import (
     FINITE_POSITIVE_SECONDS,
     DaemonFlags,
@@ -311,6 +311,6 @@ def _from_archive(
 
 
 def main() -> None:
-    """The `auditor` command; a stop signal is caught from here on, before anything heavy loads."""
-    STOP_SIGNALS.catch()
-    run_command(cli, PROG)
+    """The `auditor` command; a stop signal is caught and the allocators set from here on, before
+    anything heavy loads."""
+    run_daemon_command(cli, PROG)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from connector.defaults import CHECKPOINT_EVERY_RECORDS, CHECKPOINT_EVERY_S, MAX_RATE_PER_S
-from hifi.cli import STOP_SIGNALS, parse_time, run_command, run_daemon
+from hifi.cli import parse_time, run_daemon, run_daemon_command
 from hifi.cli_options import (
     INSTANCE_ID_FROM,
     DaemonFlags,
@@ -352,6 +352,6 @@ def _time(text: str, flag: str) -> int:
 
 
 def main() -> None:
-    """The `connector` command; a stop signal is caught from here on, before anything heavy loads."""
-    STOP_SIGNALS.catch()
-    run_command(cli, PROG)
+    """The `connector` command; a stop signal is caught and the allocators set from here on, before
+    anything heavy loads."""
+    run_daemon_command(cli, PROG)

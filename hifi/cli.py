@@ -23,6 +23,7 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from hifi.allocators import settle_allocators
 from hifi.errors import ConfigError, HifiError
 from hifi.redaction import mask
 
@@ -173,6 +174,15 @@ class StopSignals:
 STOP_SIGNALS = StopSignals()
 
 
+def run_daemon_command(command: click.Command, prog: str) -> NoReturn:
+    """A daemon's `main()`: from its first instant a stop signal is caught (`STOP_SIGNALS`) and
+    its allocators are set (`hifi.allocators`), before anything heavy loads; then the command
+    runs as `run_command` runs it."""
+    STOP_SIGNALS.catch()
+    settle_allocators()
+    run_command(command, prog)
+
+
 def run_daemon(run: Callable[[], Awaitable[None]], request_stop: Callable[[], None]) -> None:
     """Run a daemon's coroutine until it returns; SIGTERM/SIGINT ask it to drain, and one that
     came before the loop ran ends it at once (exit 0). A `HifiError` propagates to the runner.
@@ -184,10 +194,9 @@ def run_daemon(run: Callable[[], Awaitable[None]], request_stop: Callable[[], No
     log = structlog.get_logger(__name__)
 
     from hifi.event_loop import loop_factory, loop_kind
-    from hifi.memory import releasing_memory, settle_allocators
+    from hifi.memory import releasing_memory
 
     kind = loop_kind()  # a bad HIFI_EVENT_LOOP is a ConfigError before anything starts
-    settle_allocators()  # before the loop's threads allocate
 
     async def main() -> None:
         if STOP_SIGNALS.hand_over(asyncio.get_running_loop(), request_stop):
@@ -242,4 +251,5 @@ __all__ = [
     "parse_time",
     "run_command",
     "run_daemon",
+    "run_daemon_command",
 ]

@@ -4,60 +4,46 @@ CPython takes every object over 512 bytes (a record's value, a request's body, t
 large dict or set) and the native libraries take all theirs (pyroaring's bitmaps, orjson's
 buffers) from the C library's `malloc`. glibc keeps what is freed inside its heaps for reuse and
 hands pages back only from the top of a heap, so a daemon whose live memory is flat can still
-climb in RSS for hours: the auditors of the soak did (`docs/reliability.md`, "The second hour").
-Each thread that allocates may also get a heap (an arena) of its own, up to eight per core.
-Arrow (the auditor's archive, the retrier's dead-letter queries) brings an allocator of its own,
-mimalloc, whose pages stay with the thread that used them: the archive writes run on the
-default executor's threads, and the auditors' mimalloc region kept 25-55 MB resident while the
+climb in RSS for hours: the auditors of the soak did (`docs/reliability.md`, "The third hour").
+Arrow (the auditor's archive, the retrier's dead-letter queries) brought an allocator of its
+own, mimalloc, whose pages stay with the thread that used them: the archive writes run on the
+default executor's threads, and the auditors' mimalloc arena kept 25-55 MB resident while the
 pool had nothing allocated.
 
-`settle_allocators()`, once at a daemon's start (`run_daemon`):
-
-- at most `ARENAS_MAX` malloc arenas, unless `MALLOC_ARENA_MAX` says otherwise, so the few
-  threads a daemon has share heaps instead of each keeping one;
-- Arrow on the C library's allocator (`ARROW_DEFAULT_MEMORY_POOL=system`, unless it is set), so
-  one allocator holds the freed memory and one trim returns it.
-
-`release_unused()`, every `RELEASE_EVERY_S` while the daemon runs (`releasing_memory()`):
-`malloc_trim(0)`, which since glibc 2.8 returns the free pages inside every heap, not only at its
-top; and the unused memory of Arrow's pool if it is still Arrow's own. Off glibc the C library
-is left as it is.
+Each daemon's allocators are set at its start (`hifi.allocators.settle_allocators`, from
+`hifi.cli.run_daemon_command`); `releasing_memory()` then calls `release_unused()` every
+`RELEASE_EVERY_S` while it runs (`hifi.cli.run_daemon`): `malloc_trim(0)`, which since glibc 2.8
+returns the free pages inside every heap, not only at its top, and the unused memory of Arrow's
+pool if it is still Arrow's own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from functools import cache
-from typing import Any
 
 import prometheus_client
 import structlog
 
+from hifi.allocators import trim_heaps
 from hifi.background import in_background
-from hifi.environment import ARROW_POOL_ENV, MALLOC_ARENAS_ENV
 
 __all__ = [
-    "ARENAS_MAX",
     "RELEASE_EVERY_S",
     "Released",
     "release_unused",
     "releasing_memory",
     "rss_bytes",
-    "settle_allocators",
 ]
 
 log = structlog.get_logger(__name__)
 
-ARENAS_MAX = 2
 RELEASE_EVERY_S = 60.0
-_M_ARENA_MAX = -8  # mallopt's parameter, from glibc's malloc.h
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 RELEASED = prometheus_client.Counter(
@@ -68,33 +54,6 @@ RELEASE_SECONDS = prometheus_client.Counter(
     "hifi_memory_release_seconds",
     "Time spent handing freed memory back to the system (malloc_trim blocks the event loop).",
 )
-
-
-@cache
-def _glibc() -> Any | None:
-    """The C library when it is glibc (it has `malloc_trim` and `mallopt`), else None."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None)
-        trim, mallopt = libc.malloc_trim, libc.mallopt
-    except (OSError, AttributeError):  # musl has neither
-        return None
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return libc
-
-
-def settle_allocators(arenas: int = ARENAS_MAX) -> None:
-    """At most `arenas` malloc arenas from now on, and Arrow on the C library's allocator; what
-    the operator set in `MALLOC_ARENA_MAX` or `ARROW_DEFAULT_MEMORY_POOL` is left as it is."""
-    libc = _glibc()
-    if libc is not None and not os.environ.get(MALLOC_ARENAS_ENV):
-        libc.mallopt(_M_ARENA_MAX, arenas)
-    if os.environ.setdefault(ARROW_POOL_ENV, "system") == "system":
-        arrow = sys.modules.get("pyarrow")  # loaded already: its default pool may be chosen
-        if arrow is not None:
-            arrow.set_memory_pool(arrow.system_memory_pool())
 
 
 def rss_bytes() -> int:
@@ -123,9 +82,7 @@ def release_unused() -> Released:
     """Hand the memory freed since the last call back to the system: every glibc heap's free
     pages, and the unused memory of Arrow's pool when it is not the C library's."""
     before, started = rss_bytes(), time.perf_counter()
-    libc = _glibc()
-    if libc is not None:
-        libc.malloc_trim(0)
+    trim_heaps()
     arrow = sys.modules.get("pyarrow")  # never imported here
     if arrow is not None and arrow.default_memory_pool().backend_name != "system":
         arrow.default_memory_pool().release_unused()

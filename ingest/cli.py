@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from hifi.cli import STOP_SIGNALS, run_command, run_daemon
+from hifi.cli import STOP_SIGNALS, run_daemon, run_daemon_command
 from hifi.cli_options import (
     FINITE_POSITIVE_SECONDS,
     METRICS_PORT_ENV,
@@ -217,6 +217,6 @@ def hash_token() -> None:
 
 
 def main() -> None:
-    """The `ingest` command; a stop signal is caught from here on, before anything heavy loads."""
-    STOP_SIGNALS.catch()
-    run_command(cli, PROG)
+    """The `ingest` command; a stop signal is caught and the allocators set from here on, before
+    anything heavy loads."""
+    run_daemon_command(cli, PROG)

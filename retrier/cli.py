@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from hifi.cli import STOP_SIGNALS, parse_time, run_command, run_daemon
+from hifi.cli import parse_time, run_daemon, run_daemon_command
 from hifi.cli_options import (
     DaemonFlags,
     daemon_group,
@@ -316,6 +316,6 @@ def _os_user() -> str:
 
 
 def main() -> None:
-    """The `retrier` command; a stop signal is caught from here on, before anything heavy loads."""
-    STOP_SIGNALS.catch()
-    run_command(cli, PROG)
+    """The `retrier` command; a stop signal is caught and the allocators set from here on, before
+    anything heavy loads."""
+    run_daemon_command(cli, PROG)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -88,3 +89,30 @@ def test_a_usage_error_loads_nothing_heavy(prog: str) -> None:
     """A flag the command does not know is refused (exit 2) before anything heavy loads."""
     code, loaded, _ = _answer(prog, "--no-such-flag")
     assert (code, loaded) == (2, [])
+
+
+DAEMONS = ("connector", "retrier", "auditor", "ingest")
+_ALLOCATORS_PROBE = """
+import os, sys
+from {module} import main
+sys.argv = [{prog!r}, "--version"]
+try:
+    main()
+except SystemExit:
+    pass
+import pyarrow
+print(os.environ.get("ARROW_DEFAULT_MEMORY_POOL"), pyarrow.default_memory_pool().backend_name)
+"""
+
+
+@pytest.mark.parametrize("prog", DAEMONS)
+def test_a_daemon_sets_arrows_allocator_before_arrow_loads(prog: str) -> None:
+    """Arrow reads ARROW_DEFAULT_MEMORY_POOL once, when it loads: a daemon's `main()` sets it
+    first thing (`hifi.allocators`), so Arrow's internals too allocate from the C library."""
+    probe = _ALLOCATORS_PROBE.format(module=COMMANDS[prog], prog=prog)
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    run = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split()[-2:] == ["system", "system"]

@@ -9,10 +9,10 @@ import textwrap
 
 import pytest
 
-from hifi import memory
+from hifi import allocators
 from hifi.environment import ARROW_POOL_ENV, MALLOC_ARENAS_ENV
 
-glibc_only = pytest.mark.skipif(memory._glibc() is None, reason="malloc_trim is glibc's")
+glibc_only = pytest.mark.skipif(allocators.glibc() is None, reason="malloc_trim is glibc's")
 
 # 2,000-byte objects come from malloc (CPython's own allocator takes 512 bytes at most); one
 # in 64 is kept, so no heap can shrink from its top and every freed page sits inside a heap
@@ -50,7 +50,7 @@ def test_memory_freed_inside_a_heap_goes_back_to_the_system() -> None:
 _THREADS_ALLOCATING = textwrap.dedent(
     """
     import ctypes, sys, threading
-    from hifi.memory import settle_allocators
+    from hifi.allocators import settle_allocators
     if sys.argv[1] == "settled":
         settle_allocators()
     kept, together = [], threading.Barrier(8)
@@ -82,12 +82,12 @@ def _arenas(how: str, env: dict[str, str]) -> int:
 @glibc_only
 def test_threads_share_a_few_arenas_unless_the_operator_chose_a_number() -> None:
     env = {k: v for k, v in os.environ.items() if k != MALLOC_ARENAS_ENV}
-    assert _arenas("as_is", env) > memory.ARENAS_MAX
-    assert _arenas("settled", env) <= memory.ARENAS_MAX
+    assert _arenas("as_is", env) > allocators.ARENAS_MAX
+    assert _arenas("settled", env) <= allocators.ARENAS_MAX
     assert _arenas("settled", {**env, MALLOC_ARENAS_ENV: "6"}) == 6
 
 
-_ARROW_POOL = "from hifi.memory import settle_allocators; import pyarrow as pa; "
+_ARROW_POOL = "from hifi.allocators import settle_allocators; import pyarrow as pa; "
 
 
 @pytest.mark.integration
@@ -96,7 +96,7 @@ _ARROW_POOL = "from hifi.memory import settle_allocators; import pyarrow as pa; 
     [
         (_ARROW_POOL + "settle_allocators()", None, "system"),  # loaded first
         (
-            "from hifi.memory import settle_allocators; settle_allocators(); import pyarrow as pa",
+            "from hifi.allocators import settle_allocators; settle_allocators(); import pyarrow as pa",
             None,
             "system",
         ),
