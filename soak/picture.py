@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from soak.model import Sample, SoakResult
+from soak.model import BROKER, Sample, SoakResult
 
 _PNG_METADATA = {"Software": None}  # no version stamp: the same result gives the same bytes
 _DPI = 110
@@ -132,25 +132,39 @@ def _draw_rate(result: SoakResult, axes: Any) -> None:
     axes.legend(loc="lower right", fontsize=7)
 
 
-def _draw_memory(samples: Sequence[Sample], axes: Any) -> None:
-    """One line per process life: a daemon's restart (a new pid) breaks its line."""
+def _draw_memory(samples: Sequence[Sample], axes: Any) -> Any | None:
+    """One line per process life: a daemon's restart (a new pid) breaks its line. The local
+    broker (it keeps every record) goes on an axis of its own, on the right, so its gigabytes
+    do not flatten the daemons' lines; that axis is returned (None: no broker sampled)."""
     import matplotlib
 
     palette = matplotlib.colormaps["tab10"]
     lives: dict[tuple[str, int], list[Sample]] = defaultdict(list)
     for sample in sorted(samples, key=lambda s: s.at_s):
         lives[sample.daemon, sample.pid].append(sample)
-    daemons = sorted({daemon for daemon, _ in lives})
+    daemons = sorted({daemon for daemon, _ in lives if daemon != BROKER})
     labelled: set[str] = set()
+    broker_axes = None
     for (daemon, _), life in lives.items():
+        minutes, rss_mb = [s.at_s / 60 for s in life], [s.rss_mb for s in life]
+        if daemon == BROKER:
+            broker_axes = broker_axes or axes.twinx()
+            broker_axes.plot(minutes, rss_mb, color="0.45", lw=1.2, ls="--", label=BROKER)
+            continue
         axes.plot(
-            [s.at_s / 60 for s in life],
-            [s.rss_mb for s in life],
+            minutes,
+            rss_mb,
             color=palette(daemons.index(daemon) % 10),
             lw=1.2,
             label=f"_{daemon}" if daemon in labelled else daemon,  # "_": not in the legend
         )
         labelled.add(daemon)
     axes.set_ylabel("RSS, MB")
+    axes.set_ylim(bottom=0)
     if labelled:  # an empty legend is a warning
         axes.legend(loc="upper left", fontsize=7, ncols=min(len(labelled), 4))
+    if broker_axes is not None:
+        broker_axes.set_ylabel("broker RSS, MB (dashed)")
+        broker_axes.set_ylim(bottom=0)
+        broker_axes.legend(loc="lower right", fontsize=7)
+    return broker_axes

@@ -13,6 +13,7 @@ import orjson
 
 from soak.__main__ import problems
 from soak.model import BROKER, Account, Fault, Minute, Sample, Slope, SoakResult
+from soak.picture import _draw_memory
 from soak.report import late_beyond_budget, late_minute_budget, late_minutes_by_fault, write_report
 
 STARTED_MS = 1_735_732_800_000  # 2025-01-01 12:00 UTC
@@ -164,6 +165,28 @@ def test_the_picture_is_a_png_12_by_9_inches_at_110_dpi(tmp_path: Path) -> None:
     width, height = int.from_bytes(picture[16:20], "big"), int.from_bytes(picture[20:24], "big")
     assert (width, height) == (1320, 990)
     assert len(picture) > 25_000  # axes and text alone; the lines, bands and legends add more
+
+
+def test_the_brokers_memory_has_an_axis_of_its_own() -> None:
+    """The dev broker's gigabytes go on the right axis: the daemons' megabytes stay readable."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    broker = tuple(
+        Sample(t * 30.0, BROKER, 90, 300.0 + t * 250, 48, 22, 0, None) for t in range(24)
+    )
+    _figure, axes = plt.subplots()
+    try:
+        broker_axes = _draw_memory((*_samples(), *broker), axes)
+        assert broker_axes is not None
+        assert axes.get_ylim()[1] < 100  # the daemons: 60-82 MB
+        assert broker_axes.get_ylim()[1] > 6_000
+        assert [line.get_label() for line in broker_axes.get_lines()] == [BROKER]
+        assert _draw_memory(_samples(), plt.subplots()[1]) is None
+    finally:
+        plt.close("all")
 
 
 def test_result_json_holds_the_run_and_its_figures(tmp_path: Path) -> None:
