@@ -7,8 +7,8 @@ hands pages back only from the top of a heap, so a daemon whose live memory is f
 climb in RSS for hours: the auditors of the soak did (`docs/reliability.md`, "The third hour").
 Arrow (the auditor's archive, the retrier's dead-letter queries) brought an allocator of its
 own, mimalloc, whose pages stay with the thread that used them: the archive writes run on the
-default executor's threads, and the auditors' mimalloc arena kept 25-55 MB resident while the
-pool had nothing allocated.
+default executor's threads, and the auditors' mimalloc arena kept tens of megabytes resident
+while the pool had nothing allocated.
 
 Each daemon's allocators are set at its start (`hifi.allocators.settle_allocators`, from
 `hifi.cli.run_daemon_command`); `releasing_memory()` then calls `release_unused()` every
