@@ -17,8 +17,8 @@ INSTANCE_ID_ENV = "HIFI_INSTANCE_ID"
 #: the daemons' event loop, `uvloop` (the default where it is installed) or `asyncio`
 #: (`hifi.event_loop`)
 EVENT_LOOP_ENV = "HIFI_EVENT_LOOP"
-#: glibc's malloc arenas; a daemon keeps two unless this is set (`hifi.memory`)
+#: glibc's malloc arenas; a daemon keeps two unless this is set (`hifi.allocators`)
 MALLOC_ARENAS_ENV = "MALLOC_ARENA_MAX"
 #: Arrow's allocator; a daemon has Arrow use the C library's (`system`) unless this is set
-#: (`hifi.memory`)
+#: (`hifi.allocators`)
 ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"

@@ -106,9 +106,7 @@ async def _release_every(every_s: float) -> None:
 
 
 @contextlib.asynccontextmanager
-async def releasing_memory(every_s: float | None = None) -> AsyncIterator[None]:
-    """While the block runs, hand freed memory back to the system every `every_s` seconds
-    (`RELEASE_EVERY_S` unless given)."""
-    period_s = RELEASE_EVERY_S if every_s is None else every_s
-    async with in_background(_release_every(period_s), name="memory-release"):
+async def releasing_memory() -> AsyncIterator[None]:
+    """While the block runs, hand freed memory back to the system every `RELEASE_EVERY_S`."""
+    async with in_background(_release_every(RELEASE_EVERY_S), name="memory-release"):
         yield

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from hifi.environment import ARROW_POOL_ENV
+
 pytestmark = [pytest.mark.integration]  # each case is a fresh interpreter
 
 COMMANDS = {
@@ -101,7 +103,7 @@ try:
 except SystemExit:
     pass
 import pyarrow
-print(os.environ.get("ARROW_DEFAULT_MEMORY_POOL"), pyarrow.default_memory_pool().backend_name)
+print(os.environ.get({pool_env!r}), pyarrow.default_memory_pool().backend_name)
 """
 
 
@@ -109,8 +111,8 @@ print(os.environ.get("ARROW_DEFAULT_MEMORY_POOL"), pyarrow.default_memory_pool()
 def test_a_daemon_sets_arrows_allocator_before_arrow_loads(prog: str) -> None:
     """Arrow reads ARROW_DEFAULT_MEMORY_POOL once, when it loads: a daemon's `main()` sets it
     first thing (`hifi.allocators`), so Arrow's internals too allocate from the C library."""
-    probe = _ALLOCATORS_PROBE.format(module=COMMANDS[prog], prog=prog)
-    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    probe = _ALLOCATORS_PROBE.format(module=COMMANDS[prog], prog=prog, pool_env=ARROW_POOL_ENV)
+    env = {k: v for k, v in os.environ.items() if k != ARROW_POOL_ENV}
     run = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=env
     )
