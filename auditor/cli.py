@@ -20,6 +20,7 @@ from hifi.cli_options import (
     daemon_group,
     daemon_options,
     dests_option,
+    group_option,
 )
 from hifi.durations import for_people
 from hifi.errors import ConfigError, HifiError
@@ -50,13 +51,7 @@ def _archive_default() -> Path:
     default=None,
     help=f"Archive directory (default: ${ARCHIVE_ENV_VAR}, else ./{DEFAULT_ARCHIVE}).",
 )
-@click.option(
-    "--group",
-    "group_id",
-    default=GROUP_ID,
-    show_default=True,
-    help="Consumer group: its members share the destinations' partitions; split destinations with a group each.",
-)
+@group_option(GROUP_ID)
 @click.option(
     "--archive-roll-s",
     "roll_s",

@@ -78,6 +78,20 @@ def dests_option(verb: str) -> Callable[[F], F]:
     )
 
 
+def group_option(default: str) -> Callable[[F], F]:
+    """`--group ID` of a daemon over several destinations: the consumer group its replicas
+    share, `default` unless two deployments on one cluster split the destinations."""
+    return click.option(
+        "--group",
+        "group_id",
+        default=default,
+        show_default=True,
+        metavar="ID",
+        help="Consumer group: its members share the destinations' partitions;"
+        " split destinations with a group each.",
+    )
+
+
 def catalog_option(function: F) -> F:
     """`--catalog DIR`, shared by every command that reads the destination catalog."""
     return click.option(

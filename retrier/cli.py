@@ -17,12 +17,14 @@ from hifi.cli_options import (
     daemon_group,
     daemon_options,
     dests_option,
+    group_option,
     subcommand_catalog_option,
 )
 from hifi.environment import AUDITOR_URL_ENV
 from hifi.errors import ConfigError
 from hifi.vocabulary import Reason
 from retrier.dashboard.runbook import RUNBOOK_URL_ENV, runbook_base
+from retrier.defaults import RETRIER_GROUP_ID
 
 if TYPE_CHECKING:
     from config.destination import Destination
@@ -54,6 +56,7 @@ class _RunbookUrl(click.ParamType[str]):
 
 @daemon_group(PROG)
 @dests_option("Serve")
+@group_option(RETRIER_GROUP_ID)
 @daemon_options(
     metrics_port=9401,
     metrics_help="Port for the dashboard (/), /metrics, /healthz, /readyz and /status"
@@ -96,6 +99,7 @@ class _RunbookUrl(click.ParamType[str]):
 )
 def cli(
     dests: tuple[str, ...],
+    group_id: str,
     flags: DaemonFlags,
     auditor_url: str | None,
     runbook_url: str | None,
@@ -104,7 +108,7 @@ def cli(
 ) -> None:
     """Hold failed events for the delay of their retry tier, then offer them to the connector again.
 
-    Reads hand-offs from NAME.retry_in (consumer group hifi.retrier). The first hand-off of
+    Reads hand-offs from NAME.retry_in (consumer group hifi.retrier, or --group). The first hand-off of
     an event waits retry_tiers_s[0] seconds in NAME.retry_tier0, the second retry_tiers_s[1]
     in NAME.retry_tier1, and so on; when due it is produced to NAME.retry_out, where the
     connector picks it up. After the last tier, or once older than max_retry_age_s since its
@@ -117,11 +121,12 @@ def cli(
     SIGTERM stops intake, finishes in-flight produces, commits and exits 0. Kafka is reached
     through HIFI_KAFKA_BOOTSTRAP and HIFI_KAFKA_*.
     """
-    _serve(dests, flags, auditor_url, dashboard_token_file, dlq_index_dir, runbook_url)
+    _serve(dests, group_id, flags, auditor_url, dashboard_token_file, dlq_index_dir, runbook_url)
 
 
 def _serve(
     dests: tuple[str, ...],
+    group_id: str,
     flags: DaemonFlags,
     auditor_url: str | None,
     dashboard_token_file: Path | None,
@@ -141,6 +146,7 @@ def _serve(
     retrier = Retrier(
         destinations,
         settings,
+        group_id=group_id,
         **flags.ops(),
         dashboard=DashboardOptions(
             token=read_token(dashboard_token_file),

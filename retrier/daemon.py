@@ -34,6 +34,7 @@ from retrier.dashboard.api import Dashboard
 from retrier.dashboard.auditor_feed import AuditorFeed
 from retrier.dashboard.marks_feed import following_marks
 from retrier.dashboard.replay_jobs import ReplayJobs
+from retrier.defaults import RETRIER_GROUP_ID
 from retrier.dlq.indexing import indexing
 from retrier.holds import Holds
 from retrier.plan import Outgoing, plan_reoffers, plan_routing
@@ -42,7 +43,6 @@ from retrier.tiers import Source, sources_for, tier_topic
 
 log = structlog.get_logger(__name__)
 
-GROUP_ID = "hifi.retrier"
 # Per destination: its intake pauses while this many of its records are not acknowledged yet.
 MAX_IN_FLIGHT_RECORDS = 2000
 _PRODUCES_PER_DEST = 8  # produce requests in flight per destination, at most
@@ -74,7 +74,7 @@ class Retrier:
         metrics_port: int | None = None,
         metrics_host: str = DEFAULT_HOST,
         until_idle_s: float | None = None,
-        group_id: str = GROUP_ID,
+        group_id: str = RETRIER_GROUP_ID,
         max_in_flight_records: int = MAX_IN_FLIGHT_RECORDS,
         audit_topic: str | None = None,
         dashboard: DashboardOptions | None = None,

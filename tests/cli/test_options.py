@@ -14,6 +14,7 @@ HOMES = {
     "CHECKPOINT_EVERY_RECORDS": "connector/defaults.py",
     "GROUP_ID": "auditor/defaults.py",
     "DEFAULT_ROLL_S": "auditor/defaults.py",
+    "RETRIER_GROUP_ID": "retrier/defaults.py",
     "ZIP_NAME": "spark_batch/package.py",
     "DRIVER_NAME": "spark_batch/package.py",
     "DEFAULT_MASTER": "spark_batch/session.py",
@@ -26,8 +27,8 @@ HOMES = {
     "METRICS_HOST": "hifi/defaults.py",
 }
 # names defined again elsewhere for another meaning (config.destination: a destination's rate
-# limits; retrier.daemon: the retrier's own group)
-OTHER_MEANINGS = {("MAX_RATE_PER_S", "config/destination.py"), ("GROUP_ID", "retrier/daemon.py")}
+# limits)
+OTHER_MEANINGS = {("MAX_RATE_PER_S", "config/destination.py")}
 
 
 def _module_constants(path: Path) -> set[str]:

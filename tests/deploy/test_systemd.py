@@ -188,6 +188,15 @@ async def _until_ready(client: httpx.AsyncClient, port: int, timeout_s: float) -
             await asyncio.sleep(0.2)
 
 
+async def _readyz(client: httpx.AsyncClient, port: int) -> str:
+    """What `/readyz` on `port` answers now, or why it does not."""
+    try:
+        found = await client.get(f"http://127.0.0.1:{port}/readyz")
+    except httpx.TransportError as exc:
+        return repr(exc)
+    return f"{found.status_code} {found.text}"
+
+
 @dataclass
 class _Started:
     """One unit's instance started from its command line: where it listens and logs."""
@@ -205,6 +214,11 @@ def _start_unit(root: Path, name: str, instance: str | None, work: Path) -> _Sta
     log_path = work / f"{unit.instance(instance or '')}.log"
     port = int(command.env[METRICS_PORT_ENV])
     return _Started(unit, port, log_path, _start(command, log_path))
+
+
+def _exec_start(name: str) -> str:
+    """The command line unit `name` ships with."""
+    return read_units()[name].value("ExecStart")
 
 
 def _drop_in(root: Path, name: str, exec_start: str | None = None, **env: str) -> None:
@@ -228,8 +242,8 @@ async def _stage_ingest(root: Path, kafka_settings: KafkaSettings, unique: str) 
     )
     (root / "etc/hifi/ingest.env").write_text(_instance_env(_free_port(), "ingest.env.example"))
     api_port = _free_port()
-    exec_start = read_units()["ingest.service"].value("ExecStart")
-    _drop_in(root, "ingest.service", exec_start=f"{exec_start} --port {api_port}")
+    exec_start = f"{_exec_start('ingest.service')} --port {api_port}"
+    _drop_in(root, "ingest.service", exec_start=exec_start)
     return api_port
 
 
@@ -241,7 +255,8 @@ async def test_every_unit_runs_side_by_side_on_its_own_port(
     processes: list[subprocess.Popen[bytes]],
 ) -> None:
     """Two `connector@` instances (each with its /etc/hifi/NAME.env), the retrier, the auditor
-    (ports moved by drop-ins, as `systemctl edit` does) and ingest (its ops port in
+    (ports and, to keep clear of other tests' members, groups moved by drop-ins, as
+    `systemctl edit` does) and ingest (its ops port in
     /etc/hifi/ingest.env, its API's in a drop-in) started from the installed units' command
     lines and environments are all ready on their own ports at once: each connector serves its
     own destination, the retrier's dashboard holds the token from its credential, ingest
@@ -255,10 +270,16 @@ async def test_every_unit_runs_side_by_side_on_its_own_port(
         make_destination(root / "etc/hifi/destinations", name, destination.url, name)
         (root / "etc/hifi" / f"{name}.env").write_text(_instance_env(_free_port()))
     auditor_port = _free_port()
-    _drop_in(root, "auditor.service", **{METRICS_PORT_ENV: str(auditor_port)})
+    _drop_in(
+        root,
+        "auditor.service",
+        exec_start=f"{_exec_start('auditor.service')} --group {unique}.a",
+        **{METRICS_PORT_ENV: str(auditor_port)},
+    )
     _drop_in(
         root,
         "retrier.service",
+        exec_start=f"{_exec_start('retrier.service')} --group {unique}.r",
         HIFI_METRICS_PORT=str(_free_port()),
         HIFI_AUDITOR_URL=f"http://127.0.0.1:{auditor_port}",
     )
@@ -273,7 +294,10 @@ async def test_every_unit_runs_side_by_side_on_its_own_port(
             try:
                 await _until_ready(client, one.port, timeout_s=60)
             except TimeoutError:
-                pytest.fail(f"{key} not ready on {one.port}:\n{one.log_path.read_text()}")
+                readyz = await _readyz(client, one.port)
+                pytest.fail(
+                    f"{key} not ready on {one.port} ({readyz}):\n{one.log_path.read_text()}"
+                )
         for name in names:
             status = await client.get(f"http://127.0.0.1:{started[name].port}/status")
             assert status.json()["dest"] == name

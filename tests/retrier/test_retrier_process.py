@@ -13,7 +13,6 @@ import pytest
 
 from devstack.kafka_tools import committed_offsets, read_topic
 from hifi.kafka.settings import KafkaSettings
-from retrier.daemon import GROUP_ID
 from tests.helpers import make_destination, start_daemon, wait_exit, write_destination
 from tests.retrier.support import (
     RETRIER,
@@ -124,7 +123,8 @@ async def test_dlq_list_prints_one_line_per_dead_letter(
 async def test_kill_9_mid_run_reoffers_every_event(
     kafka_settings: KafkaSettings, catalog_dir: Path, unique: str, tmp_path: Path
 ) -> None:
-    """SIGKILL while events are being re-offered, then a restart: every event is re-offered, none before it was due."""
+    """SIGKILL while events are being re-offered, then a restart in the same `--group`: every
+    event is re-offered, none before it was due, and the group's offsets cover every record."""
     dest = make_destination(catalog_dir, unique, "https://x.test/", "src", retry_tiers_s=[1, 2])
     await create_topics(kafka_settings, dest)
     start_ms = int(time.time() * 1000) + 4000  # about when the first run owns its partitions
@@ -136,7 +136,9 @@ async def test_kill_9_mid_run_reoffers_every_event(
             for i in range(count)
         ),
     )
+    group = f"{unique}.retrier"
     args = ["--dest", unique, "--catalog", str(catalog_dir), "--metrics-port", "0"]
+    args += ["--group", group]
     bootstrap = kafka_settings.bootstrap
     first = start_daemon("retrier", args, bootstrap=bootstrap, log_path=tmp_path / "first.log")
     try:
@@ -159,11 +161,11 @@ async def test_kill_9_mid_run_reoffers_every_event(
     assert await read_topic(kafka_settings, dest.dlq_topic) == []
     twice = sum(1 for n in Counter(id_of(r) for r in reoffered).values() if n > 1)
     print(f"re-offered {len(reoffered)} records for {count} events ({twice} twice)")
-    committed = await committed_offsets(kafka_settings, GROUP_ID, dest.retry_in_topic)
+    committed = await committed_offsets(kafka_settings, group, dest.retry_in_topic)
     assert sum(offset or 0 for offset in committed.values()) == count
     for tier in (0, 1):
         topic = f"{unique}.retry_tier{tier}"
-        tier_committed = await committed_offsets(kafka_settings, GROUP_ID, topic)
+        tier_committed = await committed_offsets(kafka_settings, group, topic)
         assert sum(o or 0 for o in tier_committed.values()) == len(
             await read_topic(kafka_settings, topic)
         )
