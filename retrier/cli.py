@@ -108,9 +108,9 @@ def cli(
 ) -> None:
     """Hold failed events for the delay of their retry tier, then offer them to the connector again.
 
-    Reads hand-offs from NAME.retry_in (consumer group hifi.retrier, or --group). The first hand-off of
-    an event waits retry_tiers_s[0] seconds in NAME.retry_tier0, the second retry_tiers_s[1]
-    in NAME.retry_tier1, and so on; when due it is produced to NAME.retry_out, where the
+    Reads hand-offs from NAME.retry_in (consumer group hifi.retrier, or --group). The first
+    hand-off of an event waits retry_tiers_s[0] seconds in NAME.retry_tier0, the second
+    retry_tiers_s[1] in NAME.retry_tier1, and so on; when due it is produced to NAME.retry_out, where the
     connector picks it up. After the last tier, or once older than max_retry_age_s since its
     first failure, it goes to NAME.dlq with hifi-reason expired.
 
