@@ -99,19 +99,10 @@ def load_destination_file(
             f"{path}: key 'name' is not allowed; the file name is the destination name"
         )
     raw["name"] = path.stem
-    headers = raw.get("headers")
     if not for_delivery:
         _without_delivery_secrets(raw, path, environ)
     else:
-        if isinstance(headers, dict):
-            raw["headers"] = {
-                key: resolve_env(value, path, key, environ) if isinstance(value, str) else value
-                for key, value in headers.items()
-            }
-        if "auth" in raw:
-            raw["auth"] = resolve_auth_env(raw["auth"], path, environ)
-        if isinstance(raw.get("proxy"), str):
-            raw["proxy"] = resolve_env(raw["proxy"], path, "proxy", environ, table="")
+        _resolve_delivery_secrets(raw, path, environ)
     try:
         destination = Destination.model_validate(raw, context={"base_dir": path.parent})
     except ValidationError as exc:
@@ -120,12 +111,48 @@ def load_destination_file(
         redaction.register(redaction.header_secrets(value))
     if destination.proxy is not None:
         redaction.register(proxy_secrets(destination.proxy.get_secret_value()))
+    if destination.signing is not None:
+        redaction.register([secret.get_secret_value() for secret in destination.signing.secrets])
     return destination
+
+
+def _resolve_delivery_secrets(raw: dict[str, Any], path: Path, environ: Mapping[str, str]) -> None:
+    """Resolve `${VAR}` in the secrets the connector sends: `[headers]`, `[auth]`, `proxy` and
+    `[signing]`."""
+    headers = raw.get("headers")
+    if isinstance(headers, dict):
+        raw["headers"] = {
+            key: resolve_env(value, path, key, environ) if isinstance(value, str) else value
+            for key, value in headers.items()
+        }
+    if "auth" in raw:
+        raw["auth"] = resolve_auth_env(raw["auth"], path, environ)
+    if isinstance(raw.get("proxy"), str):
+        raw["proxy"] = resolve_env(raw["proxy"], path, "proxy", environ, table="")
+    if "signing" in raw:
+        raw["signing"] = _signing_secrets(raw["signing"], path, environ)
+
+
+def _signing_secrets(raw: Any, path: Path, environ: Mapping[str, str]) -> Any:
+    """`[signing]` with `${VAR}` resolved in each of its secrets (as in `[headers]`)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("secrets"), list):
+        return raw
+    secrets = [
+        resolve_env(value, path, f"secrets[{index}]", environ, table="signing")
+        if isinstance(value, str)
+        else value
+        for index, value in enumerate(raw["secrets"])
+    ]
+    return {**raw, "secrets": secrets}
 
 
 def _without_delivery_secrets(raw: dict[str, Any], path: Path, environ: Mapping[str, str]) -> None:
     """Drop `[headers]`, `[auth]` and the TLS keys; still mask the secrets that resolve here."""
     headers = raw.pop("headers", None)
+    with contextlib.suppress(ConfigError):
+        signing = _signing_secrets(raw.pop("signing", None), path, environ)
+        if isinstance(signing, dict):
+            redaction.register([s for s in signing.get("secrets", []) if isinstance(s, str)])
     for key in ("tls_ca_file", "tls_client_cert", "tls_client_key"):
         raw.pop(key, None)
     proxy = raw.pop("proxy", None)

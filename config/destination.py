@@ -23,6 +23,7 @@ from config.auth import Auth
 from config.egress import normalized_origin, proxy_problem
 from config.env_refs import HEADER_VALUE_RULE, header_value_problem
 from config.event_rules import MAX_EVENT_BYTES_LIMIT, distinct_time_field, topic_problem
+from config.lookups import Lookups
 from config.templates import Template, parse_template
 from config.tls_files import (
     EncryptedKeyError,
@@ -31,6 +32,7 @@ from config.tls_files import (
     ssl_cause,
     tls_context,
 )
+from config.webhooks import Signing, Webhook, single_defaults, webhook_problem
 from hifi.errors import ConfigError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
@@ -68,39 +70,6 @@ class Accounting(BaseModel):
             raise ValueError(
                 f"key 'retention_min': {self.retention_min} min keeps a minute for less than"
                 f" settle_s ({self.settle_s:g} s) after it ends; raise retention_min"
-            )
-        return self
-
-
-class Lookups(BaseModel):
-    """The `[lookups]` table: per-tenant entries from Redis, served from a refresh-ahead local cache
-    (`tenants/`, docs/tenants.md). With it, `{tenant}` and `{name}` in `url` and the `[headers]`
-    values are placeholders rendered from each tenant's entry."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-    tenant_field: str = Field(min_length=1)  # the event field that names the tenant
-    # a read after this long since an entry was loaded returns it and reloads it in the background
-    refresh_after_s: float = Field(default=120.0, gt=0, le=30 * _DAY_S)
-    # an entry not reloaded for this long (Redis failing all that time) is no longer served
-    expire_after_s: float = Field(default=2_592_000.0, gt=0, le=366 * _DAY_S)
-    # every entry is reloaded this often, so changes and removals reach every process
-    bulk_refresh_s: float = Field(default=300.0, gt=0, le=_DAY_S)
-    # events taken in and not yet sent, at most (both bounds hold): batches are cut per tenant,
-    # so a long tail of tenants needs room for their batches to fill (docs/tenants.md)
-    buffer_records: int = Field(default=100_000, ge=1_000, le=10_000_000)
-    buffer_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024, le=8 * 1024**3)
-    # while the connector keeps up, a tenant's events wait at most this long for its batch to
-    # fill before they are sent (then for an in-flight slot); 0: sent whenever a slot is free
-    max_linger_s: float = Field(default=0.1, ge=0, le=60)
-
-    @model_validator(mode="after")
-    def _check_expiry(self) -> Self:
-        if self.expire_after_s < self.refresh_after_s:
-            raise ValueError(
-                f"key 'expire_after_s': {self.expire_after_s:g} s is shorter than refresh_after_s"
-                f" ({self.refresh_after_s:g} s); an entry must be served at least until it is"
-                " reloaded: raise expire_after_s"
             )
         return self
 
@@ -151,7 +120,7 @@ class Destination(BaseModel):
     source_topics: list[str] = Field(min_length=1)
     id_field: str = Field(default="id", min_length=1)
     event_time_field: str = Field(default="event_time", min_length=1)
-    format: Literal["json_array", "ndjson"] = "json_array"
+    format: Literal["json_array", "ndjson", "single"] = "json_array"  # single: docs/webhooks.md
     compression: Literal["none", "gzip"] = "none"
     max_batch_records: int = Field(default=500, ge=1, le=100_000)
     max_batch_bytes: int = Field(
@@ -203,6 +172,8 @@ class Destination(BaseModel):
     headers: dict[str, SecretStr] = Field(default_factory=dict)
     auth: Auth | None = None  # where the Authorization header's credential comes from ([auth])
     accounting: Accounting = Field(default_factory=Accounting)
+    webhook: Webhook | None = None  # format = "single": the request of one event
+    signing: Signing | None = None  # every request signed (docs/webhooks.md)
     lookups: Lookups | None = None  # per-tenant routing; None: every event goes to `url` as is
     # PEM files; a relative path is read from the catalog file's directory
     tls_ca_file: Path | None = None  # CA bundle to trust instead of the default one
@@ -211,11 +182,12 @@ class Destination(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _tenant_in_flight(cls, data: Any) -> Any:
-        """With `[lookups]` and no `max_in_flight`, the tenant destination's default."""
+    def _defaults(cls, data: Any) -> Any:
+        """With `[lookups]` and no `max_in_flight`, the tenant destination's default; the
+        single format's (`single_defaults`)."""
         if isinstance(data, dict) and data.get("lookups") is not None:
-            return {"max_in_flight": TENANT_MAX_IN_FLIGHT, **data}
-        return data
+            data = {"max_in_flight": TENANT_MAX_IN_FLIGHT, **data}
+        return single_defaults(data) if isinstance(data, dict) else data
 
     @field_validator("url")
     @classmethod
@@ -322,6 +294,15 @@ class Destination(BaseModel):
                 f"key 'url': is not https:// but {', '.join(tls_keys)} is set; use an https:// URL"
                 " or remove the TLS keys"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _check_webhook(self) -> Self:
+        webhook, signing = self.webhook, self.signing
+        if problem := webhook_problem(
+            self.format, webhook, signing, self.compression, self.headers
+        ):
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")

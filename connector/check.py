@@ -15,6 +15,7 @@ from config.topics import audit_line, audit_retention_wanted, retention_wanted
 from connector.bearer import proxy_routes, token_source
 from connector.http_client import http_client
 from connector.rebatch import encode_values
+from connector.webhooks import describe_requests
 from hifi.check import CheckReport, probe_kafka
 from hifi.errors import ConfigError, EntryRefused, HifiError, TokenRefused, TokenUnavailable
 from hifi.kafka.settings import KafkaSettings
@@ -61,6 +62,8 @@ async def check(
         f"destination {dest.name}: catalog entry valid, {len(dest.headers)} headers set{auth}"
     )
     report.ok(audit_line(dest))
+    if (requests := describe_requests(dest)) is not None:
+        report.ok(requests)
     report.ok(f"kafka settings: bootstrap {settings.bootstrap}, {settings.security_protocol}")
     report.ok(f"egress: {proxy_routes(dest).summary()}")
     if dest.lookups is not None and redis is not None:
@@ -212,7 +215,12 @@ async def probe_destination(
             report.fail(f"{target.label}: unreachable: {type(cause).__name__}: {cause}")
             return
         _judge_head(target, response.status_code, report, post=post)
-        if post:
+        if post and dest.format == "single":
+            report.warn(
+                f'{target.label}: no empty request posted: format = "single" sends one event'
+                " a request, and a webhook receiver would take an empty one for an event"
+            )
+        elif post:
             await _post_empty_batch(dest, client, target, report)
 
 

@@ -44,6 +44,7 @@ from connector.reply_policy import (
     status_class,
 )
 from connector.sender import Routes, Sender
+from connector.webhooks import Prepared, RequestHeaders
 from hifi.audit import AuditTrail, SentBatch
 from hifi.errors import DestinationRejected, DestinationUnavailable
 from hifi.redaction import short_error
@@ -91,6 +92,7 @@ class Deliverer:
         # what every request of a route shares, its headers merged once (`Routes`); the
         # transport ends an attempt by `request_timeout_s`, whatever the destination trickles
         self._routes = Routes(dest)
+        self._request_headers = RequestHeaders(dest)  # each request's own: its id, a signature
         self._failing = False
         self._dest_name = dest.name
         #: the last failures, newest last, for /status (texts masked and shortened)
@@ -206,9 +208,9 @@ class Deliverer:
         body, _ = encode_values(batch.values(), self._dest.format)
         if self._dest.compression == "gzip":
             body = await self._gzip(body)
-        extra = [("Idempotency-Key", batch.idempotency_key())]
+        own = self._request_headers.of(batch)  # raises before any attempt: a bad_header
         limit = attempts or self._dest.local_retry_attempts
-        post = functools.partial(self._post, batch.target, body, extra, len(batch), breaker)
+        post = functools.partial(self._post, batch.target, body, own, len(batch), breaker)
         failed = 0  # attempts that failed transiently
         token: str | None = None  # with [auth]: the token of the last post
         refused = False  # a 401 refused `token`: one post more with a fresh one, not a retry
@@ -237,13 +239,14 @@ class Deliverer:
         self,
         target: Target | None,
         body: bytes,
-        extra: list[tuple[str, str]],
+        own: Prepared,
         events: int,
         breaker: Breaker | None,
         authorization: tuple[str, str] | None = None,
     ) -> int:
-        """One request to `target`'s route (None: the destination's); `extra`: the request's
+        """One request to `target`'s route (None: the destination's); `own`: the request's
         own headers; `authorization`: the bearer token's header, with `[auth]`."""
+        extra = own.of_attempt(body, time.time())
         if authorization is not None:
             extra = [*extra, authorization]
         self._meters.events_per_request.observe(events)

@@ -193,7 +193,11 @@ def encode_body(events: Sequence[Event], body_format: str) -> tuple[bytes, str]:
     return encode_values(map(_value_of, events), body_format)
 
 
-_CONTENT_TYPES = {"json_array": "application/json", "ndjson": "application/x-ndjson"}
+_CONTENT_TYPES = {
+    "json_array": "application/json",
+    "ndjson": "application/x-ndjson",
+    "single": "application/json",  # unless `[webhook]` says otherwise
+}
 
 
 def content_type(body_format: str) -> str:
@@ -212,6 +216,9 @@ def encode_values(values: Iterable[bytes], body_format: str) -> tuple[bytes, str
         ]
         lines.append(b"")  # the last line's break, without copying the body again
         return (b"\n".join(lines) if len(lines) > 1 else b"\n"), _CONTENT_TYPES["ndjson"]
+    if body_format == "single":  # one event a request: its bytes as they are
+        parts = list(values)
+        return (parts[0] if len(parts) == 1 else b"".join(parts)), _CONTENT_TYPES["single"]
     # One join, the brackets fused onto the first and last values: the body is built in one
     # copy (joining the values, then the brackets around them, takes two large allocations and
     # copies instead of one).

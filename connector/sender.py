@@ -25,7 +25,8 @@ from connector.http1.connection import Origin
 from connector.http1.decoding import Answer, answer_of
 from connector.http1.redirects import Outgoing, origin_of
 from connector.http_client import destination_transport, http_client
-from connector.rebatch import Target, content_type
+from connector.rebatch import Target
+from connector.webhooks import body_content_type
 from hifi.defaults import USER_AGENT
 
 __all__ = [
@@ -42,7 +43,7 @@ __all__ = [
 MAX_TENANT_ROUTES = 4096
 
 #: headers each request writes itself: a route's of the same name (in any case) are not sent
-_OWN_PER_REQUEST = frozenset({b"content-length", b"idempotency-key"})
+_OWN_PER_REQUEST = frozenset({b"content-length", b"idempotency-key"})  # and `connector.webhooks`'s
 #: what every request carries unless the route's headers say otherwise (httpx's defaults with
 #: hifi's User-Agent; the replies' codings the connector decodes, within bounds)
 DEFAULT_HEADERS = (
@@ -94,7 +95,7 @@ class Routes:
 
     def __init__(self, dest: Destination) -> None:
         self._dest = dest
-        self._body_headers = {"Content-Type": content_type(dest.format)}
+        self._body_headers = {"Content-Type": body_content_type(dest)}
         if dest.compression == "gzip":
             self._body_headers["Content-Encoding"] = "gzip"
         self._public_only = not dest.allow_private_destinations

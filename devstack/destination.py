@@ -548,7 +548,8 @@ class _Receipts:
 
 
 def _parse_events(payload: bytes, content_type: str) -> list[dict[str, object]]:
-    """Events of a JSON array body, or of an NDJSON body; [] if it does not parse."""
+    """Events of a JSON array body, of an NDJSON body, or the one event of a JSON object body
+    (a single-event request, `format = "single"`); [] if it does not parse."""
     try:
         if content_type.split(";", 1)[0].strip().lower() == _NDJSON:
             lines = payload.splitlines()
@@ -557,6 +558,8 @@ def _parse_events(payload: bytes, content_type: str) -> list[dict[str, object]]:
             parsed = msgspec.json.decode(payload)
     except msgspec.DecodeError:
         return []
+    if isinstance(parsed, dict):
+        return [parsed]
     if not isinstance(parsed, list):
         return []
     return [event for event in parsed if isinstance(event, dict)]

@@ -47,6 +47,9 @@ class Reason(StrEnum):
     TOO_LARGE = "too_large"
     #: the retry tiers ran out, or `max_retry_age_s` passed since the first failure
     EXPIRED = "expired"
+    #: a request header taken from the event (its id, key or a record header, with `[webhook]`)
+    #: is not printable ASCII on one line: the event cannot be sent as the catalog asks
+    BAD_HEADER = "bad_header"
     #: the event's tenant has no entry (a destination with `[lookups]`): after the retry tiers,
     #: or at once when the event names no tenant at all
     UNKNOWN_TENANT = "unknown_tenant"

@@ -83,7 +83,7 @@ def test_unknown_key_lists_allowed_keys(catalog_dir: Path) -> None:
     [
         ("max_in_flight = 0", "max_in_flight", "greater than or equal to 1"),
         ('max_in_flight = "many"', "max_in_flight", "valid integer"),
-        ('format = "xml"', "format", "'json_array' or 'ndjson'"),
+        ('format = "xml"', "format", "'json_array', 'ndjson' or 'single'"),
         ('compression = "brotli"', "compression", "'none' or 'gzip'"),
         ("request_timeout_s = -1", "request_timeout_s", "greater than 0"),
         ("retry_tiers_s = [60, 30]", "retry_tiers_s", "must not decrease"),

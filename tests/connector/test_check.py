@@ -121,7 +121,9 @@ async def test_probe_reaches_kafka_and_the_destination_with_a_head_only(
     assert "Traceback" not in err
 
 
-async def _probe(catalog_dir: Path, name: str, bootstrap: str, *flags: str) -> tuple[int, str, str]:
+async def _probe(
+    catalog_dir: Path, name: str, bootstrap: str, *flags: str, **env: str
+) -> tuple[int, str, str]:
     return await _run(
         "connector",
         "--dest",
@@ -132,6 +134,7 @@ async def _probe(catalog_dir: Path, name: str, bootstrap: str, *flags: str) -> t
         *flags,
         bootstrap=bootstrap,
         CHECK_TOKEN="s3cr3t-t0ken-value",
+        **env,
     )
 
 
@@ -302,3 +305,37 @@ async def test_probe_reports_the_audit_topic_and_its_retention(
     )
     assert code == 0
     assert f"destination {unique}: audit trail off ([accounting] audit = false)" in out
+
+
+async def test_probe_post_of_a_single_format_posts_nothing_and_says_so(
+    kafka_settings: KafkaSettings, destination: TestDestination, catalog_dir: Path, unique: str
+) -> None:
+    """A webhook receiver would take an empty request for an event: `--probe-post` of a
+    `format = "single"` destination sends the HEAD alone, and the check says what the requests
+    carry; a bad signing secret is one line naming the key, exit 2, the secret not shown."""
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
+    signing = '\n[signing]\nkind = "standard_webhooks"\nsecrets = ["${HOOK_SECRET}"]\n'
+    (catalog_dir / f"{unique}.toml").write_text(
+        f'url = "{destination.url}"\nsource_topics = ["{unique}"]\nformat = "single"\n'
+        '[webhook]\nkey_header = "X-Key"' + signing
+    )
+    good = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
+    code, out, err = await _probe(
+        catalog_dir, unique, kafka_settings.bootstrap, "--probe-post", HOOK_SECRET=good
+    )
+    assert code == 0, out + err
+    assert (
+        "requests: one event a request (application/json), its id in 'webhook-id', the record"
+        " key in 'X-Key', signed standard_webhooks with 1 secret" in out
+    )
+    assert "no empty request posted" in out
+    assert [request.method for request in destination.requests] == ["HEAD"]
+    assert good not in out + err
+    bad = "whsec_not-base64-at-all!!"
+    code, out, err = await _probe(
+        catalog_dir, unique, kafka_settings.bootstrap, "--probe-post", HOOK_SECRET=bad
+    )
+    assert code == 2, out + err
+    assert "key 'signing.secrets[0]': not a Standard Webhooks secret" in out + err
+    assert bad not in out + err
+    assert len((out + err).strip().splitlines()) == 1

@@ -97,12 +97,22 @@ async def test_gzip_body_is_decoded(
 async def test_unparseable_body_has_no_events(
     destination: TestDestination, client: httpx.AsyncClient
 ) -> None:
-    """A body that is not a JSON array of objects records no events and delivers nothing."""
-    for body in (b"not json", b'{"id": "a"}'):
+    """A body that is not JSON, nor a JSON array of objects or one object, records no events
+    and delivers nothing."""
+    for body in (b"not json", b"[1, 2]", b'"a"'):
         response = await client.post(destination.url, content=body)
         assert response.status_code == 200
-    assert [request.events for request in destination.requests] == [[], []]
+    assert [request.events for request in destination.requests] == [[], [], []]
     assert destination.delivered_ids() == []
+
+
+async def test_an_object_body_is_one_event(
+    destination: TestDestination, client: httpx.AsyncClient
+) -> None:
+    """A single-event request (`format = "single"`): the object is the event."""
+    response = await client.post(destination.url, content=b'{"id": "a", "event_time": 5}')
+    assert response.status_code == 200
+    assert destination.delivered_ids() == ["a"]
 
 
 async def test_large_body_is_received_whole(
