@@ -42,13 +42,14 @@ def write_catalog(
     concurrency: str | None = None,
     buffer_records: int | None = None,
     max_batch_records: int | None = None,
+    body_format: str | None = None,
 ) -> None:
     """`bench.toml`: the destination with every setting at its catalog default; `audit=False`
     adds `[accounting] audit = false` (no audit trail), for the trail's cost; `lookups=True`
     routes each event by its tenant (`LOOKUPS`: `URL/{tenant}` with its `X-Api-Key`);
     `concurrency` sets `concurrency` ("fixed" or "adaptive") over its default; with lookups,
     `buffer_records` the events the connector holds (fewer: smaller requests per tenant);
-    `max_batch_records` caps the events of a request."""
+    `max_batch_records` caps the events of a request; `body_format` sets `format`."""
     directory.mkdir(parents=True, exist_ok=True)
     listed = ", ".join(f'"{topic}"' for topic in topics)
     target = f"{url.rstrip('/')}/{{tenant}}" if lookups else url
@@ -59,6 +60,8 @@ def write_catalog(
         text += f'concurrency = "{concurrency}"\n'
     if max_batch_records is not None:
         text += f"max_batch_records = {max_batch_records}\n"
+    if body_format is not None:
+        text += f'format = "{body_format}"\n'
     if not audit:
         text += "\n[accounting]\naudit = false\n"
     if lookups:

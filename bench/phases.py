@@ -51,6 +51,7 @@ async def throughput(
     lookups: Mapping[str, str] | None = None,
     kafka_env: Mapping[str, str] | None = None,
     max_batch_records: int | None = None,
+    body_format: str | None = None,
 ) -> Throughput:
     """Start a connector on the pre-filled `topic` and measure from its first delivery to its
     last; `audit=False`: with the destination's audit trail off; `lookups`: with tenant
@@ -66,6 +67,7 @@ async def throughput(
             audit=audit,
             lookups=lookups is not None,
             max_batch_records=max_batch_records,
+            body_format=body_format,
         )
         connector = processes.ConnectorProcess(
             catalog_dir=work,
@@ -107,6 +109,7 @@ async def fresh_drain(
     lookups: Mapping[str, str] | None = None,
     max_batch_records: int | None = None,
     kafka: KafkaSettings | None = None,
+    body_format: str | None = None,
 ) -> Throughput:
     """On a fresh broker (or on `kafka`, a Kafka of the caller's): `topic` pre-filled with
     `events` (their tenants from `tenants`), then the connector's drain of it (`throughput`,
@@ -131,6 +134,7 @@ async def fresh_drain(
             timeout_s=900,
             lookups=lookups,
             max_batch_records=max_batch_records,
+            body_format=body_format,
         )
 
 

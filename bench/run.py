@@ -20,7 +20,9 @@ Phases, all in one run, each attempt and each live probe on a fresh embedded Tan
 6. the connector's peak RSS over every run but (5) (reported apart, in `lookups`);
 7. capacity (`bench.capacity`): adaptive concurrency against fixed `max_in_flight` 1 to 64 at a
    destination that serves at most N = 8 or 64 requests at once and answers 503 beyond, and
-   while N goes 8 -> 64 -> 8; `arc_vs_best_fixed` is adaptive over the best fixed, the lower N's.
+   while N goes 8 -> 64 -> 8; `arc_vs_best_fixed` is adaptive over the best fixed, the lower N's;
+8. one event per request (`bench.single`): `format = "single"` against `json_array` on the same
+   events, two pairs (`single_eps`, `single_over_array`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,18 @@ from statistics import median_low
 
 import click
 
-from bench import capacity, ceiling, live, load, lookups, machine, phases, tls_cost
+from bench import (
+    audit_cost,
+    capacity,
+    ceiling,
+    live,
+    load,
+    lookups,
+    machine,
+    phases,
+    single,
+    tls_cost,
+)
 from bench.measure import scale_rating
 from bench.phases import LAG_LIMIT_MS
 from bench.report import Row, render_table, say, write_results
@@ -89,37 +102,6 @@ async def _attempt(plan: Plan, work: Path, index: int) -> Attempt:
         return await _attempt_on(plan, work, KafkaSettings(bootstrap=broker.bootstrap), index)
 
 
-@dataclass(frozen=True)
-class AuditCost:
-    """The connector draining a pre-filled topic with its audit trail on, then off, once each."""
-
-    on: phases.Throughput
-    on_cores: tuple[float, float]
-    off: phases.Throughput
-    off_cores: tuple[float, float]
-
-    @property
-    def on_over_off(self) -> float:
-        """Throughput with the trail as a fraction of throughput without it."""
-        return self.on.events_per_s / self.off.events_per_s if self.off.events_per_s else 0.0
-
-    def rows(self, events: int) -> list[Row]:
-        return [
-            Row(
-                f"connector throughput, audit trail {label} (once)",
-                None,
-                events,
-                run.delivered,
-                run.events_per_s,
-                *cores,
-            )
-            for label, run, cores in (
-                ("on", self.on, self.on_cores),
-                ("off", self.off, self.off_cores),
-            )
-        ]
-
-
 async def _prefill(plan: Plan, settings: KafkaSettings, topic: str, prefix: str) -> None:
     await kafka_admin.ensure_topics(settings, [topic], partitions=plan.partitions)
     say(f"pre-filling {topic}: {plan.events} events of {load.EVENT_BYTES} B")
@@ -153,40 +135,6 @@ async def _attempt_on(plan: Plan, work: Path, settings: KafkaSettings, index: in
     return Attempt(ceiling_rate, ceiling_cores, drained, watch.cores())
 
 
-async def _drain_once(
-    plan: Plan, work: Path, *, audit: bool
-) -> tuple[phases.Throughput, tuple[float, float]]:
-    """On a fresh broker, pre-fill a topic and drain it with the connector, its audit trail on
-    or off; the run and the cores it used."""
-    label = "on" if audit else "off"
-    with LocalBroker(log_path=work / f"broker-audit-{label}.log") as broker:
-        settings = KafkaSettings(bootstrap=broker.bootstrap)
-        topic, prefix = f"bench.audit_{label}", f"audit_{label}"
-        await _prefill(plan, settings, topic, prefix)
-        watch = machine.CpuWatch()
-        drained = await phases.throughput(
-            work / f"throughput-audit-{label}",
-            bootstrap=broker.bootstrap,
-            topic=topic,
-            events=plan.events,
-            prefix=prefix,
-            timeout_s=600,
-            audit=audit,
-        )
-        cores = watch.cores()
-    if drained.delivered < plan.events:
-        raise RuntimeError(f"audit {label}: {drained.delivered} of {plan.events} delivered")
-    say(f"   audit trail {label}: connector {drained.events_per_s:.0f}/s")
-    return drained, cores
-
-
-async def _audit_cost(plan: Plan, work: Path) -> AuditCost:
-    say("2b. the audit trail's cost: connector throughput with it on, then off (once each)")
-    on, on_cores = await _drain_once(plan, work, audit=True)
-    off, off_cores = await _drain_once(plan, work, audit=False)
-    return AuditCost(on, on_cores, off, off_cores)
-
-
 async def _bench(plan: Plan, work: Path) -> dict[str, object]:
     attempts = [await _attempt(plan, work, i) for i in range(plan.repeats)]
     # Each attempt pairs a ceiling and a connector run on one topic, back to back; the median
@@ -213,11 +161,12 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
             *median.connector_cores,
         ),
     ]
-    audit = await _audit_cost(plan, work)
-    rows += audit.rows(plan.events)
 
     async def prefill(settings: KafkaSettings, topic: str, prefix: str) -> None:
         await _prefill(plan, settings, topic, prefix)
+
+    audit = await audit_cost.run_phase(work, plan.events, prefill)
+    rows += audit.rows(plan.events)
 
     tls = await tls_cost.run_phase(work / "tls", plan.events, prefill)
     rows += tls.rows(plan.events)
@@ -252,6 +201,8 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
 
     say("7. capacity: adaptive against fixed concurrency at a destination of N = 8 and 64")
     arc = await capacity.run_phase(capacity.FULL, rows)
+    one_each = await single.run_phase(work / "single")
+    rows += one_each.rows(single.EVENTS)
 
     half = lagged[LAG_FRACTIONS.index(0.50)]
     ratio = max_rate / ceiling_rate
@@ -267,6 +218,7 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
         tls_ceiling_over_plain=tls.ceiling_tls_over_plain,
         cpu_per_request_us=tenants.cpu_per_request_us(),
         p95_over_floor_ms=references.p95_over_floor_ms,
+        single_eps=one_each.single_eps,
     )
     audit_line = (
         f"audit trail: on={audit.on.events_per_s:.0f}/s off={audit.off.events_per_s:.0f}/s "
@@ -295,6 +247,7 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
         "lookups": tenants.report(ceiling_rate, median.connector),
         "capacity": arc.report(),
         "tls": tls.report(),
+        "single": one_each.report(),
         "audit_line": audit_line,
         "summary": summary,
         "table": render_table(rows),
@@ -313,12 +266,14 @@ def summary_line(
     tls_ceiling_over_plain: float | None = None,
     cpu_per_request_us: float | None = None,
     p95_over_floor_ms: float | None = None,
+    single_eps: float | None = None,
 ) -> str:
     """The last line of `make bench`; `lookups` and `capacity`: those phases' fields;
     `tls_over_plain`: the TLS phase's ratio, `tls_ceiling_over_plain` the raw consumer's through
     the same listener; `cpu_per_request_us`: the connector's CPU per
     request on the tenant drain; `p95_over_floor_ms`: p95 at half load less the floor's, the
-    median of pairs taken back to back (each left out when not measured)."""
+    median of pairs taken back to back; `single_eps`: events/s one a request (each left out
+    when not measured)."""
     extra = {
         "tls_over_plain": None if tls_over_plain is None else f"{tls_over_plain:.2f}",
         "tls_ceiling_over_plain": (
@@ -326,6 +281,7 @@ def summary_line(
         ),
         "cpu_per_request_us": None if cpu_per_request_us is None else f"{cpu_per_request_us:.0f}",
         "p95_over_floor_ms": None if p95_over_floor_ms is None else f"{p95_over_floor_ms:.0f}",
+        "single_eps": None if single_eps is None else f"{single_eps:.0f}",
     }
     return (
         f"bench: ratio={ratio:.2f} p95_at_half_ms={p95_at_half_ms:.0f} "
