@@ -16,7 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import structlog
@@ -41,6 +41,9 @@ from hifi.accounting.incarnations import Incarnations
 from hifi.accounting.tables import iso_minute
 from hifi.errors import HifiError
 from hifi.worker import PartitionHandler, Work
+
+if TYPE_CHECKING:  # heavy: imported by the daemon only when a destination decodes
+    from hifi.schema_registry import Decoding
 
 log = structlog.get_logger(__name__)
 
@@ -70,10 +73,12 @@ class Accounts(PartitionHandler):
         member: str = "auditor",
         now_ms: Callable[[], int] = wall_clock_ms,
         holdings: Holdings | None = None,
+        decodings: Mapping[str, Decoding] | None = None,
     ) -> None:
         """`partitions`: of each source topic, its partitions (the shares there are);
-        `holdings`: where the sources still hold events (None: nothing is held)."""
+        `holdings`: where the sources hold events (None: none); `decodings`: by topic, `[decode]`."""
         self._dests = dests
+        self._decodings = decodings or {}
         self._archive = archive
         self._audit_topic = audit_topic
         self._clock = clock
@@ -195,6 +200,10 @@ class Accounts(PartitionHandler):
 
     # --- taking records in ------------------------------------------------------------
 
+    async def prepare(self, tp: TopicPartition, records: list[Any]) -> list[Any] | None:
+        decoding = self._decodings.get(tp.topic)  # counted as the connector reads them
+        return records if decoding is None else await decoding.prepare(tp.topic, records)
+
     def take(self, tp: TopicPartition, records: list[Any]) -> int | None:
         if not records or self.stopping:
             return None  # after the last roll: left uncommitted, read again by the next run
@@ -291,7 +300,8 @@ class Accounts(PartitionHandler):
 
     def held(self, owned: set[TopicPartition]) -> set[TopicPartition]:
         self._clock.owned(owned)
-        return set()
+        decodings = self._decodings  # a source whose registry does not answer waits
+        return {tp for tp in owned if tp.topic in decodings and decodings[tp.topic].waiting()}
 
     @property
     def busy(self) -> bool:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -33,15 +33,20 @@ from auditor.defaults import DEFAULT_ROLL_S, GROUP_ID
 from auditor.holdings import sampling
 from auditor.pages import Pages
 from auditor.progress import ProgressClock
+from config.decode import Decode
 from config.destination import Destination
 from hifi import audit
 from hifi.audit import AUDIT_RETENTION_MS, audit_topic
+from hifi.errors import ConfigError
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.reach import KafkaReach
 from hifi.kafka.settings import KafkaSettings
 from hifi.named import by_name
 from hifi.ops_http import DEFAULT_HOST, OpsServer
 from hifi.worker import PartitionWorker, WorkerOptions
+
+if TYPE_CHECKING:
+    from hifi.schema_registry import Decoding
 
 log = structlog.get_logger(__name__)
 
@@ -148,6 +153,7 @@ class Auditor:
             holdings = await stack.enter_async_context(
                 sampling(self._settings, list(self.dests.values()))
             )
+            decodings = await _decodings(stack, self.dests.values())
             accounts = Accounts(
                 self.dests,
                 archive,
@@ -158,6 +164,7 @@ class Auditor:
                 partitions=await kafka_admin.partitions_of(self._settings, sorted(sources)),
                 member=audit.node_name("auditor"),
                 holdings=holdings,
+                decodings=decodings,
             )
             await accounts.restore()
             self.accounts = accounts
@@ -187,3 +194,29 @@ class Auditor:
                 )
             topics.update(dest.source_topics)
         return topics
+
+
+async def _decodings(
+    stack: contextlib.AsyncExitStack, dests: Iterable[Destination]
+) -> dict[str, Decoding]:
+    """By source topic, the decoder of its destinations' `[decode]`, one per registry; a topic
+    whose destinations do not agree on `[decode]` is a `ConfigError` (counted one way only)."""
+    by_topic: dict[str, tuple[Decode | None, str]] = {}
+    for dest in dests:
+        for topic in dest.source_topics:
+            first = by_topic.setdefault(topic, (dest.decode, dest.name))
+            if first[0] != dest.decode:
+                raise ConfigError(
+                    f"source topic {topic!r}: destinations {first[1]!r} and {dest.name!r} do not"
+                    " agree on [decode]; give destinations that read one topic the same [decode]"
+                )
+    if all(decode is None for decode, _ in by_topic.values()):
+        return {}
+    from hifi.schema_registry import Decoding, RecordDecoder  # heavy: only when decoding
+
+    decodings: dict[str, Decoding] = {}
+    for decode in {decode for decode, _ in by_topic.values() if decode is not None}:
+        topics = [topic for topic, (wanted, _) in by_topic.items() if wanted == decode]
+        decoder = await stack.enter_async_context(RecordDecoder(decode.registry(None)))
+        decodings.update(dict.fromkeys(topics, Decoding(decoder, topics)))
+    return decodings

@@ -80,7 +80,7 @@ REMEMBERED_FACTS = Gauge(
 )
 PROBLEMS = Counter(
     "hifi_auditor_odd_records",
-    "Entered records that are odd, by problem (malformed, too_large, no_id, time_future,"
+    "Entered records that are odd, by problem (malformed, too_large, undecodable, no_id, time_future,"
     " time_past); each is still accounted by origin.",
     ["dest", "problem"],
 )

@@ -43,13 +43,15 @@ def write_catalog(
     buffer_records: int | None = None,
     max_batch_records: int | None = None,
     body_format: str | None = None,
+    decode_url: str | None = None,
 ) -> None:
     """`bench.toml`: the destination with every setting at its catalog default; `audit=False`
     adds `[accounting] audit = false` (no audit trail), for the trail's cost; `lookups=True`
     routes each event by its tenant (`LOOKUPS`: `URL/{tenant}` with its `X-Api-Key`);
     `concurrency` sets `concurrency` ("fixed" or "adaptive") over its default; with lookups,
     `buffer_records` the events the connector holds (fewer: smaller requests per tenant);
-    `max_batch_records` caps the events of a request; `body_format` sets `format`."""
+    `max_batch_records` caps the events of a request; `body_format` sets `format`;
+    `decode_url`: the records are decoded through this Schema Registry (`[decode]`)."""
     directory.mkdir(parents=True, exist_ok=True)
     listed = ", ".join(f'"{topic}"' for topic in topics)
     target = f"{url.rstrip('/')}/{{tenant}}" if lookups else url
@@ -64,6 +66,8 @@ def write_catalog(
         text += f'format = "{body_format}"\n'
     if not audit:
         text += "\n[accounting]\naudit = false\n"
+    if decode_url is not None:
+        text += f'\n[decode]\nkind = "schema_registry"\nurl = "{decode_url}"\n'
     if lookups:
         if buffer_records is not None:
             text += LOOKUPS.replace(

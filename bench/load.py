@@ -8,6 +8,7 @@ import functools
 import itertools
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
@@ -115,9 +116,11 @@ async def prefill(
     events: int,
     prefix: str,
     tenants: Tenants | None = None,
+    transform: Callable[[list[bytes]], Awaitable[list[bytes]]] | None = None,
 ) -> int:
     """Produce `events` 1 KB events as fast as the broker takes them (each of a tenant drawn
-    from `tenants`, if given); returns how many."""
+    from `tenants`, if given; each chunk written as `transform` makes it, e.g. Avro); returns
+    how many."""
     producer = _producer(settings)
     await producer.start()
     unacked: list[asyncio.Future[object]] = []
@@ -126,6 +129,8 @@ async def prefill(
         for start in range(0, events, chunk):
             now_ms = time.time_ns() // 1_000_000
             values = _events(prefix, start, min(events, start + chunk), now_ms, tenants)
+            if transform is not None:
+                values = await transform(values)
             await _send_spread(producer, topic, partitions, values, unacked)
         await asyncio.gather(*unacked)
     finally:

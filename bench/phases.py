@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +52,7 @@ async def throughput(
     kafka_env: Mapping[str, str] | None = None,
     max_batch_records: int | None = None,
     body_format: str | None = None,
+    decode_url: str | None = None,
 ) -> Throughput:
     """Start a connector on the pre-filled `topic` and measure from its first delivery to its
     last; `audit=False`: with the destination's audit trail off; `lookups`: with tenant
@@ -68,6 +69,7 @@ async def throughput(
             lookups=lookups is not None,
             max_batch_records=max_batch_records,
             body_format=body_format,
+            decode_url=decode_url,
         )
         connector = processes.ConnectorProcess(
             catalog_dir=work,
@@ -110,6 +112,8 @@ async def fresh_drain(
     max_batch_records: int | None = None,
     kafka: KafkaSettings | None = None,
     body_format: str | None = None,
+    decode_url: str | None = None,
+    transform: Callable[[list[bytes]], Awaitable[list[bytes]]] | None = None,
 ) -> Throughput:
     """On a fresh broker (or on `kafka`, a Kafka of the caller's): `topic` pre-filled with
     `events` (their tenants from `tenants`), then the connector's drain of it (`throughput`,
@@ -122,7 +126,13 @@ async def fresh_drain(
             settings = KafkaSettings(bootstrap=broker.bootstrap)
         await kafka_admin.ensure_topics(settings, [topic], partitions=partitions)
         await load.prefill(
-            settings, topic, partitions=partitions, events=events, prefix=prefix, tenants=tenants
+            settings,
+            topic,
+            partitions=partitions,
+            events=events,
+            prefix=prefix,
+            tenants=tenants,
+            transform=transform,
         )
         return await throughput(
             work,
@@ -135,6 +145,7 @@ async def fresh_drain(
             lookups=lookups,
             max_batch_records=max_batch_records,
             body_format=body_format,
+            decode_url=decode_url,
         )
 
 

@@ -22,7 +22,9 @@ Phases, all in one run, each attempt and each live probe on a fresh embedded Tan
    destination that serves at most N = 8 or 64 requests at once and answers 503 beyond, and
    while N goes 8 -> 64 -> 8; `arc_vs_best_fixed` is adaptive over the best fixed, the lower N's;
 8. one event per request (`bench.single`): `format = "single"` against `json_array` on the same
-   events, two pairs (`single_eps`, `single_over_array`).
+   events, two pairs (`single_eps`, `single_over_array`);
+9. decoding (`bench.decode_cost`): the same events as Avro with `[decode]` and as JSON, two pairs
+   (`avro_over_json`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from bench import (
     audit_cost,
     capacity,
     ceiling,
+    decode_cost,
     live,
     load,
     lookups,
@@ -203,6 +206,8 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
     arc = await capacity.run_phase(capacity.FULL, rows)
     one_each = await single.run_phase(work / "single")
     rows += one_each.rows(single.EVENTS)
+    decoding = await decode_cost.run_phase(work / "decode")
+    rows += decoding.rows(decode_cost.EVENTS)
 
     half = lagged[LAG_FRACTIONS.index(0.50)]
     ratio = max_rate / ceiling_rate
@@ -219,6 +224,7 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
         cpu_per_request_us=tenants.cpu_per_request_us(),
         p95_over_floor_ms=references.p95_over_floor_ms,
         single_eps=one_each.single_eps,
+        avro_over_json=decoding.avro_over_json,
     )
     audit_line = (
         f"audit trail: on={audit.on.events_per_s:.0f}/s off={audit.off.events_per_s:.0f}/s "
@@ -248,6 +254,7 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
         "capacity": arc.report(),
         "tls": tls.report(),
         "single": one_each.report(),
+        "decode": decoding.report(),
         "audit_line": audit_line,
         "summary": summary,
         "table": render_table(rows),
@@ -267,13 +274,14 @@ def summary_line(
     cpu_per_request_us: float | None = None,
     p95_over_floor_ms: float | None = None,
     single_eps: float | None = None,
+    avro_over_json: float | None = None,
 ) -> str:
     """The last line of `make bench`; `lookups` and `capacity`: those phases' fields;
     `tls_over_plain`: the TLS phase's ratio, `tls_ceiling_over_plain` the raw consumer's through
     the same listener; `cpu_per_request_us`: the connector's CPU per
     request on the tenant drain; `p95_over_floor_ms`: p95 at half load less the floor's, the
-    median of pairs taken back to back; `single_eps`: events/s one a request (each left out
-    when not measured)."""
+    median of pairs taken back to back; `single_eps`: events/s one a request; `avro_over_json`:
+    the drain of Avro with `[decode]` over JSON's (each left out when not measured)."""
     extra = {
         "tls_over_plain": None if tls_over_plain is None else f"{tls_over_plain:.2f}",
         "tls_ceiling_over_plain": (
@@ -282,6 +290,7 @@ def summary_line(
         "cpu_per_request_us": None if cpu_per_request_us is None else f"{cpu_per_request_us:.0f}",
         "p95_over_floor_ms": None if p95_over_floor_ms is None else f"{p95_over_floor_ms:.0f}",
         "single_eps": None if single_eps is None else f"{single_eps:.0f}",
+        "avro_over_json": None if avro_over_json is None else f"{avro_over_json:.2f}",
     }
     return (
         f"bench: ratio={ratio:.2f} p95_at_half_ms={p95_at_half_ms:.0f} "

@@ -99,6 +99,9 @@ def load_destination_file(
             f"{path}: key 'name' is not allowed; the file name is the destination name"
         )
     raw["name"] = path.stem
+    if isinstance(raw.get("decode"), dict) and isinstance(raw["decode"].get("password"), str):
+        password = resolve_env(raw["decode"]["password"], path, "password", environ, table="decode")
+        raw["decode"] = {**raw["decode"], "password": password}  # the auditor decodes too
     if not for_delivery:
         _without_delivery_secrets(raw, path, environ)
     else:
@@ -111,6 +114,8 @@ def load_destination_file(
         redaction.register(redaction.header_secrets(value))
     if destination.proxy is not None:
         redaction.register(proxy_secrets(destination.proxy.get_secret_value()))
+    if destination.decode is not None and destination.decode.password is not None:
+        redaction.register([destination.decode.password.get_secret_value()])
     if destination.signing is not None:
         redaction.register([secret.get_secret_value() for secret in destination.signing.secrets])
     return destination

@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from config.auth import Auth
+from config.decode import Decode
 from config.egress import normalized_origin, proxy_problem
 from config.env_refs import HEADER_VALUE_RULE, header_value_problem
 from config.event_rules import MAX_EVENT_BYTES_LIMIT, distinct_time_field, topic_problem
@@ -172,6 +173,7 @@ class Destination(BaseModel):
     headers: dict[str, SecretStr] = Field(default_factory=dict)
     auth: Auth | None = None  # where the Authorization header's credential comes from ([auth])
     accounting: Accounting = Field(default_factory=Accounting)
+    decode: Decode | None = None  # records in a Schema Registry's wire format, decoded to JSON
     webhook: Webhook | None = None  # format = "single": the request of one event
     signing: Signing | None = None  # every request signed (docs/webhooks.md)
     lookups: Lookups | None = None  # per-tenant routing; None: every event goes to `url` as is

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 # keys whose values are never echoed: they may hold secrets
-SECRET_KEYS = ("headers", "client_secret", "proxy", "signing")
+SECRET_KEYS = ("headers", "client_secret", "proxy", "signing", "password")
 
 
 def describe(

@@ -188,6 +188,11 @@ def single_defaults(data: dict[str, object]) -> dict[str, object]:
     many in flight as a tenant destination (each request carries one event)."""
     if data.get("format") != "single":
         return data
+    if data.get("breaker_probe") == "empty":
+        raise ValueError(
+            "key 'breaker_probe': format = \"single\" would post an empty request, which a"
+            ' webhook receiver takes for an event; use "event"'
+        )
     if data.get("max_batch_records", 1) != 1:
         raise ValueError(
             "key 'max_batch_records': format = \"single\" sends one event per request; remove"

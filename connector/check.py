@@ -4,12 +4,14 @@ Kafka, tenant entries and the destination (a HEAD), with --probe-post one empty 
 from __future__ import annotations
 
 import gzip
+import ssl
 import uuid
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 import httpx
 
+from config.decode import Decode
 from config.destination import Destination
 from config.topics import audit_line, audit_retention_wanted, retention_wanted
 from connector.bearer import proxy_routes, token_source
@@ -57,20 +59,7 @@ async def check(
     """What the connector for `dest` would meet at start; the caller prints and exits."""
     needs_tenant(dest, probe)
     report = CheckReport("connector")
-    auth = "" if dest.auth is None else f", OAuth2 client credentials from {dest.auth.token_url}"
-    report.ok(
-        f"destination {dest.name}: catalog entry valid, {len(dest.headers)} headers set{auth}"
-    )
-    report.ok(audit_line(dest))
-    if (requests := describe_requests(dest)) is not None:
-        report.ok(requests)
-    report.ok(f"kafka settings: bootstrap {settings.bootstrap}, {settings.security_protocol}")
-    report.ok(f"egress: {proxy_routes(dest).summary()}")
-    if dest.lookups is not None and redis is not None:
-        report.ok(
-            f"tenant lookups: field {dest.lookups.tenant_field!r}, entries in hash"
-            f" {tenants_key(dest.name)} at {redis.describe()}"
-        )
+    _describe(dest, settings, redis, report)
     if not probe.enabled:
         return report
     await probe_kafka(
@@ -81,6 +70,8 @@ async def check(
     )
     if redis is not None:
         await probe_tenants(dest, redis, report)
+    if dest.decode is not None:
+        await probe_registry(dest.decode, report)
     target = await _target(dest, probe.tenant, redis, report)
     if dest.auth is not None:
         token = await probe_token(dest, report)
@@ -91,6 +82,53 @@ async def check(
     if target is not None:
         await probe_destination(dest, target, report, post=probe.post)
     return report
+
+
+def _describe(
+    dest: Destination, settings: KafkaSettings, redis: RedisSettings | None, report: CheckReport
+) -> None:
+    """What the catalog and the environment say, before anything is reached."""
+    auth = "" if dest.auth is None else f", OAuth2 client credentials from {dest.auth.token_url}"
+    report.ok(
+        f"destination {dest.name}: catalog entry valid, {len(dest.headers)} headers set{auth}"
+    )
+    report.ok(audit_line(dest))
+    if (requests := describe_requests(dest)) is not None:
+        report.ok(requests)
+    if dest.decode is not None:
+        report.ok(
+            f"decode: Schema Registry wire format (Avro, JSON Schema), schemas from"
+            f" {dest.decode.url} (up to {dest.decode.cache_schemas} kept)"
+        )
+    report.ok(f"kafka settings: bootstrap {settings.bootstrap}, {settings.security_protocol}")
+    report.ok(f"egress: {proxy_routes(dest).summary()}")
+    if dest.lookups is not None and redis is not None:
+        report.ok(
+            f"tenant lookups: field {dest.lookups.tenant_field!r}, entries in hash"
+            f" {tenants_key(dest.name)} at {redis.describe()}"
+        )
+
+
+async def probe_registry(decode: Decode, report: CheckReport) -> None:
+    """Ask the Schema Registry for its subjects, with the connector's credentials and CA."""
+    where = f"schema registry {decode.url}"
+    password = None if decode.password is None else decode.password.get_secret_value()
+    auth = None if decode.username is None else httpx.BasicAuth(decode.username, password or "")
+    verify = ssl.create_default_context(cafile=decode.tls_ca_file) if decode.tls_ca_file else True
+    try:
+        async with httpx.AsyncClient(timeout=decode.timeout_s, auth=auth, verify=verify) as client:
+            response = await client.get(f"{decode.url}/subjects")
+    except (httpx.TransportError, TimeoutError) as exc:
+        report.fail(f"{where}: unreachable: {type(exc).__name__}: {exc}")
+        return
+    if response.status_code in _CREDENTIALS:
+        report.fail(
+            f"{where}: answered {response.status_code}: refuses the credentials", refused=True
+        )
+    elif response.status_code != 200:
+        report.fail(f"{where}: answered {response.status_code}")
+    else:
+        report.ok(f"{where}: reachable")
 
 
 async def probe_token(dest: Destination, report: CheckReport) -> str | None:

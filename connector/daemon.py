@@ -7,6 +7,7 @@ import contextlib
 import gc
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import structlog
@@ -35,6 +36,9 @@ from tenants.keys import tenants_key
 from tenants.lookups import snapshot_path as tenant_snapshot_path
 from tenants.lookups import tenant_cache
 from tenants.route import Route
+
+if TYPE_CHECKING:
+    from hifi.schema_registry import Decoding
 
 log = structlog.get_logger(__name__)
 
@@ -174,6 +178,7 @@ class Connector:
                 diverter,
                 route_of=None if routes is None else routes.get,
                 highwater=self._worker.highwater,
+                decoding=await self._decoding(stack),
             )
             if self.ops is not None:
                 lookups = None if routes is None else routes.status
@@ -188,6 +193,17 @@ class Connector:
             log.info("connector_started", dest=dest.name, topics=topics, audit=self.audit_topic)
             await self._worker.run(delivery, topics=topics)
             await deliverer.breakers.flush()  # the last breaker facts, before the producer closes
+
+    async def _decoding(self, stack: contextlib.AsyncExitStack) -> Decoding | None:
+        """With `[decode]`, the decoder of every topic the connector reads; None without."""
+        dest = self.dest
+        if dest.decode is None:
+            return None
+        from hifi.schema_registry import Decoding, RecordDecoder  # heavy: only when decoding
+
+        proxy = None if dest.proxy is None else dest.proxy.get_secret_value()
+        decoder = await stack.enter_async_context(RecordDecoder(dest.decode.registry(proxy)))
+        return Decoding(decoder, [*dest.source_topics, dest.retry_out_topic])
 
     async def _tenant_routes(
         self, stack: contextlib.AsyncExitStack

@@ -101,7 +101,7 @@ class Diverter:
             (
                 self._dest.retry_in_topic,
                 event.key,
-                event.value,
+                event.wire_value,
                 event.user_headers
                 + failure_headers(
                     event,
@@ -136,7 +136,7 @@ class Diverter:
             (
                 self._dest.dlq_topic,
                 event.key,
-                event.value,
+                event.wire_value,
                 [
                     *event.user_headers,
                     (HDR_REASON, reason.encode()),
@@ -168,7 +168,7 @@ class Diverter:
             record, reason = letter.record, letter.reason
             retried = record.topic == self._dest.retry_out_topic
             own = passthrough_headers(record.headers)
-            value, key = record.value, record.key
+            value, key = getattr(record, "raw_value", record.value), record.key  # [decode]
             hifi: Headers = [
                 (HDR_DEST, self._dest.name.encode()),
                 (HDR_ERROR, letter.error.encode()),

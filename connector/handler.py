@@ -11,7 +11,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from aiokafka import TopicPartition
@@ -30,6 +30,9 @@ from hifi.redaction import short_error
 from hifi.vocabulary import Outcome, Reason
 from hifi.worker import PartitionHandler, Work
 from tenants.route import Route
+
+if TYPE_CHECKING:  # imported by the daemon only for a destination with [decode]: it is heavy
+    from hifi.schema_registry import Decoding
 
 log = structlog.get_logger(__name__)
 
@@ -56,11 +59,13 @@ class DeliveryHandler(PartitionHandler):
         *,
         route_of: Callable[[str], Route | None] | None = None,
         highwater: Callable[[TopicPartition], int | None] | None = None,
+        decoding: Decoding | None = None,
     ) -> None:
         """`route_of`: a tenant's route (the lookup cache's `get`), for a destination with
         `[lookups]`; `highwater`: a partition's high watermark as of its last fetch (the
-        worker's), to tell records still waiting in Kafka."""
+        worker's), to tell records still waiting in Kafka; `decoding`: with `[decode]`."""
         self._dest = dest
+        self._decoding = decoding
         self._deliverer = deliverer
         self._diverter = diverter
         self._pending: Pending = PendingEvents(
@@ -104,6 +109,11 @@ class DeliveryHandler(PartitionHandler):
         self._breakers = deliverer.breakers
         self._breaker = deliverer.breakers.destination
         self._rate_limits = deliverer.rate_limits
+
+    async def prepare(self, tp: TopicPartition, records: list[Any]) -> list[Any] | None:
+        """With `[decode]`, the records decoded (None while the registry does not answer)."""
+        decoding = self._decoding
+        return records if decoding is None else await decoding.prepare(tp.topic, records)
 
     def take(self, tp: TopicPartition, records: list[Any]) -> None:
         dest = self._dest
@@ -207,6 +217,7 @@ class DeliveryHandler(PartitionHandler):
         self._breakers.settle()
         breaker = self._breaker
         full = self._holds(1.0) or not (breaker.closed or breaker.probe_due())
+        full = full or (self._decoding is not None and self._decoding.waiting())
         if full != self._paused:
             self._paused = full
             metrics.PAUSED.labels(self._dest.name).set(int(full))
@@ -243,7 +254,8 @@ class DeliveryHandler(PartitionHandler):
     @property
     def busy(self) -> bool:
         """Events in hand, or a destination breaker that is not closed (records wait in Kafka)."""
-        return bool(self._pending) or bool(self._malformed) or not self._breaker.closed
+        waiting = self._decoding is not None and self._decoding.waiting()  # for the registry
+        return bool(self._pending) or bool(self._malformed) or not self._breaker.closed or waiting
 
     def drop(self, partitions: set[TopicPartition]) -> None:
         self._pending.drop(partitions)

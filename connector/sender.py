@@ -43,7 +43,7 @@ __all__ = [
 MAX_TENANT_ROUTES = 4096
 
 #: headers each request writes itself: a route's of the same name (in any case) are not sent
-_OWN_PER_REQUEST = frozenset({b"content-length", b"idempotency-key"})  # and `connector.webhooks`'s
+_OWN_PER_REQUEST = frozenset({b"content-length", b"idempotency-key"})
 #: what every request carries unless the route's headers say otherwise (httpx's defaults with
 #: hifi's User-Agent; the replies' codings the connector decodes, within bounds)
 DEFAULT_HEADERS = (

@@ -68,6 +68,13 @@ class Event(msgspec.Struct, gc=False):
     retried: bool  # read from NAME.retry_out: its hifi-* headers are hifi's
     taken_ms: int  # when the connector took the record in (epoch ms, one value per poll)
     has_id: bool  # False when `id` fell back to the origin
+    # with `[decode]`: what the producer wrote, `value` being its JSON (hifi.schema_registry)
+    raw: bytes | None = None
+
+    @property
+    def wire_value(self) -> bytes:
+        """The bytes a hand-off, a dead letter or a replay carries: what the producer wrote."""
+        return self.value if self.raw is None else self.raw
 
     @property
     def tenant(self) -> Any:
@@ -210,7 +217,7 @@ def parse_records(
                 retried,
                 taken_ms,
                 has_id,
-                fields.tenant,
+                tenant=fields.tenant,
             )
             if with_tenant
             else Event(

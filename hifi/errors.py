@@ -11,7 +11,8 @@
     │   ├── DestinationUnavailable    timeout, connection error, 5xx, 429 (carries Retry-After)
     │   ├── BrokerUnavailable         Kafka unreachable, timed out, or a write or commit failed
     │   ├── StoreUnavailable          Redis unreachable, timed out, failing over, or refusing
-    │   └── TokenUnavailable          an OAuth2 token endpoint unreachable, timed out, 5xx or 429
+    │   ├── TokenUnavailable          an OAuth2 token endpoint unreachable, timed out, 5xx or 429
+    │   └── RegistryUnavailable       a Schema Registry unreachable, timed out, 5xx or refusing
     └── PermanentError            will fail the same way however often it is tried
         ├── DestinationRejected       4xx other than 429, or a redirect that is not followed
         ├── MalformedRecord           a Kafka record that cannot be delivered (not JSON, too large)
@@ -26,6 +27,7 @@ wrong: a service manager should not restart), 1 for everything else (unreachable
 failed: worth another try). `hifi.cli.run_command` turns one into a line on stderr and that code.
 
 The boundaries: `connector.delivery` and `hifi.oauth2` for httpx, `hifi.kafka` for aiokafka,
+`hifi.schema_registry` for confluent-kafka's registry client,
 `hifi.lookup_cache.redis_hash` for redis (`hifi.redis_keys` goes through its `redis_command`).
 Code above them only ever catches these types. A
 `status` is a real HTTP status or None (no reply); the reason a record was dead-lettered is a
@@ -138,6 +140,11 @@ class TokenRefused(ConfigError):
 class TokenUnavailable(TransientError):
     """An OAuth2 token endpoint gave no token for a reason worth retrying: no answer, a timeout,
     5xx or 429 (`hifi.oauth2`)."""
+
+
+class RegistryUnavailable(TransientError):
+    """A Schema Registry gave no schema for a reason worth waiting out: no answer, a timeout, a
+    5xx, a refused credential (`hifi.schema_registry`): a source fault, not the records'."""
 
 
 class RequestRefused(HifiError):

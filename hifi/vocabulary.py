@@ -47,6 +47,9 @@ class Reason(StrEnum):
     TOO_LARGE = "too_large"
     #: the retry tiers ran out, or `max_retry_age_s` passed since the first failure
     EXPIRED = "expired"
+    #: the record is in a Schema Registry's wire format the registry cannot explain: an unknown
+    #: schema id, no wire header, a payload that does not match its schema (with `[decode]`)
+    UNDECODABLE = "undecodable"
     #: a request header taken from the event (its id, key or a record header, with `[webhook]`)
     #: is not printable ASCII on one line: the event cannot be sent as the catalog asks
     BAD_HEADER = "bad_header"

@@ -29,6 +29,9 @@ class Problem(StrEnum):
     MALFORMED = Reason.MALFORMED.value
     #: larger than `max_batch_bytes`; the connector dead-letters it
     TOO_LARGE = Reason.TOO_LARGE.value
+    #: in a Schema Registry's wire format the registry cannot explain; accounted by origin, the
+    #: connector dead-letters it
+    UNDECODABLE = Reason.UNDECODABLE.value
     #: no readable id: accounted by origin
     NO_ID = "no_id"
     #: event time more than a minute ahead of the Kafka timestamp: bucketed by the Kafka timestamp

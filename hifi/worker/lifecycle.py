@@ -1,36 +1,32 @@
 """The lifecycle every Kafka consumer daemon of hifi shares: poll, take in, spawn, reap, commit, revoke, drain.
 
-A daemon supplies a `PartitionHandler`: what the records of one poll become (`take`), the next
-unit of work to start (`next_work`) and, if it needs them, its intake limits and what follows a
-commit. The `PartitionWorker` does the rest, the same way for every daemon:
+A daemon supplies a `PartitionHandler` (`hifi.worker.seams`; the consumer is a seam too, a fake
+in tests): what the records of one poll become (`take`), the next unit of work to start
+(`next_work`) and, if it needs them, its intake limits and what follows a commit. The
+`PartitionWorker` does the rest, the same way for every daemon:
 
 - one loop polls Kafka for only as many records as the handler has room for, lets aiokafka's
-  next fetch go out, takes each partition's records in, then starts work while fewer than
+  next fetch go out, takes each partition's records in (as the handler's `prepare` gives them:
+  decoded, when a destination decodes), then starts work while fewer than
   `max_in_flight` (or a moving `limit()`) units run; each unit is a task it keeps; a finished
   unit's records are done (the commit watermark, `OffsetTracker`, moves past them); the slots
   of the units that ended in one turn of the loop are filled in the next (`dispatch()`); a unit
   that raises stops the worker;
-- a unit whose job returns an awaitable (what is left once the job no longer needs its slot:
-  the broker's acknowledgement of an outcome's audit facts) gives its slot to the next unit
-  and settles beside the running ones; its records are done only once that awaitable is, and
-  at most `max_in_flight` units settle at once;
+- a unit whose job returns an awaitable (the broker's acknowledgement of its audit facts) gives
+  its slot to the next unit and settles beside the running ones; its records are done once that
+  awaitable is; at most `max_in_flight` units settle at once;
 - offsets are committed every `commit_interval_s`, or sooner after `commit_every_records`
   outcomes, and only up to the first record without an outcome;
-- partitions the handler holds, and every partition while it has no room, are paused;
-- `until_idle_s`: after a first assignment, exit once nothing arrived, ran or waited that long;
+- partitions the handler holds, and all while it has no room, are paused; `until_idle_s`:
+  after a first assignment, exit once nothing arrived, ran or waited that long;
 - revocation: stop starting work for the revoked partitions, wait for theirs within
   `shutdown_timeout_s`, commit, forget them;
 - `request_stop()` (SIGTERM): stop polling, let running work finish within the deadline,
-  cancel what is left, commit, return. A stop during a group join or rebalance returns once
-  that rebalance ends (aiokafka leaves the group only then); the other members' drains bound
-  it by their `shutdown_timeout_s`; an assignment starts where the handler says, if it does;
-- a handler's `assigned` that raises stops the worker with that error (aiokafka logs it only);
-- a partition whose topic was created again starts over (`hifi.worker.restarts`), old records
-  first; offsets that jump past one not read are read again once (`hifi.worker.gaps`);
-- the lag `after_commit` is told stays true while a partition is paused (`hifi.worker.ends`);
-- cut from Kafka: no new work, not ready; a session later its partitions go (`hifi.worker.session`).
-
-How a daemon uses it: `hifi.worker.seams.PartitionHandler`. The consumer is a seam (a fake in tests)."""
+  cancel what is left, commit, return; during a rebalance, once it ends (aiokafka leaves the
+  group only then), bounded by the other members' `shutdown_timeout_s`;
+- a handler's `assigned` that raises stops the worker with it; a topic created again starts
+  over (`restarts`); offsets that jump past a record are read again once (`gaps`); the lag
+  `after_commit` gets stays true while paused (`ends`); cut from Kafka: no new work (`session`)."""
 
 from __future__ import annotations
 
@@ -89,8 +85,7 @@ class PartitionWorker:
         self._member: _Membership | None = None
         self._started_over = StartOvers()
 
-    def request_stop(self) -> None:
-        """Stop polling and begin draining; safe to call from a signal handler."""
+    def request_stop(self) -> None:  # safe to call from a signal handler
         self._stop.set()
         self._progress.set()
 
@@ -99,8 +94,7 @@ class PartitionWorker:
         return self._stop
 
     def highwater(self, tp: TopicPartition) -> int | None:
-        """The end of an owned partition, as of its last fetch or, while it is paused, as its
-        leader last said (`hifi.worker.ends`); None if unknown."""
+        """An owned partition's end: its last fetch's or, paused, its leader's (`ends`); or None."""
         member = self._member  # aiokafka asserts on a partition it does not own: ask of owned ones
         return member.ends.end(tp) if member and tp in member.owned else None
 
@@ -245,6 +239,14 @@ class _Membership:
                 if tp in self.session.lost or self.restarts.skip(tp, records[0].offset):
                     continue
                 records, again = self.restarts.before_gap(tp, records)  # (hifi.worker.gaps)
+                if records:
+                    prepared = await self.handler.prepare(tp, records)  # may wait: a schema
+                    if self.epoch != epoch:
+                        return
+                    if prepared is None:  # not now (a source it needs is down): again later
+                        self.consumer.seek(tp, records[0].offset)
+                        continue
+                    records = prepared
                 taken = self.handler.take(tp, records) if records else None
                 resume = again if taken is None else taken  # the first offset not taken
                 if resume is None:
@@ -330,10 +332,8 @@ class _Membership:
                 if partitions is None or not partitions.isdisjoint(work.offsets)
             ]
             remaining = deadline - loop.time()
-            if not busy:
-                return True
-            if remaining <= 0:
-                return False
+            if not busy or remaining <= 0:
+                return not busy
             await asyncio.wait(busy, timeout=remaining)
 
     # --- commits, rebalance, stop -----------------------------------------------------

@@ -107,6 +107,14 @@ class PartitionHandler(abc.ABC):
         records from there on are not taken (the worker seeks back; they come again).
         """
 
+    async def prepare(self, tp: TopicPartition, records: list[Any]) -> list[Any] | None:
+        """What `take` gets of one partition's records of a poll: them as they are, or (a
+        destination that decodes them) each with its value decoded, one for one. It may wait
+        (a schema fetched); a rebalance in that wait drops the rest of the poll. None: not now
+        (a source it needs is down; `room` or `held` pauses intake meanwhile): the worker seeks
+        back, and the records come again."""
+        return records
+
     @abc.abstractmethod
     def next_work(self, *, poll_open: bool) -> Work | None:
         """The next unit to start now, or None. `poll_open`: more records of the poll being

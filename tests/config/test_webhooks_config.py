@@ -73,6 +73,10 @@ def test_signing_secrets_resolve_from_the_environment_and_are_masked(catalog_dir
         ),
         ('[webhook]\nid_header = "X-Id"\n', "key 'webhook': applies to format = \"single\" only"),
         (
+            'format = "single"\nbreaker_probe = "empty"\n',
+            "key 'breaker_probe': format = \"single\" would post an empty request",
+        ),
+        (
             'format = "single"\n[webhook]\nid_header = "X Id"\n',
             "key 'webhook.id_header': 'X Id' is not a valid HTTP header name",
         ),

@@ -11,6 +11,7 @@ import pytest
 
 from devstack.destination import TestDestination
 from devstack.destination_script import Reply
+from devstack.schema_registry import serving
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
 from tests.helpers import write_destination
@@ -339,3 +340,35 @@ async def test_probe_post_of_a_single_format_posts_nothing_and_says_so(
     assert "key 'signing.secrets[0]': not a Standard Webhooks secret" in out + err
     assert bad not in out + err
     assert len((out + err).strip().splitlines()) == 1
+
+
+async def test_probe_reaches_the_schema_registry_of_a_decoding_destination(
+    kafka_settings: KafkaSettings, destination: TestDestination, catalog_dir: Path, unique: str
+) -> None:
+    """With `[decode]` the check names the registry and the probe asks it for its subjects: ok
+    when it answers, exit 1 when it does not (its password never shown)."""
+    await kafka_admin.ensure_topics(kafka_settings, [unique], partitions=1)
+    async with serving() as registry:
+        (catalog_dir / f"{unique}.toml").write_text(
+            f'url = "{destination.url}"\nsource_topics = ["{unique}"]\n[decode]\n'
+            f'kind = "schema_registry"\nurl = "{registry.url}"\nusername = "svc"\n'
+            'password = "${SR_PASSWORD}"\n'
+        )
+        secret = "sr-pass-77125"
+        code, out, err = await _probe(
+            catalog_dir, unique, kafka_settings.bootstrap, SR_PASSWORD=secret
+        )
+        assert code == 0, out + err
+        assert (
+            f"decode: Schema Registry wire format (Avro, JSON Schema), schemas from {registry.url}"
+            in out
+        )
+        assert f"ok      schema registry {registry.url}: reachable" in out
+        assert "GET /subjects" in registry.calls
+        registry.down = True
+        code, out, err = await _probe(
+            catalog_dir, unique, kafka_settings.bootstrap, SR_PASSWORD=secret
+        )
+        assert code == 1, out + err
+        assert f"error   schema registry {registry.url}: answered 503" in out
+        assert secret not in out + err
