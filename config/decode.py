@@ -17,7 +17,7 @@ from pydantic import (
     model_validator,
 )
 
-from config.tls_files import readable_file
+from config.tls_files import client_cert_problem, readable_file
 
 if TYPE_CHECKING:  # the decoder's imports are heavy: only a daemon that decodes loads them
     from hifi.schema_registry import RegistrySettings
@@ -35,6 +35,8 @@ class Decode(BaseModel):
     timeout_s: float = Field(default=10.0, gt=0, le=300)
     cache_schemas: int = Field(default=1000, ge=1, le=1_000_000)  # schemas kept by id
     tls_ca_file: Path | None = None  # a PEM bundle to trust, relative to the catalog file
+    tls_client_cert: Path | None = None  # mutual TLS: its certificate (and key, unless below)
+    tls_client_key: Path | None = None  # its unencrypted private key
 
     @field_validator("url")
     @classmethod
@@ -45,9 +47,9 @@ class Decode(BaseModel):
             raise ValueError("write the URL alone; credentials go in username and password")
         return value.rstrip("/")
 
-    @field_validator("tls_ca_file", mode="before")
+    @field_validator("tls_ca_file", "tls_client_cert", "tls_client_key", mode="before")
     @classmethod
-    def _find_ca_file(cls, value: object, info: ValidationInfo) -> Path | None:
+    def _find_tls_file(cls, value: object, info: ValidationInfo) -> Path | None:
         base_dir = info.context.get("base_dir") if isinstance(info.context, dict) else None
         return readable_file(value, base_dir)
 
@@ -55,6 +57,11 @@ class Decode(BaseModel):
     def _check_credentials(self) -> Self:
         if (self.username is None) != (self.password is None):
             raise ValueError("key 'username': set username and password together, or neither")
+        if self.tls_client_key is not None and self.tls_client_cert is None:
+            raise ValueError("key 'tls_client_key': set without tls_client_cert; set both")
+        cert, key = self.tls_client_cert, self.tls_client_key
+        if cert is not None and (problem := client_cert_problem(cert, key)):
+            raise ValueError(problem)
         return self
 
     def registry(self, proxy: str | None) -> RegistrySettings:
@@ -68,5 +75,7 @@ class Decode(BaseModel):
             timeout_s=self.timeout_s,
             cache_schemas=self.cache_schemas,
             ca_file=None if self.tls_ca_file is None else str(self.tls_ca_file),
+            client_cert=None if self.tls_client_cert is None else str(self.tls_client_cert),
+            client_key=None if self.tls_client_key is None else str(self.tls_client_key),
             proxy=proxy,
         )

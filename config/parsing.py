@@ -23,6 +23,10 @@ def parse(dest: Destination, tp: TopicPartition, records: list[Any], *, taken_ms
     connector's intake, the auditor and the bench's floor parse with it)."""
     if dest.decode is not None:
         return _parse_decoded(dest, tp, records, taken_ms=taken_ms)
+    return _parse(dest, tp, records, taken_ms)
+
+
+def _parse(dest: Destination, tp: TopicPartition, records: list[Any], taken_ms: int) -> Parsed:
     return parse_records(
         tp,
         records,
@@ -39,16 +43,7 @@ def _parse_decoded(
     dest: Destination, tp: TopicPartition, records: list[Any], *, taken_ms: int
 ) -> Parsed:
     decoded = [record for record in records if getattr(record, "error", None) is None]
-    parsed = parse_records(
-        tp,
-        decoded,
-        id_field=dest.id_field,
-        event_time_field=dest.event_time_field,
-        max_bytes=dest.max_batch_bytes,
-        taken_ms=taken_ms,
-        retried=tp.topic == dest.retry_out_topic,
-        tenant_field=None if dest.lookups is None else dest.lookups.tenant_field,
-    )
+    parsed = _parse(dest, tp, decoded, taken_ms)
     raw = {record.offset: getattr(record, "raw_value", None) for record in decoded}
     for event in parsed.events:
         event.raw = raw[event.offset]

@@ -114,7 +114,9 @@ async def probe_registry(decode: Decode, report: CheckReport) -> None:
     where = f"schema registry {decode.url}"
     password = None if decode.password is None else decode.password.get_secret_value()
     auth = None if decode.username is None else httpx.BasicAuth(decode.username, password or "")
-    verify = ssl.create_default_context(cafile=decode.tls_ca_file) if decode.tls_ca_file else True
+    verify = ssl.create_default_context(cafile=decode.tls_ca_file)
+    if decode.tls_client_cert is not None:
+        verify.load_cert_chain(decode.tls_client_cert, decode.tls_client_key)
     try:
         async with httpx.AsyncClient(timeout=decode.timeout_s, auth=auth, verify=verify) as client:
             response = await client.get(f"{decode.url}/subjects")

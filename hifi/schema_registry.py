@@ -60,6 +60,8 @@ class RegistrySettings:
     timeout_s: float = 10.0
     cache_schemas: int = 1000
     ca_file: str | None = None  # a PEM bundle to trust instead of the system's
+    client_cert: str | None = None  # mutual TLS: a PEM certificate (and its key, unless...)
+    client_key: str | None = None  # ...here)
     proxy: str | None = None  # else HTTPS_PROXY, HTTP_PROXY and NO_PROXY from the environment
 
     def client_conf(self) -> dict[str, Any]:
@@ -73,6 +75,10 @@ class RegistrySettings:
             conf["basic.auth.user.info"] = f"{self.username}:{self.password or ''}"
         if self.ca_file is not None:
             conf["ssl.ca.location"] = self.ca_file
+        if self.client_cert is not None:
+            conf["ssl.certificate.location"] = self.client_cert
+        if self.client_key is not None:
+            conf["ssl.key.location"] = self.client_key
         if self.proxy is not None:
             conf["proxy"] = self.proxy
         return conf

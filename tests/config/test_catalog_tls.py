@@ -158,3 +158,31 @@ def test_http_url_with_tls_keys_is_refused(catalog_dir: Path, pki: Path) -> None
     assert "key 'url'" in message
     assert "https://" in message
     assert "tls_ca_file" in message
+
+
+def test_decode_takes_its_own_tls_files_relative_to_the_catalog(
+    catalog_dir: Path, pki: Path
+) -> None:
+    """`[decode]`'s CA and client certificate reach the registry client; a key that does not
+    match its certificate is one line naming the key."""
+    head = 'url = "https://c.test/"\nsource_topics = ["t"]\n[decode]\nkind = "schema_registry"\n'
+    (catalog_dir / "d.toml").write_text(
+        head + 'url = "https://registry.test"\ntls_ca_file = "tls/ca.pem"\n'
+        'tls_client_cert = "tls/client.pem"\ntls_client_key = "tls/client.key"\n'
+    )
+    dest = Catalog(catalog_dir, {}).load("d")
+    assert dest.decode is not None
+    conf = dest.decode.registry(None).client_conf()
+    assert conf["ssl.ca.location"] == str(pki / "ca.pem")
+    assert (conf["ssl.certificate.location"], conf["ssl.key.location"]) == (
+        str(pki / "client.pem"),
+        str(pki / "client.key"),
+    )
+    (catalog_dir / "d.toml").write_text(
+        head + 'url = "https://registry.test"\ntls_client_cert = "tls/client.pem"\n'
+        'tls_client_key = "tls/other.key"\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        Catalog(catalog_dir, {}).load("d")
+    assert "\n" not in str(info.value)
+    assert "tls_client_key" in str(info.value)
