@@ -66,6 +66,15 @@ async def test_a_deliberate_gap_is_reported_as_exactly_its_missing_ids(
                 lambda: all(r["final"] for r in rows_of(auditor, unique) if r["missing"]),
                 timeout_s=60,
             ), "the minutes with loss never became final"
+            # the lead counts a final minute's availability when it next writes the tables
+            down = {"dest": unique, "reason": "loss"}
+            assert await until(
+                lambda: (
+                    (REGISTRY.get_sample_value("hifi_auditor_down_minutes_total", down) or 0)
+                    >= len({r["minute"] for r in rows_of(auditor, unique) if r["missing"]})
+                ),
+                timeout_s=60,
+            ), "the down minutes were never counted"
             rows = rows_of(auditor, unique)
             assert auditor.ops is not None
             async with httpx.AsyncClient(timeout=10) as client:
@@ -88,7 +97,6 @@ async def test_a_deliberate_gap_is_reported_as_exactly_its_missing_ids(
     assert sum(e["missing"] for e in alarms) == 7
     assert (REGISTRY.get_sample_value("hifi_auditor_loss_alarms_total", {"dest": unique}) or 0) >= 1
     # the availability burn-rate alerts divide these two counters (deploy/prometheus)
-    down = {"dest": unique, "reason": "loss"}
     assert REGISTRY.get_sample_value("hifi_auditor_down_minutes_total", down) == len(
         minutes_with_loss
     )
