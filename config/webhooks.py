@@ -20,6 +20,7 @@ from config.templates import Template, parse_template
 
 _TOKEN_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
 STANDARD_WEBHOOKS_PREFIX = "whsec_"
+SINGLE_MAX_IN_FLIGHT = 64  # as a tenant destination's: a request carries one event
 MIN_KEY_BYTES = 16  # a shorter key is a typo or a placeholder, not a secret
 #: the placeholders of the CloudEvents templates: where the event entered hifi, and the catalog's name
 CLOUDEVENT_PLACEHOLDERS = frozenset({"topic", "partition", "destination"})
@@ -198,7 +199,7 @@ def single_defaults(data: dict[str, object]) -> dict[str, object]:
             "key 'max_batch_records': format = \"single\" sends one event per request; remove"
             " max_batch_records"
         )
-    return {"max_in_flight": 64, "webhook": {}, **data, "max_batch_records": 1}
+    return {"max_in_flight": SINGLE_MAX_IN_FLIGHT, "webhook": {}, **data, "max_batch_records": 1}
 
 
 def webhook_problem(
@@ -226,12 +227,10 @@ def webhook_problem(
 
 def _written(webhook: Webhook | None, signing: Signing | None) -> list[tuple[str, str]]:
     """The headers `[webhook]` and `[signing]` write: (the key that says so, the name)."""
-    written = [("[signing]", "webhook-id"), ("[signing]", "webhook-timestamp")]
-    written += [("[signing]", "webhook-signature")]
-    if signing is None:
-        written = []
-    elif signing.header is not None:
-        written = [("[signing]", signing.header)]
+    written: list[tuple[str, str]] = []
+    if signing is not None:
+        names = sorted(_STANDARD_WEBHOOKS_HEADERS) if signing.header is None else [signing.header]
+        written += [("[signing]", name) for name in names]
     if webhook is not None:
         written.append(("webhook.id_header", webhook.id_header))
         if webhook.key_header is not None:

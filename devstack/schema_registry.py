@@ -4,7 +4,8 @@ registries here).
 
 Schemas get ids from 1 in the order first registered (an identical schema keeps its id, under any
 subject); each subject keeps its versions. `down` answers every call 503, as a registry in an
-outage would. Errors are the registry's own shape: `{"error_code": 40403, "message": ...}`.
+outage would (`down_after`: once that many calls were answered). Errors are the registry's own
+shape: `{"error_code": 40403, "message": ...}`.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class SchemaRegistry:
     schemas: list[Registered] = field(default_factory=list)  # id i is schemas[i - 1]
     subjects: dict[str, list[int]] = field(default_factory=dict)  # versions, in order
     down: bool = False
+    down_after: int | None = None  # calls answered before it goes down (an outage mid-poll)
     calls: list[str] = field(default_factory=list)  # "METHOD path", each call
     url: str = ""
 
@@ -81,6 +83,8 @@ class SchemaRegistry:
 
     def _outage(self, request: Request) -> Response | None:
         self.calls.append(f"{request.method} {request.url.path}")
+        if self.down_after is not None and len(self.calls) > self.down_after:
+            self.down = True
         if self.down:
             return _error(503, 50003, "the registry is down (devstack)")
         return None

@@ -146,34 +146,27 @@ class RecordDecoder:
             prefix_schema_id_deserializer(raw, context, schema_id)
             schema = await self._schema(schema_id.id)
             deserializer = self._json if schema.schema_type == "JSON" else self._avro
-            value = await deserializer(raw, context)
+            value = await deserializer(raw, context)  # it may ask the registry too
             decoded.value = to_json(value)
-        except RegistryUnavailable:
-            raise
-        except SchemaRegistryError as exc:  # a 404: the registry does not know the id
+        except SchemaRegistryError as exc:
+            if exc.http_status_code != _NOT_FOUND:
+                raise RegistryUnavailable(
+                    f"schema registry answered {exc.http_status_code}: {exc.error_message}"
+                ) from None
             decoded.error = f"schema registry: {exc.error_message} (HTTP {exc.http_status_code})"
+        except (httpx.TransportError, TimeoutError, ConnectionError) as exc:
+            raise RegistryUnavailable(
+                f"schema registry unreachable: {type(exc).__name__}: {exc}"
+            ) from None
         except Exception as exc:  # every failure to read one record is that record's outcome
             decoded.error = f"{type(exc).__name__}: {exc}"[:300]
         return decoded
 
     async def _schema(self, schema_id: int | None) -> Any:
-        """The schema of `schema_id` (cached by the client); `RegistryUnavailable` unless the
-        registry answered, a 404 as it is."""
-        client = self._client
-        if client is None or schema_id is None:
+        """The schema of `schema_id`, cached by the client (the decoder's type follows it)."""
+        if self._client is None or schema_id is None:
             raise RuntimeError("the decoder is not open, or the record names no schema id")
-        try:
-            return await client.get_schema(schema_id)
-        except SchemaRegistryError as exc:
-            if exc.http_status_code == _NOT_FOUND:
-                raise
-            raise RegistryUnavailable(
-                f"schema registry answered {exc.http_status_code}: {exc.error_message}"
-            ) from None
-        except (httpx.TransportError, TimeoutError, OSError) as exc:
-            raise RegistryUnavailable(
-                f"schema registry unreachable: {type(exc).__name__}: {exc}"
-            ) from None
+        return await self._client.get_schema(schema_id)
 
 
 class Decoding:

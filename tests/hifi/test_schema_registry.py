@@ -175,6 +175,18 @@ async def test_an_outage_is_the_registrys_not_the_records() -> None:
             await decoder.decode([_record(3, unknown)])
 
 
+async def test_an_outage_between_the_schema_and_its_decoder_is_still_an_outage() -> None:
+    """The registry answers the schema's first fetch, then fails the deserializer's own: the
+    record waits for the registry, it is not undecodable."""
+    async with serving() as registry:
+        encoded = await _avro(registry, ORDER)
+        registry.down_after = len(registry.calls) + 1
+        async with RecordDecoder(RegistrySettings(registry.url, timeout_s=2)) as decoder:
+            with pytest.raises(RegistryUnavailable, match="answered 503"):
+                await decoder.decode([_record(0, encoded)])
+        assert registry.calls[-2:] == ["GET /schemas/ids/1"] * 2
+
+
 async def test_intake_waits_out_an_outage_then_resumes() -> None:
     """`Decoding`: None and `waiting` while the registry is down (the worker pauses and reads
     again), the records decoded once it answers; another topic is left as it is."""
@@ -208,3 +220,43 @@ def test_to_json_maps_what_json_has_no_type_for() -> None:
         "b": "YQ==",
     }
     assert orjson.loads(to_json({"t": datetime.time(1, 2, 3)})) == {"t": "01:02:03"}
+
+
+async def test_hostile_payloads_are_each_a_records_outcome_never_a_crash() -> None:
+    """Random bytes behind a known schema's header, and random headers: every record comes back
+    decoded or undecodable, one for one; nothing escapes (hypothesis)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    async with serving() as registry:
+        await _avro(registry, ORDER)
+        await _json(registry, {"id": "j", "n": 3})
+        async with RecordDecoder(RegistrySettings(registry.url)) as decoder:
+            loop = asyncio.get_running_loop()
+            seen: list[int] = []
+
+            @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+            @given(
+                st.lists(
+                    st.one_of(
+                        st.binary(max_size=64),
+                        st.binary(max_size=200).map(lambda b: b"\x00\x00\x00\x00\x01" + b),
+                        st.binary(max_size=200).map(lambda b: b"\x00\x00\x00\x00\x02" + b),
+                    ),
+                    min_size=1,
+                    max_size=5,
+                )
+            )
+            def decode_all(values: list[bytes]) -> None:
+                records = [_record(i, v) for i, v in enumerate(values)]
+                future = asyncio.run_coroutine_threadsafe(decoder.decode(records), loop)
+                decoded = future.result(timeout=30)
+                assert [d.offset for d in decoded] == list(range(len(values)))
+                for d in decoded:
+                    assert d.raw_value == values[d.offset]
+                    if d.error is None:
+                        orjson.loads(d.value or b"")  # what decodes is JSON
+                seen.append(len(decoded))
+
+            await asyncio.to_thread(decode_all)
+    assert seen
