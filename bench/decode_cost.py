@@ -19,13 +19,16 @@ from pathlib import Path
 
 import click
 import orjson
-from confluent_kafka.schema_registry import AsyncSchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AsyncAvroSerializer
-from confluent_kafka.serialization import MessageField, SerializationContext
 
 from bench import phases
 from bench.report import Row, say
 from devstack.schema_registry import serving
+from hifi import schema_registry  # noqa: F401  (first: it quiets authlib's warning on import)
+
+# isort: split
+from confluent_kafka.schema_registry import AsyncSchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AsyncAvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 
 EVENTS = 100_000
 PARTITIONS = 4

@@ -21,6 +21,7 @@ import datetime
 import decimal
 import math
 import time
+import warnings
 from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,17 +29,26 @@ from typing import Any
 import httpx
 import orjson
 import structlog
-from confluent_kafka.schema_registry import (
-    AsyncSchemaRegistryClient,
-    SchemaRegistryError,
-    prefix_schema_id_deserializer,
-)
-from confluent_kafka.schema_registry.avro import AsyncAvroDeserializer
-from confluent_kafka.schema_registry.common.serde import SchemaId
-from confluent_kafka.schema_registry.json_schema import AsyncJSONDeserializer
-from confluent_kafka.serialization import MessageField, SerializationContext
 
 from hifi.errors import RegistryUnavailable
+
+with warnings.catch_warnings():
+    # The registry client imports authlib's httpx integration (for OAuth, which hifi does not
+    # use), and authlib 1.9.10 warns on that import that it moves to httpx2: a line on the
+    # stderr of every daemon that decodes, outside its log. authlib's own import puts an
+    # "always" filter for its warnings first: the "ignore" goes in after it.
+    import authlib.deprecate  # noqa: F401
+
+    warnings.filterwarnings("ignore", message="The httpx module is deprecated")
+    from confluent_kafka.schema_registry import (
+        AsyncSchemaRegistryClient,
+        SchemaRegistryError,
+        prefix_schema_id_deserializer,
+    )
+    from confluent_kafka.schema_registry.avro import AsyncAvroDeserializer
+    from confluent_kafka.schema_registry.common.serde import SchemaId
+    from confluent_kafka.schema_registry.json_schema import AsyncJSONDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
 
 __all__ = ["DecodedRecord", "Decoding", "RecordDecoder", "RegistrySettings", "to_json"]
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import datetime
 import decimal
+import subprocess
+import sys
 import time
 import uuid
 from typing import Any
@@ -210,6 +212,20 @@ async def test_intake_waits_out_an_outage_then_resumes() -> None:
     assert decoded is not None
     assert decoded[0].error is None
     assert decoding.last_error is None
+
+
+@pytest.mark.integration
+def test_a_daemon_that_decodes_writes_nothing_outside_its_log_on_import() -> None:
+    """The registry client imports authlib's httpx integration, which warns on import (authlib
+    1.9.10): a line on a daemon's stderr, outside its structured log."""
+    done = subprocess.run(
+        [sys.executable, "-W", "always", "-c", "import hifi.schema_registry"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
 
 
 def test_to_json_maps_what_json_has_no_type_for() -> None:
