@@ -7,7 +7,8 @@ Phases, all in one run, each attempt and each live probe on a fresh embedded Tan
    then the audit trail's cost: the connector's throughput with the trail on and with it off
    (`[accounting] audit = false`), once each, back to back (every other phase runs with it on);
    then TLS (`bench.tls_cost`): plaintext and through stunnel, three pairs (`tls_over_plain`;
-   the raw consumer's through the same listener, `tls_ceiling_over_plain`);
+   the raw consumer's through the same listener, `tls_ceiling_over_plain`; the connector's CPU
+   an event in each, `tls_cpu_over_plain`);
 3. lag: paced live load at 25, 50 and 75 % of (2), end-to-end lag from event time to receipt,
    then at 50 % three pairs of the floor (the connector's intake alone, `bench.floor`, no HTTP)
    and the connector, in alternating order (`p95_over_floor_ms`: the median pair's difference),
@@ -221,6 +222,7 @@ async def _bench(plan: Plan, work: Path) -> dict[str, object]:
         capacity=arc.fields(),
         tls_over_plain=tls.tls_over_plain,
         tls_ceiling_over_plain=tls.ceiling_tls_over_plain,
+        tls_cpu_over_plain=tls.cpu_tls_over_plain,
         cpu_per_request_us=tenants.cpu_per_request_us(),
         p95_over_floor_ms=references.p95_over_floor_ms,
         single_eps=one_each.single_eps,
@@ -271,6 +273,7 @@ def summary_line(
     capacity: str = "",
     tls_over_plain: float | None = None,
     tls_ceiling_over_plain: float | None = None,
+    tls_cpu_over_plain: float | None = None,
     cpu_per_request_us: float | None = None,
     p95_over_floor_ms: float | None = None,
     single_eps: float | None = None,
@@ -278,7 +281,8 @@ def summary_line(
 ) -> str:
     """The last line of `make bench`; `lookups` and `capacity`: those phases' fields;
     `tls_over_plain`: the TLS phase's ratio, `tls_ceiling_over_plain` the raw consumer's through
-    the same listener; `cpu_per_request_us`: the connector's CPU per
+    the same listener, `tls_cpu_over_plain` the connector's CPU an event in plaintext over through
+    TLS; `cpu_per_request_us`: the connector's CPU per
     request on the tenant drain; `p95_over_floor_ms`: p95 at half load less the floor's, the
     median of pairs taken back to back; `single_eps`: events/s one a request; `avro_over_json`:
     the drain of Avro with `[decode]` over JSON's (each left out when not measured)."""
@@ -287,6 +291,7 @@ def summary_line(
         "tls_ceiling_over_plain": (
             None if tls_ceiling_over_plain is None else f"{tls_ceiling_over_plain:.2f}"
         ),
+        "tls_cpu_over_plain": None if tls_cpu_over_plain is None else f"{tls_cpu_over_plain:.2f}",
         "cpu_per_request_us": None if cpu_per_request_us is None else f"{cpu_per_request_us:.0f}",
         "p95_over_floor_ms": None if p95_over_floor_ms is None else f"{p95_over_floor_ms:.0f}",
         "single_eps": None if single_eps is None else f"{single_eps:.0f}",

@@ -7,7 +7,9 @@ On 2 cores the TLS terminator competes with the connector for CPU, as it would n
 cluster of its own; issue 44 holds it at 0.9 at least (`bench.run`'s targets). So each drain's
 topic is first read by the raw aiokafka consumer (`bench.ceiling`), through the same listener:
 `ceiling_tls_over_plain`, the lower median of those pairs' ratios, is what the listener costs a
-reader that does nothing with its records.
+reader that does nothing with its records. `cpu_tls_over_plain`, the lower median of the pairs'
+connector CPU an event in plaintext over through TLS, is what TLS costs the connector itself:
+the rate it would keep through TLS with its core to itself, as beside a Kafka of its own.
 """
 
 from __future__ import annotations
@@ -53,6 +55,12 @@ class Pair:
         plain = self.plain.ceiling_events_per_s
         return self.tls.ceiling_events_per_s / plain if plain else 0.0
 
+    @property
+    def cpu_ratio(self) -> float:
+        """The connector's CPU an event in plaintext over through TLS (its own cost of TLS)."""
+        tls = self.tls.throughput.cpu_per_event_us
+        return self.plain.throughput.cpu_per_event_us / tls if tls else 0.0
+
 
 @dataclass(frozen=True)
 class TlsCost:
@@ -89,6 +97,12 @@ class TlsCost:
         pair = _lower_median(self.pairs, lambda pair: pair.ceiling_ratio)
         return None if pair is None else pair.ceiling_ratio
 
+    @property
+    def cpu_tls_over_plain(self) -> float | None:
+        """The lower median of the pairs' `cpu_ratio`: what TLS costs the connector itself."""
+        pair = _lower_median(self.pairs, lambda pair: pair.cpu_ratio)
+        return None if pair is None else pair.cpu_ratio
+
     def rows(self, events: int) -> list[Row]:
         pair = self.median_pair
         if pair is None:
@@ -107,6 +121,12 @@ class TlsCost:
             "pair_ratios": [pair.ratio for pair in self.pairs],
             "ceiling_tls_over_plain": self.ceiling_tls_over_plain,
             "ceiling_pair_ratios": [pair.ceiling_ratio for pair in self.pairs],
+            "cpu_tls_over_plain": self.cpu_tls_over_plain,
+            "cpu_pair_ratios": [pair.cpu_ratio for pair in self.pairs],
+            "cpu_per_event_us": [
+                (pair.plain.throughput.cpu_per_event_us, pair.tls.throughput.cpu_per_event_us)
+                for pair in self.pairs
+            ],
             "median_of": len(self.pairs),
             "skipped": self.skipped,
         }
@@ -145,13 +165,15 @@ async def run_phase(work: Path, events: int, prefill: Prefill, *, pairs: int = P
             f"   pair {index + 1}: plaintext {plain.throughput.events_per_s:.0f}/s,"
             f" TLS {tls.throughput.events_per_s:.0f}/s, ratio {done[-1].ratio:.2f}"
             f" (raw consumer {plain.ceiling_events_per_s:.0f}/s, {tls.ceiling_events_per_s:.0f}/s,"
-            f" {done[-1].ceiling_ratio:.2f})"
+            f" {done[-1].ceiling_ratio:.2f}; the connector's CPU an event"
+            f" {plain.throughput.cpu_per_event_us:.2f} and {tls.throughput.cpu_per_event_us:.2f} µs,"
+            f" {done[-1].cpu_ratio:.2f})"
         )
     cost = TlsCost(plain_only=None, pairs=tuple(done))
     say(
         f"   tls_over_plain {cost.tls_over_plain:.2f} (the median of"
         f" {', '.join(f'{pair.ratio:.2f}' for pair in done)}); the raw consumer's"
-        f" {cost.ceiling_tls_over_plain:.2f}"
+        f" {cost.ceiling_tls_over_plain:.2f}; by the connector's CPU {cost.cpu_tls_over_plain:.2f}"
     )
     return cost
 

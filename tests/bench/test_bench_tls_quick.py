@@ -37,6 +37,10 @@ async def test_both_drains_deliver_everything_and_the_ratio_is_measured(tmp_path
     assert all(pair.tls.ceiling_events_per_s > 0 for pair in cost.pairs)
     assert cost.ceiling_tls_over_plain == min(pair.ceiling_ratio for pair in cost.pairs)
     assert cost.report()["ceiling_pair_ratios"] == [pair.ceiling_ratio for pair in cost.pairs]
+    # and the connector's own cost of TLS, by its CPU an event in each drain
+    assert all(pair.cpu_ratio > 0 for pair in cost.pairs)
+    assert cost.cpu_tls_over_plain == min(pair.cpu_ratio for pair in cost.pairs)
+    assert cost.report()["cpu_pair_ratios"] == [pair.cpu_ratio for pair in cost.pairs]
     assert cost.plain.delivered >= EVENTS
     assert cost.tls.delivered >= EVENTS
     assert cost.tls_over_plain is not None
