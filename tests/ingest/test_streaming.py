@@ -30,6 +30,25 @@ async def service(
         yield running
 
 
+_SENDS = 3
+_KAFKA_FAULT = "Kafka did not acknowledge"
+
+
+async def _stream(service: IngestService, parts: tuple[bytes, ...]) -> list[dict[str, object]]:
+    """POST `parts` as one chunked NDJSON stream; every line of the answer, parsed."""
+    async with (
+        httpx.AsyncClient(timeout=30) as client,
+        client.stream(
+            "POST",
+            url(service, suffix=":stream"),
+            content=_chunks(*parts),
+            headers={**NDJSON, **auth()},
+        ) as response,
+    ):
+        assert response.status_code == 200
+        return [orjson.loads(line) async for line in response.aiter_lines() if line]
+
+
 async def _chunks(*parts: bytes) -> AsyncIterator[bytes]:
     for part in parts:
         yield part
@@ -42,18 +61,14 @@ async def test_each_event_gets_its_line_in_order(service: IngestService) -> None
         b'"s-1"}\nnot json\n',
         b'{"x": "' + b"y" * 2000 + b'"}\n[1]\n{"id": "s-2"}',
     )
-    async with (
-        httpx.AsyncClient(timeout=30) as client,
-        client.stream(
-            "POST",
-            url(service, suffix=":stream"),
-            content=_chunks(*parts),
-            headers={**NDJSON, **auth()},
-        ) as response,
-    ):
-        assert response.status_code == 200
-        lines = [orjson.loads(line) async for line in response.aiter_lines() if line]
-    *results, end = lines
+    for _ in range(_SENDS):
+        lines = await _stream(service, parts)
+        *results, end = lines
+        # Tansu under six workers once answered a produce NotLeaderForPartition after 30 s: the
+        # end line then tells the sender to resend, as a sender would; the lines are checked
+        # on a stream the broker acknowledged
+        if _KAFKA_FAULT not in str(end.get("error", "")):
+            break
     assert [r["index"] for r in results] == [0, 1, 2, 3, 4, 5], lines  # the end says why
     assert [r["status"] for r in results] == [
         "accepted",
