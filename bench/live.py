@@ -18,8 +18,9 @@ from bench.report import Row
 
 _SEARCH_HIGH = 1.25  # the search tries up to this multiple of the measured maximum
 _SEARCH_RESOLUTION = 0.1
-# pairs of the floor and the connector at half load, alternated; the median difference counts
-FLOOR_PAIRS = 3
+# pairs of the floor and the connector at half load, alternated; the median difference counts:
+# five, as one probe in a run of the full bench is often several times its neighbours
+FLOOR_PAIRS = 5
 
 
 async def scale_search(

@@ -10,7 +10,7 @@ Phases, all in one run, each attempt and each live probe on a fresh embedded Tan
    the raw consumer's through the same listener, `tls_ceiling_over_plain`; the connector's CPU
    an event in each, `tls_cpu_over_plain`);
 3. lag: paced live load at 25, 50 and 75 % of (2), end-to-end lag from event time to receipt,
-   then at 50 % three pairs of the floor (the connector's intake alone, `bench.floor`, no HTTP)
+   then at 50 % five pairs of the floor (the connector's intake alone, `bench.floor`, no HTTP)
    and the connector, in alternating order (`p95_over_floor_ms`: the median pair's difference),
    and the connector with `concurrency = "fixed"` (adaptive is the default), measured alike;
 4. scale rating: the highest offered rate whose p95 lag stays under 1 s, with 1 % of requests
