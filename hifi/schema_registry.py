@@ -36,8 +36,10 @@ with warnings.catch_warnings():
     # The registry client imports authlib's httpx integration (for OAuth, which hifi does not
     # use), and authlib 1.9.10 warns on that import that it moves to httpx2: a line on the
     # stderr of every daemon that decodes, outside its log. authlib's own import puts an
-    # "always" filter for its warnings first: the "ignore" goes in after it.
-    import authlib.deprecate  # noqa: F401
+    # "always" filter for its warnings first: the "ignore" goes in after it (an authlib
+    # without that module has no such filter, and the decoder does not need it).
+    with contextlib.suppress(ImportError):
+        import authlib.deprecate  # noqa: F401
 
     warnings.filterwarnings("ignore", message="The httpx module is deprecated")
     from confluent_kafka.schema_registry import (
