@@ -4,6 +4,11 @@ An hour at thousands of events a second is tens of millions of ids: each source 
 to Kafka, `t` tenants, `i` through ingest) numbers its events `SOURCE-SEQ`, and the ledger keeps
 arrays indexed by SEQ (the minute an accepted event belongs to, its deliveries) instead of sets
 of strings, and the lag of each first delivery in its event-time minute.
+
+An event accepted once can still be in its source topic twice: a batch ingest answered 503 (or a
+producer retried) after the broker wrote it, resent and written again. The auditors count
+records, so at the end the run reads its source topics and counts each id's records (`written`):
+what an auditor must count in a minute is then the records of its accepted ids.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ class _Source:
         self.dest = dest
         self.minute = array("H")
         self.deliveries = bytearray()
+        self.copies = bytearray()  # records of each SEQ found in the source topic
 
     def arrays(
         self,
@@ -53,6 +59,7 @@ class _Source:
         if seq >= len(self.deliveries):
             more = max(seq + 1 - len(self.deliveries), len(self.deliveries) // 2, 65_536)
             self.deliveries.extend(bytes(more))
+            self.copies.extend(bytes(more))
             self.minute.extend(array("H", bytes(2 * more)))
 
 
@@ -68,6 +75,7 @@ class Ledger:
         self.repeats_by_s: Counter[int] = Counter()  # epoch second -> deliveries beyond the first
         self.foreign = 0  # deliveries of ids no source of this run made
         self.first_deliveries = 0  # ids answered 2xx, accepted yet or not (a running count)
+        self.topics_read = False  # whether `written` counted the source topics' records
 
     def accepted(self, source: str, seq: int, event_ms: int) -> None:
         """SEQ of `source` was accepted (acks=all, or ingest's 2xx) with this event time."""
@@ -98,6 +106,27 @@ class Ledger:
             if isinstance(delivery.event_time, int):
                 lags = self._lags.setdefault(minute_of(delivery.event_time), array("I"))
                 lags.append(max(0, delivery.received_ms - delivery.event_time))
+
+    def written(self, event_ids: Iterable[str]) -> None:
+        """One record of each of `event_ids` was found in its source topic."""
+        self.topics_read = True
+        for event_id in event_ids:
+            source, _, number = event_id.partition("-")
+            entry = self._sources.get(source)
+            if entry is None or not number.isdigit():
+                continue
+            seq = int(number)
+            entry.grow(seq)
+            entry.copies[seq] = min(entry.copies[seq] + 1, _MAX_COUNT)
+
+    def written_again(self) -> int:
+        """Records in the source topics beyond the first of an accepted id."""
+        total = 0
+        for entry in self._sources.values():
+            minute = entry.arrays()[0]
+            copies = np.frombuffer(entry.copies, dtype=np.uint8).astype(np.int64)
+            total += int(np.clip(copies - 1, 0, None)[minute > 0].sum())
+        return total
 
     def delivered(self, source: str, seq: int) -> bool:
         entry = self._sources[source]
@@ -139,7 +168,8 @@ class Ledger:
     ) -> dict[str, dict[int, Expected]]:
         """Per destination, per event-time minute: what its auditor must count there (accepted
         events, those delivered, those only dead-lettered); `dead_lettered`: per destination,
-        the ids in its DLQ."""
+        the ids in its DLQ. Once the source topics were read (`written`), an event counts once
+        per record of it there, as the auditors count."""
         found: dict[str, dict[int, Expected]] = {}
         for letter, entry in self._sources.items():
             minutes = found.setdefault(entry.dest, {})
@@ -155,8 +185,12 @@ class Ledger:
                 accepted & (deliveries > 0),
                 accepted & (deliveries == 0) & dead,
             )
+            records = np.ones(len(minute), dtype=np.int64)
+            if self.topics_read:  # an accepted event is in its topic at least once
+                records = np.maximum(np.frombuffer(entry.copies, dtype=np.uint8), 1)
             entered, delivered, only_dead = (
-                np.bincount(minute[mask], minlength=1) for mask in columns
+                np.bincount(minute[mask], weights=records[mask], minlength=1).astype(np.int64)
+                for mask in columns
             )
             for index in np.flatnonzero(entered):
                 at = self.started_ms + (int(index) - 1) * MINUTE_MS

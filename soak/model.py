@@ -92,6 +92,8 @@ class Account:
     duplicate_causes: Mapping[str, int]  # "kind target" of the fault around the repeat -> count
     lost_sample: tuple[str, ...] = ()
     audit_mismatches: tuple[str, ...] = ()  # "DEST MINUTE figure auditor != run"
+    # records in the source topics beyond an accepted id's first (a resend after no answer)
+    written_again: int = 0
 
     @property
     def dup_pct(self) -> float:

@@ -254,6 +254,8 @@ def _account(result: SoakResult) -> list[str]:
         f"- delivered (distinct ids): {account.delivered:,}",
         f"- lost: {lost}",
         f"- duplicates: {account.duplicates:,} ({account.dup_pct:.3f} % of delivered)",
+        f"- written to Kafka again: {account.written_again:,} records beyond an id's first"
+        " (resent after no answer; the auditors count each record)",
         f"- dead-lettered: {sum(account.dead_lettered.values()):,}",
         "",
         "Duplicates by the fault around the repeat:",

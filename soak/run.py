@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import msgspec
 
 from bench import phases
 from bench.load import Tenants
@@ -21,6 +22,7 @@ from bench.report import say
 from chaos import audit
 from chaos.audit import MINUTE_MS, minute_of
 from devstack import kafka_tools
+from hifi.kafka import reading
 from hifi.kafka.settings import KafkaSettings
 from soak import calibrate, schedule
 from soak.faults import FaultRunner
@@ -45,6 +47,7 @@ LAG_SLA_S = 1.0  # the catalog's default `lag_sla_s`
 _READY_TIMEOUT_S = 180.0
 _DRAIN_POLL_S = 5.0
 _CAUSE_WINDOW_MS = 60_000  # a repeat this long after a fault ended is put down to it
+_READ_S = 900.0  # the end's read of a source topic: an hour of records from the dev broker
 # Tansu keeps every record in memory, without retention: it grew 9.5 MB/s under 31,900 events/s
 # of about 250 bytes (2026-12-03). The rate is capped so the run's records fit in this share
 # of the memory available.
@@ -277,6 +280,7 @@ async def _account(
                 lost.append(f"{letter}-{seq}")
             else:
                 reasons[reason] += 1
+    await _count_records(running, ledger)
     expected = ledger.expected_minutes({dest: set(found) for dest, found in dead.items()})
     mismatches: list[str] = []
     for dest in (PLAIN, TENANTS_DEST):
@@ -289,11 +293,37 @@ async def _account(
         delivered=ledger.delivered_count(),
         lost=len(lost),
         duplicates=ledger.duplicates(),
+        written_again=ledger.written_again(),
         dead_lettered=dict(reasons),
         duplicate_causes=_causes(ledger, faults, run_started_ms),
         lost_sample=tuple(lost[:10]),
         audit_mismatches=tuple(mismatches),
     )
+
+
+class _EventId(msgspec.Struct):
+    id: str
+
+
+async def _count_records(running: Stack, ledger: Ledger) -> None:
+    """Each accepted id's records in its source topic (`Ledger.written`): an event ingest
+    answered 503 for after the broker wrote it is there twice once resent, and the auditors
+    count both."""
+    started = time.monotonic()
+    decode = msgspec.json.Decoder(_EventId).decode
+    records = 0
+    for dest in (PLAIN, TENANTS_DEST):
+        topic = running.topic(dest)
+        async for batch in reading.topic_batches(running.settings, topic, timeout_s=_READ_S):
+            ids = []
+            for record in batch:
+                try:
+                    ids.append(decode(record.value).id)
+                except msgspec.MsgspecError:  # not one of the run's events
+                    continue
+            ledger.written(ids)
+            records += len(batch)
+    say(f"   source topics read: {records:,} records in {time.monotonic() - started:.0f} s")
 
 
 async def _audit(

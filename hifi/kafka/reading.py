@@ -23,11 +23,21 @@ async def read_topic(
     Reads without a consumer group, so it never disturbs one; a topic that does not exist has
     no records. Raises `TimeoutError` if neither is reached in `timeout_s`.
     """
+    records: list[Any] = []
+    async for batch in topic_batches(settings, topic, at_least=at_least, timeout_s=timeout_s):
+        records.extend(batch)
+    return records
+
+
+async def topic_batches(
+    settings: KafkaSettings, topic: str, *, at_least: int = 0, timeout_s: float = 30.0
+) -> AsyncIterator[list[Any]]:
+    """`read_topic`'s records a partition's fetch at a time, for a topic too large to hold."""
     async with open_consumer(settings, group_id=None, isolation_level="read_uncommitted") as reader:
         tps = reader.partitions(topic)
         if not tps and not at_least:
-            return []
-        records: list[Any] = []
+            return
+        seen = 0
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while loop.time() < deadline:
@@ -41,13 +51,14 @@ async def read_topic(
                 await reader.seek_to_beginning(*tps)
             fetched = await reader.getmany(timeout_ms=_READ_POLL_MS)
             for batch in fetched.values():
-                records.extend(batch)
-            if at_least and len(records) >= at_least:
-                return records
+                seen += len(batch)
+                yield batch
+            if at_least and seen >= at_least:
+                return
             if not at_least and not fetched and await _at_end(reader, tps):
-                return records
+                return
         if at_least:
-            return records
+            return
         raise TimeoutError(f"reading {topic} did not reach its end in {timeout_s}s")
 
 

@@ -48,3 +48,24 @@ def test_expected_minutes_split_delivered_and_dead_lettered_by_destination() -> 
     }
     assert plain == {T0: (2, 1, 1), T0 + 60_000: (2, 1, 0)}  # k-0 delivered: not dead only
     assert {m: e.entered for m, e in expected["tenants"].items()} == {T0: 1}
+
+
+def test_an_event_written_twice_to_its_topic_counts_twice_as_the_auditors_count_records() -> None:
+    # ingest answered 503 for k-1's batch after the broker wrote it: resent, it is there twice
+    ledger = Ledger(T0, {"k": "plain"})
+    for seq in range(3):
+        ledger.accepted("k", seq, T0)
+    ledger.on_delivery([Delivery(f"k-{seq}", T0 + 10, T0) for seq in (0, 1, 1)])
+    ledger.written(["k-0", "k-1", "k-2", "k-1", "x-9", "k-nine"])
+    expected = ledger.expected_minutes({"plain": {"k-2"}})["plain"][T0]
+    assert (expected.entered, expected.delivered, expected.dead_lettered) == (4, 3, 1)
+    assert ledger.written_again() == 1
+    assert ledger.duplicates() == 1
+
+
+def test_before_the_topics_are_read_each_accepted_event_counts_once() -> None:
+    ledger = Ledger(T0, {"k": "plain"})
+    ledger.accepted("k", 0, T0)
+    expected = ledger.expected_minutes({})["plain"][T0]
+    assert (expected.entered, expected.delivered) == (1, 0)
+    assert ledger.written_again() == 0

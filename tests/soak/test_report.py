@@ -49,6 +49,7 @@ def _result(**changes: Any) -> SoakResult:
         delivered=71_997,
         lost=0,
         duplicates=2,
+        written_again=1,
         dead_lettered={"malformed": 3},
         duplicate_causes={"kill9 connector": 2},
     )
@@ -151,6 +152,7 @@ def test_the_account_and_resources_show_duplicates_dead_letters_and_a_restart(
     """Duplicates by cause, dead letters by reason, and the connector's restart (two pids)."""
     report = write_report(_result(), tmp_path).read_text()
     assert "- duplicates: 2 (0.003 % of delivered)" in report
+    assert "- written to Kafka again: 1 records beyond an id's first" in report
     assert "| kill9 connector | 2 |" in report
     assert "| malformed | 3 |" in report
     assert "| connector | 1 | 80.0 → 82.3 | 40 → 40 |" in report
