@@ -4,6 +4,7 @@ schedule, drain, and take the account by id against the destinations, the DLQs a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import time
@@ -314,15 +315,17 @@ async def _count_records(running: Stack, ledger: Ledger) -> None:
     records = 0
     for dest in (PLAIN, TENANTS_DEST):
         topic = running.topic(dest)
-        async for batch in reading.topic_batches(running.settings, topic, timeout_s=_READ_S):
-            ids = []
-            for record in batch:
-                try:
-                    ids.append(decode(record.value).id)
-                except msgspec.MsgspecError:  # not one of the run's events
-                    continue
-            ledger.written(ids)
-            records += len(batch)
+        batches = reading.topic_batches(running.settings, topic, timeout_s=_READ_S)
+        async with contextlib.aclosing(batches):
+            async for batch in batches:
+                ids = []
+                for record in batch:
+                    try:
+                        ids.append(decode(record.value).id)
+                    except msgspec.MsgspecError:  # not one of the run's events
+                        continue
+                ledger.written(ids)
+                records += len(batch)
     say(f"   source topics read: {records:,} records in {time.monotonic() - started:.0f} s")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -24,15 +25,18 @@ async def read_topic(
     no records. Raises `TimeoutError` if neither is reached in `timeout_s`.
     """
     records: list[Any] = []
-    async for batch in topic_batches(settings, topic, at_least=at_least, timeout_s=timeout_s):
-        records.extend(batch)
+    batches = topic_batches(settings, topic, at_least=at_least, timeout_s=timeout_s)
+    async with contextlib.aclosing(batches):
+        async for batch in batches:
+            records.extend(batch)
     return records
 
 
 async def topic_batches(
     settings: KafkaSettings, topic: str, *, at_least: int = 0, timeout_s: float = 30.0
-) -> AsyncIterator[list[Any]]:
-    """`read_topic`'s records a partition's fetch at a time, for a topic too large to hold."""
+) -> AsyncGenerator[list[Any], None]:
+    """`read_topic`'s records a partition's fetch at a time, for a topic too large to hold;
+    iterate it inside `contextlib.aclosing`, so its consumer stops whenever the reading ends."""
     async with open_consumer(settings, group_id=None, isolation_level="read_uncommitted") as reader:
         tps = reader.partitions(topic)
         if not tps and not at_least:
