@@ -16,7 +16,14 @@ from devstack.destination import TestDestination
 from devstack.kafka_tools import move_committed, produce_events
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
-from tests.auditor.support import audited_destination, now_ms, rows_of, running, settled
+from tests.auditor.support import (
+    audited_destination,
+    now_ms,
+    rows_of,
+    running,
+    sample,
+    settled,
+)
 from tests.helpers import events, until
 
 
@@ -106,10 +113,5 @@ async def test_a_deliberate_gap_is_reported_as_exactly_its_missing_ids(
 
 def _down_minutes(dest: str) -> float:
     """The down minutes of `dest` over both reasons: the availability's numerator."""
-    return sum(
-        REGISTRY.get_sample_value(
-            "hifi_auditor_down_minutes_total", {"dest": dest, "reason": reason}
-        )
-        or 0
-        for reason in DOWN_REASONS
-    )
+    name = "hifi_auditor_down_minutes_total"
+    return sum(sample(name, {"dest": dest, "reason": reason}) for reason in DOWN_REASONS)
