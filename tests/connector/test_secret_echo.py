@@ -81,24 +81,38 @@ def read(path: Path) -> str:
     return path.read_text()
 
 
+def retrier_args(dest: str, catalog_dir: Path) -> list[str]:
+    """A retrier of `dest` in a group of its own: no member another test left in the default
+    group (killed mid-join, say) holds up its join."""
+    return ["--dest", dest, "--catalog", str(catalog_dir), "--group", f"{dest}.retrier"]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-async def status_with_failures(port: int, dest: str, timeout_s: float = 60.0) -> str:
-    """The retrier's /status body once it lists a recent failure of `dest`."""
-    async with httpx.AsyncClient() as client, asyncio.timeout(timeout_s):
-        while True:
-            try:
-                response = await client.get(f"http://127.0.0.1:{port}/status")
-                entry = response.json()["destinations"][dest]
-                if entry["recent_failures"]:
-                    return response.text
-            except (httpx.TransportError, ValueError, KeyError):
-                pass
-            await asyncio.sleep(0.2)
+async def status_with_failures(
+    port: int, dest: str, log_path: Path, timeout_s: float = 60.0
+) -> str:
+    """The retrier's /status body once it lists a recent failure of `dest`; on a timeout, the
+    assertion shows the retrier's log."""
+    try:
+        async with httpx.AsyncClient() as client, asyncio.timeout(timeout_s):
+            while True:
+                try:
+                    response = await client.get(f"http://127.0.0.1:{port}/status")
+                    entry = response.json()["destinations"][dest]
+                    if entry["recent_failures"]:
+                        return response.text
+                except (httpx.TransportError, ValueError, KeyError):
+                    pass
+                await asyncio.sleep(0.2)
+    except TimeoutError:
+        raise AssertionError(
+            f"no recent failure on /status; the retrier's log:\n{read(log_path)}"
+        ) from None
 
 
 async def dlq_list(settings: KafkaSettings, dest: str, catalog_dir: Path) -> tuple[str, str]:
@@ -217,7 +231,7 @@ async def test_unavailable_echoing_the_header_is_handed_off_masked(
     port = free_port()
     retrier = start(
         "retrier",
-        ["--dest", unique, "--catalog", str(catalog_dir), "--metrics-port", str(port)],
+        [*retrier_args(unique, catalog_dir), "--metrics-port", str(port)],
         bootstrap=kafka_settings.bootstrap,
         log_path=tmp_path / "retrier.log",
         log_format=log_format,
@@ -225,7 +239,7 @@ async def test_unavailable_echoing_the_header_is_handed_off_masked(
     )
     processes.append(retrier)
     try:
-        status = await status_with_failures(port, unique)
+        status = await status_with_failures(port, unique, tmp_path / "retrier.log")
     finally:
         retrier.send_signal(signal.SIGTERM)
         assert await wait_exit(retrier, 60) == 0
@@ -311,7 +325,7 @@ async def test_token_split_across_two_failures_is_masked_in_each(
     port = free_port()
     retrier = start(
         "retrier",
-        [*args, "--metrics-port", str(port)],
+        [*retrier_args(unique, catalog_dir), "--metrics-port", str(port)],
         bootstrap=bootstrap,
         log_path=tmp_path / "retrier.log",
     )
@@ -319,7 +333,7 @@ async def test_token_split_across_two_failures_is_masked_in_each(
     try:
         assert await destination.wait_for_requests(1, 60)
         destination.echo(Echo(text=f"{tail} is not a valid credential", raw_body=True))
-        status = await status_with_failures(port, unique)
+        status = await status_with_failures(port, unique, tmp_path / "retrier.log")
         (letter,) = await read_topic(kafka_settings, f"{unique}.dlq", at_least=1)
     finally:
         for process in (connector, retrier):
