@@ -78,6 +78,10 @@ class Slope:
     threads_per_h: float
     kafka_connections_per_h: float
     tasks_per_h: float | None
+    # RSS fitted within the stretches between faults only, each with a level of its own: a
+    # step a fault's backlog left (memory the allocators keep) is set aside, a climb is not.
+    # None: no stretch long enough to fit.
+    rss_mb_per_h_between_faults: float | None = None
 
 
 @dataclass(frozen=True)

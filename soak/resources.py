@@ -4,6 +4,12 @@ A leak shows as a slope: RSS, file descriptors, threads, Kafka connections or as
 keep climbing after start-up. Every process is read from /proc (and its task gauge from its
 /metrics) every `SAMPLE_EVERY_S`; `slopes` fits one line per process life after `WARMUP_S`, so a
 daemon restarted by a fault starts a new life instead of bending the old one.
+
+A daemon that held a backlog (a frozen broker's, an outage's buffer) keeps some of that memory:
+the allocators do not give back every page freed. One line through the life reads such a step
+as a slope. Beside it, `slopes` fits the RSS within the stretches between faults, each stretch
+with a level of its own (`between_faults_per_h`): a step at a fault moves a level, a leak
+climbs within every stretch.
 """
 
 from __future__ import annotations
@@ -18,9 +24,13 @@ from typing import Self
 
 import httpx
 
-from soak.model import MIN_LIFE_S, SAMPLE_EVERY_S, WARMUP_S, Sample, Slope
+from soak.model import MIN_LIFE_S, SAMPLE_EVERY_S, WARMUP_S, Fault, Sample, Slope
 
 SCRAPE_TIMEOUT_S = 1.0
+#: after a fault ends, this long is its backlog's to work off: not part of a stretch between faults
+RECOVERY_S = 120.0
+#: a stretch between faults is fitted when it spans this long at least
+MIN_STRETCH_S = 5 * 60.0
 TASKS_GAUGE = "hifi_asyncio_tasks"
 _ESTABLISHED = "01"  # the `st` column of /proc/net/tcp
 
@@ -175,9 +185,14 @@ async def _tasks_of(client: httpx.AsyncClient, metrics_port: int) -> int | None:
 
 
 def slopes(
-    samples: Iterable[Sample], *, warmup_s: float = WARMUP_S, min_life_s: float = MIN_LIFE_S
+    samples: Iterable[Sample],
+    *,
+    faults: Sequence[Fault] = (),
+    warmup_s: float = WARMUP_S,
+    min_life_s: float = MIN_LIFE_S,
 ) -> list[Slope]:
-    """One slope per process life of at least `min_life_s`, fitted after its first `warmup_s`.
+    """One slope per process life of at least `min_life_s`, fitted after its first `warmup_s`,
+    and its RSS slope between `faults`.
 
     A life is one (daemon, pid); lives come by daemon, then by their first sample.
     """
@@ -201,6 +216,9 @@ def slopes(
             threads_per_h=_per_h([(s.at_s, s.threads) for s in steady]),
             kafka_connections_per_h=_per_h([(s.at_s, s.kafka_connections) for s in steady]),
             tasks_per_h=_per_h(with_tasks) if len(with_tasks) >= 2 else None,
+            rss_mb_per_h_between_faults=between_faults_per_h(
+                [(s.at_s, s.rss_mb) for s in steady], faults
+            ),
         )
         fitted.append((first_s, slope))
     fitted.sort(key=lambda pair: (pair[1].daemon, pair[0]))
@@ -210,6 +228,38 @@ def slopes(
 def _fittable(steady: Sequence[Sample]) -> bool:
     """A line needs samples at two moments at least."""
     return len({sample.at_s for sample in steady}) >= 2
+
+
+def between_faults_per_h(
+    points: Sequence[tuple[float, float]],
+    faults: Sequence[Fault],
+    *,
+    after_s: float = RECOVERY_S,
+    min_stretch_s: float = MIN_STRETCH_S,
+) -> float | None:
+    """The slope per hour of (second, value) points within the stretches between faults, one
+    level per stretch (the pooled within-stretch least-squares slope).
+
+    A fault's span, and `after_s` after it (its backlog worked off), belongs to no stretch;
+    a stretch shorter than `min_stretch_s` is left out. None when no stretch is left."""
+    spans = sorted((f.start_s, f.end_s + after_s) for f in faults)
+    stretches: list[list[tuple[float, float]]] = [[]]
+    for at_s, value in sorted(points):
+        if any(start_s <= at_s < end_s for start_s, end_s in spans):
+            if stretches[-1]:
+                stretches.append([])
+            continue
+        stretches[-1].append((at_s, value))
+    fitted = [s for s in stretches if s and s[-1][0] - s[0][0] >= min_stretch_s]
+    if not fitted:
+        return None
+    covariance = variance = 0.0
+    for stretch in fitted:
+        mean_s = statistics.fmean(at_s for at_s, _ in stretch)
+        mean_value = statistics.fmean(value for _, value in stretch)
+        covariance += sum((at_s - mean_s) * (value - mean_value) for at_s, value in stretch)
+        variance += sum((at_s - mean_s) ** 2 for at_s, _ in stretch)
+    return covariance / variance * 3600 if variance else None
 
 
 def _per_h(points: Sequence[tuple[float, float]]) -> float:

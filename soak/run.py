@@ -128,7 +128,7 @@ async def soak(plan: SoakPlan, work: Path) -> SoakResult:
         faults=faults,
         minutes=_minutes(ledger, faults, run_started_ms),
         samples=samples,
-        slopes=tuple(slopes(samples)),
+        slopes=tuple(slopes(samples, faults=faults)),
         account=account,
         exits=exits,
     )

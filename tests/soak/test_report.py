@@ -241,3 +241,18 @@ def test_a_fault_across_a_minutes_end_may_cost_its_two_minutes_and_the_next(
     assert problems(result) == [
         "5 late minutes, 1 more than the faults' own minutes and the next of each"
     ]
+
+
+def test_the_rss_target_is_judged_by_the_fit_and_shows_the_slope_between_faults(
+    tmp_path: Path,
+) -> None:
+    """A step a backlog left fails the target as fitted; the reading between faults is beside
+    it, in the target's row and the daemon's row, and decides nothing."""
+    stepped = Slope("auditor-plain", 300, 3600.0, 25.5, 0.0, 0.0, 0.0, 0.0, 0.4)
+    report = write_report(_result(slopes=(stepped,)), tmp_path).read_text()
+    assert _verdicts(report)["RSS slope < 5 MB/h per daemon"] == "not met"
+    assert (
+        "+25.5 MB/h (auditor-plain pid 300); between faults at most +0.4 MB/h"
+        " (auditor-plain pid 300)"
+    ) in report
+    assert "| auditor-plain | 300 | 60 | +25.50 | +0.40 |" in report

@@ -15,8 +15,14 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import httpx
 import pytest
 
-from soak.model import MIN_LIFE_S, WARMUP_S, Sample
-from soak.resources import ResourceSampler, sample_process, scrape_tasks, slopes
+from soak.model import MIN_LIFE_S, WARMUP_S, Fault, Sample
+from soak.resources import (
+    ResourceSampler,
+    between_faults_per_h,
+    sample_process,
+    scrape_tasks,
+    slopes,
+)
 
 # Connects to the listener (argv: host, port), starts a thread, says "ready"; then, for each
 # number it reads, opens that many more files and says "opened"; exits at the end of stdin.
@@ -278,3 +284,56 @@ def test_tasks_slope_needs_two_answers() -> None:
     (slope,) = slopes(life)
     assert slope.tasks_per_h is None
     assert slope.rss_mb_per_h == 0.0
+
+
+# --- between faults -------------------------------------------------------------------------
+
+# the broker frozen from minute 30 to 30:15; a fault elsewhere from minute 45 to 46
+FAULTS = (
+    Fault("broker_frozen", "broker", 1800.0, 1815.0),
+    Fault("kill9", "retrier-plain", 2700.0, 2760.0),
+)
+
+
+def _stepped(life_s: float) -> float:
+    """Flat at 170 MB, then 15 MB more from the freeze on (the backlog's memory, kept)."""
+    return 170.0 + (15.0 if life_s >= 1800 else 0.0)
+
+
+def test_a_step_at_a_fault_is_a_slope_to_the_fit_and_none_between_faults() -> None:
+    """One line through the life reads a kept step as a climb; the stretches between the
+    faults, each at its own level, read it as flat."""
+    (slope,) = slopes(_life(7, rss_mb=_stepped), faults=FAULTS)
+    assert slope.rss_mb_per_h > 5
+    assert slope.rss_mb_per_h_between_faults == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_leak_climbs_between_faults_too() -> None:
+    """30 MB/h on top of the same step: between the faults it reads 30 MB/h."""
+    (slope,) = slopes(
+        _life(7, rss_mb=lambda life_s: _stepped(life_s) + life_s * 30 / 3600), faults=FAULTS
+    )
+    assert slope.rss_mb_per_h_between_faults == pytest.approx(30.0, rel=1e-6)
+
+
+def test_a_step_within_a_stretch_is_not_set_aside() -> None:
+    """A step with no fault near it (minute 40) is part of its stretch's slope."""
+    (slope,) = slopes(
+        _life(7, rss_mb=lambda life_s: 170.0 + (15.0 if life_s >= 2400 else 0.0)), faults=FAULTS
+    )
+    assert (slope.rss_mb_per_h_between_faults or 0.0) > 5
+
+
+def test_with_no_fault_between_faults_is_the_fitted_slope() -> None:
+    life = _life(7, rss_mb=lambda life_s: 100 + life_s * 5 / 600)
+    (slope,) = slopes(life)
+    assert slope.rss_mb_per_h_between_faults == pytest.approx(slope.rss_mb_per_h)
+
+
+def test_stretches_too_short_to_fit_are_left_out() -> None:
+    """A fault every 5 minutes leaves stretches of 3 minutes: nothing to fit between them."""
+    every_5_min = [Fault("kill9", "x", start_s, start_s + 1) for start_s in range(0, 4000, 300)]
+    (slope,) = slopes(_life(7, rss_mb=_stepped), faults=every_5_min)
+    assert slope.rss_mb_per_h_between_faults is None
+    assert between_faults_per_h([(0.0, 1.0), (600.0, 2.0)], ()) == pytest.approx(6.0)
+    assert between_faults_per_h([(0.0, 1.0), (60.0, 2.0)], ()) is None
