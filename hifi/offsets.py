@@ -49,6 +49,10 @@ class OffsetTracker:
             done.discard(head)
         if head is not None:
             progress.next_offset = head + 1
+        if not done:
+            # a set keeps the table of the most it ever held: without this, a partition that
+            # goes quiet after a backlog keeps megabytes for every offset it once had in flight
+            done.clear()
 
     def outstanding(self, tp: TopicPartition) -> int:
         progress = self._partitions.get(tp)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 from aiokafka import TopicPartition
 
 from hifi.offsets import OffsetTracker
@@ -103,3 +105,23 @@ def test_a_partition_that_started_over_commits_from_its_new_beginning() -> None:
     tracker.finish(TP, [0])
     assert tracker.to_commit() == {TP: 3}
     assert tracker.outstanding(TP) == 0
+
+
+def test_a_finished_backlog_leaves_no_memory_behind() -> None:
+    """A unit of 100,000 offsets finished at once is forgotten with the memory it took: a
+    partition that goes quiet after a backlog does not keep megabytes of bookkeeping."""
+    tracker = OffsetTracker()
+    tracker.track(TP, range(50))  # the partition exists before the backlog
+    tracker.finish(TP, range(50))
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        tracker.track(TP, range(50, 100_050))
+        tracker.finish(TP, range(50, 100_050))
+        after, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert tracker.to_commit() == {TP: 100_050}
+    assert tracker.outstanding(TP) == 0
+    assert peak - before > 1_000_000  # the backlog was held while it was in flight
+    assert after - before < 50_000, f"{after - before:,} bytes kept after every offset finished"
