@@ -68,9 +68,12 @@ def bucket_state(bucket: Bucket) -> dict[str, Any]:
 
 def bucket_from(raw: Mapping[str, Any]) -> Bucket:
     lags_ms = {int(value): int(count) for value, count in raw["lags_ms"]}
-    lag_in, process = array("q"), array("q")
-    lag_in.frombytes(raw["lag_in"])
-    process.frombytes(raw["process"])
+    final = bool(raw["final"])
+    lag_in, process = LogHistogram.spent(), LogHistogram.spent()
+    if not final:  # a final minute's are packed in its spread (older snapshots kept zeros)
+        lag_in, process = LogHistogram(array("q")), LogHistogram(array("q"))
+        lag_in.counts.frombytes(raw["lag_in"])
+        process.counts.frombytes(raw["process"])
     counts = raw["counts"]
     lags = raw["lags"]
     return Bucket(
@@ -79,11 +82,11 @@ def bucket_from(raw: Mapping[str, Any]) -> Bucket:
         accepted=_bitmaps_from(raw.get("accepted", ())),  # snapshots before accepted facts: none
         problems=Counter(raw["problems"]),
         lags_ms=lags_ms,
-        lag_in=LogHistogram(lag_in),
-        process=LogHistogram(process),
+        lag_in=lag_in,
+        process=process,
         duplicates=int(raw["duplicates"]),
         on_time=int(raw["on_time"]),
-        final=bool(raw["final"]),
+        final=final,
         counts=None if counts is None else msgspec.convert(counts, Counts),
         lags=None if lags is None else msgspec.convert(lags, Lags),
         waiting=_bitmaps_from(raw["waiting"]),

@@ -334,7 +334,7 @@ def finalize(
     bucket.spread = pack_spread(bucket)
     bucket.entered, bucket.accepted = {}, {}
     bucket.lags_ms = {}
-    bucket.lag_in = bucket.process = LogHistogram()
+    bucket.lag_in = bucket.process = LogHistogram.spent()
     return counts, lags
 
 

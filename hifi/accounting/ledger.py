@@ -283,8 +283,8 @@ class Ledger:
         """The bucket's counts now: final ones as kept, provisional ones from the bitmaps."""
         return tally(bucket, self.outcomes, self.held_from)
 
-    def lags(self, bucket: Bucket) -> Lags:
-        return lags_of(bucket)
+    def lags(self, bucket: Bucket) -> Lags:  # final ones as judged (their spread is packed)
+        return bucket.lags if bucket.final and bucket.lags is not None else lags_of(bucket)
 
     def _settle(self, bucket: Bucket) -> Settled:
         self.acceptance.unjudged(bucket)

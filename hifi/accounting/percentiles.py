@@ -52,6 +52,12 @@ class LogHistogram:
     def __init__(self, counts: array[int] | None = None) -> None:
         self.counts = counts if counts is not None else array("q", bytes(8 * _HIST_BINS))
 
+    @classmethod
+    def spent(cls) -> LogHistogram:
+        """A histogram with no bins, for a final minute whose distribution was packed away
+        (`Bucket.spread`): it reads as empty, costs no memory, and adding to it raises."""
+        return _SPENT
+
     def add(self, value_ms: int) -> None:
         self.counts[_bin(value_ms)] += 1
 
@@ -72,3 +78,6 @@ class LogHistogram:
             if seen >= rank:
                 return 0 if index == 0 else round(_HIST_GROWTH ** (index - 0.5))
         return None
+
+
+_SPENT = LogHistogram(array("q"))

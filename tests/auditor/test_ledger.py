@@ -268,3 +268,44 @@ def test_the_column_path_for_deliveries_notes_what_the_event_by_event_path_notes
         slow = apply_all(ledger(settle_s=120.0))
     assert fast == slow
     assert sum(int(str(row[1])) for row in fast) > 0  # some deliveries were on time
+
+
+def test_a_final_minute_keeps_its_lags_packed_and_no_histogram_bins() -> None:
+    book = ledger()
+    for minute in range(60):
+        start_ms, first = T0 + minute * MINUTE_MS, minute * 100
+        book.enter(start_ms, TP, range(first, first + 100))
+        for i in range(100):
+            at_ms = start_ms + 1000 + 10 * i
+            book.apply(fact(Outcome.DELIVERED, [first + i], at_ms=at_ms, event_ms=start_ms + 1000))
+    judged = book.lags(book.buckets[T0])
+    assert book.advance(T0 + 61 * MINUTE_MS + 61_000)
+    bucket = book.buckets[T0]
+    assert bucket.final
+    assert book.lags(bucket) == judged
+    assert judged.p95_ms == 940
+    assert len(bucket.lag_in.counts) == len(bucket.process.counts) == 0  # packed in the spread
+    with pytest.raises(IndexError):
+        bucket.process.add(5)  # nothing may count into a final minute's distributions
+    data = msgspec.msgpack.encode(book.snapshot())
+    assert len(data) < 60 * 2_000  # what a final minute costs: its counts and packed lags
+    again = ledger()
+    again.restore(msgspec.msgpack.decode(data))
+    assert again.lags(again.buckets[T0]) == judged
+    assert len(again.buckets[T0].lag_in.counts) == 0
+
+
+def test_a_final_minute_from_an_older_snapshot_lets_its_zero_histograms_go() -> None:
+    book = ledger()
+    book.enter(T0, TP, range(10))
+    book.apply(fact(Outcome.DELIVERED, list(range(10)), at_ms=T0 + 1300))
+    book.advance(T0 + MINUTE_MS + 61_000)
+    state = msgspec.msgpack.decode(msgspec.msgpack.encode(book.snapshot()))
+    (raw,) = state["buckets"]
+    raw["lag_in"] = raw["process"] = bytes(8 * 924)  # as snapshots wrote them before
+    again = ledger()
+    again.restore(state)
+    bucket = again.buckets[T0]
+    assert bucket.final
+    assert len(bucket.lag_in.counts) == len(bucket.process.counts) == 0
+    assert again.lags(bucket) == book.lags(book.buckets[T0])
