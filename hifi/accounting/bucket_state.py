@@ -66,14 +66,18 @@ def bucket_state(bucket: Bucket) -> dict[str, Any]:
     }
 
 
+def _histogram(data: bytes, *, final: bool) -> LogHistogram:
+    """A final minute's distributions are packed in its spread (older snapshots kept zeros)."""
+    if final:
+        return LogHistogram.spent()
+    counts = array("q")
+    counts.frombytes(data)
+    return LogHistogram(counts)
+
+
 def bucket_from(raw: Mapping[str, Any]) -> Bucket:
     lags_ms = {int(value): int(count) for value, count in raw["lags_ms"]}
     final = bool(raw["final"])
-    lag_in, process = LogHistogram.spent(), LogHistogram.spent()
-    if not final:  # a final minute's are packed in its spread (older snapshots kept zeros)
-        lag_in, process = LogHistogram(array("q")), LogHistogram(array("q"))
-        lag_in.counts.frombytes(raw["lag_in"])
-        process.counts.frombytes(raw["process"])
     counts = raw["counts"]
     lags = raw["lags"]
     return Bucket(
@@ -82,8 +86,8 @@ def bucket_from(raw: Mapping[str, Any]) -> Bucket:
         accepted=_bitmaps_from(raw.get("accepted", ())),  # snapshots before accepted facts: none
         problems=Counter(raw["problems"]),
         lags_ms=lags_ms,
-        lag_in=lag_in,
-        process=process,
+        lag_in=_histogram(raw["lag_in"], final=final),
+        process=_histogram(raw["process"], final=final),
         duplicates=int(raw["duplicates"]),
         on_time=int(raw["on_time"]),
         final=final,
