@@ -2,10 +2,11 @@
 
 Several auditors of one destination each count a share of its source partitions
 (`auditor/shares.py`). A share's row of a minute holds what adds up exactly: the counts, the
-duplicates, the on-time deliveries, the end-to-end lags by value and the lag-in and process
-histograms by bin (`Bucket.spread` once final). The destination's row is their sum: counts
-added, percentiles taken over the merged distributions (nearest rank, as one auditor's), and the
-minute judged up or down on the sum (`buckets.judge`), once every share of it is final.
+duplicates, the on-time deliveries, and its distributions packed as bytes (`Bucket.spread`):
+the end-to-end lags by value, the lag-in and process histograms by bin. The destination's row
+is their sum: counts added, percentiles taken over the merged distributions (nearest rank, as
+one auditor's), and the minute judged up or down on the sum (`buckets.judge`), once every
+share of it is final.
 """
 
 from __future__ import annotations
@@ -26,14 +27,11 @@ Row = dict[str, Any]  # a share's minute, plain values (msgpack)
 
 def share_row(ledger: Ledger, bucket: Bucket, *, changed_ms: int = 0, spread: bool = True) -> Row:
     """One share's minute: its counts and distributions now (final ones as fixed); `spread`
-    False leaves a final minute's distributions out (its counts are what may still change)."""
+    False leaves a final minute's distributions out (its counts are what may still change).
+    The distributions go packed, as bytes (`Bucket.packed_spread`): a member posts and reads
+    every share's open minutes each second, and only a merge unpacks them."""
     counts = ledger.tally(bucket)
-    if bucket.final:
-        lags, lag_in, process = _unpacked(bucket.spread if spread else None)
-    else:
-        lags = sorted(bucket.lags_ms.items())
-        lag_in = [(i, n) for i, n in enumerate(bucket.lag_in.counts) if n]
-        process = [(i, n) for i, n in enumerate(bucket.process.counts) if n]
+    packed = bucket.packed_spread() if not bucket.final else bucket.spread if spread else None
     fixed = bucket.lags if spread and bucket.final and bucket.spread is None else None
     return {
         "minute_ms": bucket.minute_ms,
@@ -41,9 +39,7 @@ def share_row(ledger: Ledger, bucket: Bucket, *, changed_ms: int = 0, spread: bo
         "duplicates": bucket.duplicates,
         "on_time": bucket.on_time,
         "final": bucket.final,
-        "lags_ms": lags,
-        "lag_in": lag_in,
-        "process": process,
+        "spread": packed,
         # a final minute restored from a snapshot written before shares: its percentiles only
         "fixed_lags": None if fixed is None else msgspec.to_builtins(fixed),
         "missing_ids": list(bucket.missing_ids or ()),
@@ -51,10 +47,14 @@ def share_row(ledger: Ledger, bucket: Bucket, *, changed_ms: int = 0, spread: bo
     }
 
 
-def _unpacked(spread: bytes | None) -> tuple[list[Any], list[Any], list[Any]]:
-    if spread is None:
+def distributions(row: Row) -> tuple[list[Any], list[Any], list[Any]]:
+    """A share row's lags by value and its lag-in and process histograms by bin: unpacked from
+    its spread, or as a member of an earlier release posted them (lists, board format 1)."""
+    if "spread" not in row:
+        return row["lags_ms"], row["lag_in"], row["process"]
+    if row["spread"] is None:
         return [], [], []
-    lags, lag_in, process = msgspec.msgpack.decode(spread)
+    lags, lag_in, process = msgspec.msgpack.decode(row["spread"])
     return lags, lag_in, process
 
 
@@ -82,10 +82,11 @@ def merged_row(
         by_reason.update(c["dead_lettered_by_reason"])
         duplicates += row["duplicates"]
         on_time += row["on_time"]
-        lags.update(dict((int(v), int(n)) for v, n in row["lags_ms"]))
-        for i, n in row["lag_in"]:
+        row_lags, row_lag_in, row_process = distributions(row)
+        lags.update(dict((int(v), int(n)) for v, n in row_lags))
+        for i, n in row_lag_in:
             lag_in.counts[i] += n
-        for i, n in row["process"]:
+        for i, n in row_process:
             process.counts[i] += n
         if row.get("fixed_lags"):
             fixed.append(msgspec.convert(row["fixed_lags"], Lags))

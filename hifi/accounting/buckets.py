@@ -181,6 +181,8 @@ class Bucket:
     # once final: the lag distributions it was judged on, packed (`pack_spread`): what several
     # auditors' shares of one minute merge into exact percentiles (`auditor/share_rows.py`)
     spread: bytes | None = None
+    # while open: its distributions as last packed, and its `on_time` then (`packed_spread`)
+    packed: tuple[int, bytes] | None = None
 
     @property
     def end_ms(self) -> int:
@@ -201,6 +203,15 @@ class Bucket:
 
     def waiting_count(self) -> int:
         return sum(len(bitmap) for bitmap in self.waiting.values())
+
+    def packed_spread(self) -> bytes:
+        """Its distributions packed (`pack_spread`): as judged once final; while open, packed
+        again only when a first delivery was counted since (each one adds to `on_time`)."""
+        if self.final:
+            return self.spread or pack_spread(self)
+        if self.packed is None or self.packed[0] != self.on_time:
+            self.packed = (self.on_time, pack_spread(self))
+        return self.packed[1]
 
     def add_on_time(self, event_times_ms: list[int], taken_ms: list[int], done_ms: int) -> None:
         """First deliveries on time, done at `done_ms`: their lags, lags-in and process times."""
@@ -332,6 +343,7 @@ def finalize(
         known.forget(entered - waiting)
     bucket.counts, bucket.lags, bucket.final = counts, lags, True
     bucket.spread = pack_spread(bucket)
+    bucket.packed = None
     bucket.entered, bucket.accepted = {}, {}
     bucket.lags_ms = {}
     bucket.lag_in = bucket.process = LogHistogram.spent()
