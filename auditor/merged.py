@@ -27,6 +27,9 @@ from hifi.accounting.ledger import Ledger
 # A share keeps posting a final row this long after the destination's horizon passed it, or
 # after it changed: every member, the lead's first, reads it in time.
 KEEP_POSTED_MS = 2 * MINUTE_MS
+# A final minute's spread once let go: the lead merged the minute, and its lags are in the row
+# it wrote (a late change recounts the counts only, `auditor/lead.py` `recounted`).
+LET_GO = b""
 
 
 def share_entry(
@@ -34,20 +37,20 @@ def share_entry(
 ) -> dict[str, Any]:
     """What a share posts of one destination: its horizon, and its rows of every minute it
     holds; final ones well behind the destination's horizon (their lags fixed in the lead's
-    row) without their distributions, unless they changed lately."""
+    row) without their distributions, unless they changed lately.
+
+    A final minute's distributions no member will read again are let go (`LET_GO`): the
+    share keeps its final minutes for `retention_min`, and their lags by value would grow its
+    memory for as long."""
     keep_from = horizon_ms - KEEP_POSTED_MS
     recent_ms = now_ms - KEEP_POSTED_MS
-    rows = [
-        share_row(
-            ledger,
-            bucket,
-            changed_ms=changed.get(bucket.minute_ms, 0),
-            spread=not bucket.final
-            or bucket.minute_ms >= keep_from
-            or changed.get(bucket.minute_ms, 0) >= recent_ms,
-        )
-        for bucket in ledger.rows()
-    ]
+    rows = []
+    for bucket in ledger.rows():
+        changed_ms = changed.get(bucket.minute_ms, 0)
+        spread = not bucket.final or bucket.minute_ms >= keep_from or changed_ms >= recent_ms
+        if not spread and bucket.spread:
+            bucket.spread = LET_GO
+        rows.append(share_row(ledger, bucket, changed_ms=changed_ms, spread=spread))
     return {
         "closed_before_ms": ledger.closed_before_ms,
         "first_minute_ms": ledger.first_minute_ms,

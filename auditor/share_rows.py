@@ -52,7 +52,7 @@ def distributions(row: Row) -> tuple[list[Any], list[Any], list[Any]]:
     its spread, or as a member of an earlier release posted them (lists, board format 1)."""
     if "spread" not in row:
         return row["lags_ms"], row["lag_in"], row["process"]
-    if row["spread"] is None:
+    if not row["spread"]:  # left out, or let go (`auditor.merged.LET_GO`)
         return [], [], []
     lags, lag_in, process = msgspec.msgpack.decode(row["spread"])
     return lags, lag_in, process

@@ -10,7 +10,7 @@ import msgspec
 from aiokafka import TopicPartition
 
 from auditor.board import post, read_board
-from auditor.merged import DestinationView, share_entry
+from auditor.merged import KEEP_POSTED_MS, LET_GO, DestinationView, share_entry
 from auditor.share_rows import distributions, share_row
 from hifi.accounting.buckets import MINUTE_MS
 from hifi.vocabulary import Outcome
@@ -116,3 +116,36 @@ def test_the_board_reads_an_earlier_releases_files_and_a_post_replaces_them(
         "my.src--1.board2",
     ]
     assert read_board(board)[p0]["member"] == "new"
+
+
+def test_a_final_minute_lets_its_distributions_go_once_no_member_reads_them_again() -> None:
+    """Kept while the destination's horizon is within `KEEP_POSTED_MS` of the minute or it
+    changed lately; let go after, and posted without them (nor a share's own percentiles in
+    their place) when it changes again."""
+    book = ledger()
+    book.enter(T0, TP, range(10))
+    book.apply(fact(Outcome.DELIVERED, list(range(10)), at_ms=T0 + 1300))
+    book.advance(T0 + MINUTE_MS + 61_000)
+    bucket = book.buckets[T0]
+    judged = book.lags(bucket)
+    horizon = T0 + MINUTE_MS
+    (row,) = share_entry(book, horizon_ms=horizon, changed={}, now_ms=horizon)["rows"]
+    assert row["spread"] is bucket.spread
+    assert bucket.spread  # the lead may not have merged it yet
+
+    later = horizon + KEEP_POSTED_MS + MINUTE_MS
+    changed = {T0: later - 1_000}
+    (row,) = share_entry(book, horizon_ms=later, changed=changed, now_ms=later)["rows"]
+    assert row["spread"] is bucket.spread  # changed lately: posted whole again
+
+    (row,) = share_entry(book, horizon_ms=later, changed={}, now_ms=later)["rows"]
+    assert row["spread"] is None
+    assert bucket.spread == LET_GO
+    (row,) = share_entry(book, horizon_ms=later, changed=changed, now_ms=later)["rows"]
+    assert (row["spread"], row["fixed_lags"]) == (LET_GO, None)
+    assert distributions(row) == ([], [], [])
+    assert book.lags(bucket) == judged  # its own tables keep the lags it was judged on
+    again = ledger()
+    again.restore(msgspec.msgpack.decode(msgspec.msgpack.encode(book.snapshot())))
+    assert again.buckets[T0].spread == LET_GO
+    assert again.lags(again.buckets[T0]) == judged
