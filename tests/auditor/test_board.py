@@ -16,7 +16,7 @@ from hifi.accounting.buckets import MINUTE_MS
 from hifi.vocabulary import Outcome
 from tests.auditor.support import audited_destination
 from tests.auditor.test_ledger import T0, TP, fact, ledger
-from tests.auditor.test_share_merge import FIGURES, P0, P1, SETTLED_MS, _member
+from tests.auditor.test_share_merge import FIGURES, P0, P1, SETTLED_MS, _member, share_entries
 
 
 def test_an_open_minute_is_posted_packed_and_packed_again_only_after_a_delivery() -> None:
@@ -57,17 +57,7 @@ def test_a_share_an_earlier_release_posted_merges_with_this_ones(
     are the ones two members of this release give."""
     dest = audited_destination(catalog_dir, "d", "http://d.test/in", "src")
     members = [_member(dest, [P0], tmp_path / "a"), _member(dest, [P1], tmp_path / "b")]
-    entries: dict[TopicPartition, dict[str, Any]] = {
-        tp: {
-            "member": "m",
-            "progress_ms": SETTLED_MS,
-            "dests": {
-                "d": share_entry(s.ledgers["d"], horizon_ms=0, changed={}, now_ms=SETTLED_MS)
-            },
-        }
-        for member in members
-        for tp, s in member.items()
-    }
+    entries = share_entries(members)
 
     def rows(of: dict[TopicPartition, Any]) -> list[dict[str, Any]]:
         view = DestinationView(dest, [P0, P1])

@@ -174,9 +174,11 @@ def _member(
     return shares
 
 
-def _merged(dest: Destination, members: list[dict[TopicPartition, Share]]) -> list[dict[str, Any]]:
-    view = DestinationView(dest, [P0, P1])
-    entries = {
+def share_entries(
+    members: list[dict[TopicPartition, Share]],
+) -> dict[TopicPartition, dict[str, Any]]:
+    """Each share's board entry, as its member posts it at `SETTLED_MS`."""
+    return {
         tp: {
             "member": "m",
             "progress_ms": SETTLED_MS,
@@ -187,7 +189,11 @@ def _merged(dest: Destination, members: list[dict[TopicPartition, Share]]) -> li
         for member in members
         for tp, s in member.items()
     }
-    view.update(entries)
+
+
+def _merged(dest: Destination, members: list[dict[TopicPartition, Share]]) -> list[dict[str, Any]]:
+    view = DestinationView(dest, [P0, P1])
+    view.update(share_entries(members))
     return [
         {k: row[k] for k in FIGURES}
         for row in view.rows(from_ms=None, to_ms=None, now_ms=SETTLED_MS)
