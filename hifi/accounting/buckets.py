@@ -205,10 +205,8 @@ class Bucket:
         return sum(len(bitmap) for bitmap in self.waiting.values())
 
     def packed_spread(self) -> bytes:
-        """Its distributions packed (`pack_spread`): as judged once final; while open, packed
-        again only when a first delivery was counted since (each one adds to `on_time`)."""
-        if self.final:
-            return self.spread or pack_spread(self)
+        """An open bucket's distributions packed (`pack_spread`; a final one's are `spread`),
+        packed again only when a first delivery was counted since (each adds to `on_time`)."""
         if self.packed is None or self.packed[0] != self.on_time:
             self.packed = (self.on_time, pack_spread(self))
         return self.packed[1]

@@ -79,7 +79,7 @@ async def test_a_deliberate_gap_is_reported_as_exactly_its_missing_ids(
             # for the reason it first went down for: `lag` when the second run's deliveries fell
             # after the minute ended and its settle_s (late), before the skipped ids were lost
             # (a run that starts in a minute's last seconds delivers its first events after
-            # that minute's settle_s: that minute is down too, for late)
+            # that minute's settle_s: that minute is down too, for lag)
             assert await until(
                 lambda: _down_minutes(unique) >= len(_down_rows(rows_of(auditor, unique))),
                 timeout_s=60,
