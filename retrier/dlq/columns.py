@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import array
+import mmap
 from typing import Generic, Literal, TypeVar
 
 import pyarrow as pa
@@ -25,16 +26,19 @@ _ARROW_TYPES: dict[TypeCode, pa.DataType] = {
 class Column:
     """A growing column of one `array` type code.
 
-    Each chunk is a `bytearray` of `CHUNK_ROWS` values, allocated whole and never resized: a
-    pyarrow view of it (`arrow()`) stays valid while values are appended after it or written
-    in place, and costs no copy. One thread writes; others may read the rows already written.
+    Each chunk is an anonymous memory map of `CHUNK_ROWS` values, mapped whole and never
+    resized: a pyarrow view of it (`arrow()`) stays valid while values are appended after it or
+    written in place, and costs no copy. The system makes a page of it resident when a row in
+    it is first written, so a column holds the memory of the rows it has, to the page, and not
+    a whole chunk from its first row. One thread writes; others may read the rows already
+    written.
     """
 
     def __init__(self, typecode: TypeCode) -> None:
         self.typecode = typecode
         self._type = _ARROW_TYPES[typecode]
         self._itemsize = array.array(typecode).itemsize
-        self._chunks: list[bytearray] = []
+        self._chunks: list[mmap.mmap] = []
         self._views: list[memoryview] = []  # each chunk cast to `typecode`
         self._len = 0
 
@@ -88,11 +92,15 @@ class Column:
 
     @property
     def nbytes(self) -> int:
-        """Memory held, including the unused end of the last chunk."""
-        return len(self._chunks) * CHUNK_ROWS * self._itemsize
+        """Memory the rows written take, to the page (the rest of a chunk is mapped, not held)."""
+        if not self._chunks:
+            return 0
+        last_bytes = (self._len - (len(self._chunks) - 1) * CHUNK_ROWS) * self._itemsize
+        last_pages = -(-last_bytes // mmap.PAGESIZE)
+        return (len(self._chunks) - 1) * CHUNK_ROWS * self._itemsize + last_pages * mmap.PAGESIZE
 
     def _add_chunk(self) -> None:
-        chunk = bytearray(CHUNK_ROWS * self._itemsize)
+        chunk = mmap.mmap(-1, CHUNK_ROWS * self._itemsize)  # zeros, resident as written
         self._chunks.append(chunk)
         self._views.append(memoryview(chunk).cast(self.typecode))
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import array
+import mmap
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hifi.memory import rss_bytes
 from retrier.dlq.columns import CHUNK_ROWS, Column, Interned, indices, value_counts
 
 
@@ -24,6 +26,23 @@ def test_a_column_spans_chunks_and_its_arrow_view_follows_writes() -> None:
     column[CHUNK_ROWS + 1] = -7
     column.extend(array.array("q", [42] * CHUNK_ROWS))  # a new chunk while the view is held
     assert view[CHUNK_ROWS + 1].as_py() == -7
+
+
+def test_a_column_holds_the_memory_of_its_rows_not_of_a_whole_chunk() -> None:
+    """The first letter of a destination's index must not make whole chunks resident: 64
+    columns of one row each hold a page each (a chunk each would be 32 MB), and `nbytes` says
+    so; a full chunk and a row of the next hold the chunk and a page."""
+    before = rss_bytes()
+    columns = [Column("q") for _ in range(64)]
+    for column in columns:
+        column.extend(array.array("q", [7]))
+    grew = rss_bytes() - before
+    assert grew < 4 * 1024 * 1024, f"{grew} bytes resident for 64 rows"
+    assert [column.nbytes for column in columns] == [mmap.PAGESIZE] * 64
+    assert columns[0].arrow(1).to_pylist() == [7]
+    full = Column("B")
+    full.extend(array.array("B", [1] * (CHUNK_ROWS + 1)))
+    assert full.nbytes == CHUNK_ROWS + mmap.PAGESIZE
 
 
 def test_fill_writes_where_a_mask_is_true_across_chunks() -> None:
