@@ -100,7 +100,8 @@ class Column:
         return (len(self._chunks) - 1) * CHUNK_ROWS * self._itemsize + last_pages * mmap.PAGESIZE
 
     def _add_chunk(self) -> None:
-        chunk = mmap.mmap(-1, CHUNK_ROWS * self._itemsize)  # zeros, resident as written
+        # private and anonymous: zeros, made resident page by page as rows are written
+        chunk = mmap.mmap(-1, CHUNK_ROWS * self._itemsize, flags=mmap.MAP_PRIVATE)
         self._chunks.append(chunk)
         self._views.append(memoryview(chunk).cast(self.typecode))
 
