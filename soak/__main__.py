@@ -22,8 +22,9 @@ from hifi.errors import ConfigError
 from hifi.kafka.settings import ENV_KEYS, KafkaSettings
 from hifi.logging import configure_logging
 from soak.model import SoakResult
-from soak.report import late_beyond_budget, write_report
+from soak.report import write_report
 from soak.run import SoakPlan, soak
+from soak.targets import late_beyond_budget
 
 #: as the tests take it: a Kafka to run on instead of the dev broker
 BOOTSTRAP_ENV_VAR = "HIFI_TEST_BOOTSTRAP"

@@ -15,6 +15,8 @@ MIN_LIFE_S = 30 * 60.0
 WARMUP_S = 10 * 60.0
 #: how often every daemon's resources are sampled
 SAMPLE_EVERY_S = 10.0
+#: a count's floor is its least over this much of a life, just after warm-up and at its end
+FLOOR_SPAN_S = 10 * 60.0
 #: the local broker's name among the sampled processes: shown with the daemons, not judged
 BROKER = "broker"
 
@@ -67,6 +69,23 @@ class Sample:
 
 
 @dataclass(frozen=True)
+class Floor:
+    """The least a count was over `FLOOR_SPAN_S` just after a life's warm-up, and over its last.
+
+    What a daemon has in flight (a request's connection, its task) comes and goes with the
+    load and its answer times; what it leaks stays, and lifts the least it ever has. The last
+    span of a life that lasted to the end of the run holds its samples at rest, after the drain.
+    """
+
+    first: int
+    last: int
+
+    @property
+    def rise(self) -> int:
+        return self.last - self.first
+
+
+@dataclass(frozen=True)
 class Slope:
     """How one process life's resources grew, fitted by least squares after `WARMUP_S`."""
 
@@ -82,6 +101,8 @@ class Slope:
     # step a fault's backlog left (memory the allocators keep) is set aside, a climb is not.
     # None: no stretch long enough to fit.
     rss_mb_per_h_between_faults: float | None = None
+    # count name ("fds", "threads", "kafka_connections", "tasks") -> its floors
+    floors: Mapping[str, Floor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -13,39 +13,19 @@ from typing import Any
 
 import orjson
 
-from soak.model import Fault, Sample, Slope, SoakResult
+from soak.model import Sample, Slope, SoakResult
 from soak.picture import draw_picture
-from soak.resources import RECOVERY_S
-
-#: the highest p95 lag a minute with no fault may have
-P95_NO_FAULT_MAX_MS = 1_000.0
-#: late minutes a fault may cause (those it overlaps and the one after it ends)
-LATE_MINUTES_PER_FAULT_MAX = 2
-#: a process life's RSS must grow slower than this
-RSS_SLOPE_MAX_MB_PER_H = 5.0
-#: a count (fds, threads, connections, tasks) whose slope stays within this is flat
-FLAT_MAX_PER_H = 1.0
-#: audit mismatches listed in the report (result.json holds them all)
-MISMATCHES_SHOWN = 20
-
-#: what must stay flat: its name and how to read it off a Slope and off a Sample
-_FLAT: tuple[tuple[str, Callable[[Slope], float | None], Callable[[Sample], int | None]], ...] = (
-    ("fds", lambda s: s.fds_per_h, lambda s: s.fds),
-    ("threads", lambda s: s.threads_per_h, lambda s: s.threads),
-    ("Kafka connections", lambda s: s.kafka_connections_per_h, lambda s: s.kafka_connections),
-    ("tasks", lambda s: s.tasks_per_h, lambda s: s.tasks),
+from soak.resources import COUNTS, RECOVERY_S
+from soak.targets import (
+    FLAT,
+    late_minute_budget,
+    late_minutes_by_fault,
+    minute_span_s,
+    targets,
 )
 
-
-@dataclasses.dataclass(frozen=True)
-class _Target:
-    target: str
-    measured: str
-    met: bool | None  # None: the run measured nothing to judge it by
-
-    @property
-    def verdict(self) -> str:
-        return "not measured" if self.met is None else "met" if self.met else "not met"
+#: audit mismatches listed in the report (result.json holds them all)
+MISMATCHES_SHOWN = 20
 
 
 def write_report(result: SoakResult, out_dir: Path) -> Path:
@@ -58,23 +38,6 @@ def write_report(result: SoakResult, out_dir: Path) -> Path:
     report = out_dir / "REPORT.md"
     report.write_text("\n".join(_markdown(result)) + "\n")
     return report
-
-
-def late_minutes_by_fault(result: SoakResult) -> dict[int, int]:
-    """Fault index -> late minutes among those it overlaps and the one after it ends (a late
-    minute within two overlapping faults counts for both)."""
-    late = _late_spans(result)
-    return {i: sum(1 for span in late if _may_cost(f, span)) for i, f in enumerate(result.faults)}
-
-
-def _late_spans(result: SoakResult) -> list[tuple[float, float]]:
-    return [_span_s(result, m.start_ms) for m in result.minutes if m.events and not m.on_time]
-
-
-def _may_cost(fault: Fault, span: tuple[float, float], *, after_s: float = 60.0) -> bool:
-    """Whether the minute `span` is one of the fault's own or starts within `after_s` of its end."""
-    start_s, end_s = span
-    return fault.start_s < end_s and start_s < fault.end_s + after_s
 
 
 def _figures(result: SoakResult) -> dict[str, Any]:
@@ -107,90 +70,6 @@ def _plain(result: SoakResult) -> SoakResult:
     )
 
 
-def _span_s(result: SoakResult, start_ms: int) -> tuple[float, float]:
-    """The minute starting at `start_ms` as seconds since the run started."""
-    start_s = (start_ms - result.started_ms) / 1000
-    return start_s, start_s + 60
-
-
-def late_minute_budget(result: SoakResult) -> dict[int, int]:
-    """Fault index -> the late minutes it may cost: its own minutes and the next. A fault within
-    one minute: 2 (`LATE_MINUTES_PER_FAULT_MAX`); one across a minute's end (a 69 s outage, or
-    a 9 s one at 00:55): a minute more, since no event of an outage can be on time."""
-    spans = [_span_s(result, m.start_ms) for m in result.minutes]
-    own = {
-        i: sum(1 for span in spans if _may_cost(f, span, after_s=0.0))
-        for i, f in enumerate(result.faults)
-    }
-    return {i: max(count, 1) + LATE_MINUTES_PER_FAULT_MAX - 1 for i, count in own.items()}
-
-
-def late_beyond_budget(result: SoakResult) -> int:
-    """The late minutes no fault may cost (`late_minute_budget`): neither among a fault's own
-    minutes nor the next after one; a fault whose late minutes run on, or a late quiet minute."""
-    return sum(
-        1 for span in _late_spans(result) if not any(_may_cost(f, span) for f in result.faults)
-    )
-
-
-def _targets(result: SoakResult) -> list[_Target]:
-    mismatches = result.account.audit_mismatches
-    quiet = result.quiet_minutes
-    by_fault = late_minutes_by_fault(result)
-    worst = max(by_fault.values(), default=0)
-    return [
-        _Target("lost = 0", f"{result.account.lost:,}", result.account.lost == 0),
-        _Target("auditors agree", f"{len(mismatches):,} mismatches", not mismatches),
-        _Target(
-            "on time with no fault = 100 %",
-            f"{result.on_time_pct_no_fault:.1f} % of {len(quiet)} minutes",
-            all(m.on_time for m in quiet) if quiet else None,
-        ),
-        _Target(
-            f"p95 with no fault ≤ {P95_NO_FAULT_MAX_MS:,.0f} ms",
-            f"{result.p95_no_fault_ms:,.0f} ms (the worst minute)",
-            result.p95_no_fault_ms <= P95_NO_FAULT_MAX_MS if quiet else None,
-        ),
-        _Target(
-            "late minutes ≤ a fault's own and the next, per fault",
-            f"at most {worst} per fault; {result.late_minutes} in all"
-            f" for {len(result.faults)} faults, {late_beyond_budget(result)} beyond them",
-            not late_beyond_budget(result),
-        ),
-        _rss_target(result.daemon_slopes),
-        *(_flat_target(name, per_h, result.daemon_slopes) for name, per_h, _ in _FLAT),
-    ]
-
-
-def _rss_target(slopes: Sequence[Slope]) -> _Target:
-    target = f"RSS slope < {RSS_SLOPE_MAX_MB_PER_H:g} MB/h per daemon"
-    if not slopes:
-        return _Target(target, "no process life long enough", None)
-    steepest = max(slopes, key=lambda s: s.rss_mb_per_h)
-    measured = f"{steepest.rss_mb_per_h:+.1f} MB/h ({steepest.daemon} pid {steepest.pid})"
-    between = [s for s in slopes if s.rss_mb_per_h_between_faults is not None]
-    if between:  # a reading beside the target, not the verdict
-        most = max(between, key=lambda s: s.rss_mb_per_h_between_faults or 0.0)
-        measured += (
-            f"; between faults at most {most.rss_mb_per_h_between_faults:+.1f} MB/h"
-            f" ({most.daemon} pid {most.pid})"
-        )
-    return _Target(target, measured, steepest.rss_mb_per_h < RSS_SLOPE_MAX_MB_PER_H)
-
-
-def _flat_target(
-    name: str, per_h: Callable[[Slope], float | None], slopes: Sequence[Slope]
-) -> _Target:
-    target = f"{name} flat (|slope| < {FLAT_MAX_PER_H:g}/h)"
-    rates = [(rate, s) for s in slopes if (rate := per_h(s)) is not None]
-    if not rates:
-        return _Target(target, "not sampled", None)
-    rate, steepest = max(rates, key=lambda pair: abs(pair[0]))
-    if abs(rate) < FLAT_MAX_PER_H:
-        return _Target(target, f"flat (steepest {rate:+.2f}/h)", True)
-    return _Target(target, f"{rate:+.1f}/h ({steepest.daemon} pid {steepest.pid})", False)
-
-
 def _markdown(result: SoakResult) -> list[str]:
     started = datetime.fromtimestamp(result.started_ms / 1000, UTC)
     share = (
@@ -218,7 +97,7 @@ def _markdown(result: SoakResult) -> list[str]:
         "",
         *_table(
             ("target", "measured", "verdict"),
-            ((t.target, t.measured, t.verdict) for t in _targets(result)),
+            ((t.target, t.measured, t.verdict) for t in targets(result)),
         ),
         "",
         "![report](report.png)",
@@ -285,7 +164,7 @@ def _minutes(result: SoakResult) -> list[str]:
     header = ("start (mm:ss)", "delivered (events/s)", "p50 (ms)", "p95 (ms)", "p99 (ms)")
     rows = (
         (
-            _clock(_span_s(result, m.start_ms)[0]),
+            _clock(minute_span_s(result, m.start_ms)[0]),
             f"{m.events / 60:,.1f}",
             _ms(m.p50_ms),
             _ms(m.p95_ms),
@@ -306,7 +185,7 @@ def _resources(result: SoakResult) -> list[str]:
             f"{s.life_s / 60:,.0f}",
             _rate(s.rss_mb_per_h),
             _rate(s.rss_mb_per_h_between_faults),
-            *(_rate(per_h(s)) for _, per_h, _ in _FLAT),
+            *(_count(s, key, per_h) for _, key, per_h in FLAT),
         )
         for s in result.slopes
     )
@@ -318,12 +197,12 @@ def _resources(result: SoakResult) -> list[str]:
             daemon,
             len({s.pid for s in samples}) - 1,
             _first_last(samples, lambda s: s.rss_mb),
-            *(_first_last(samples, of) for _, _, of in _FLAT),
+            *(_first_last(samples, COUNTS[key]) for _, key, _ in FLAT),
         )
         for daemon, samples in sorted(by_daemon.items())
     )
-    counts = tuple(name for name, _, _ in _FLAT)
-    rates = tuple(f"{name} (/h)" for name in counts)
+    counts = tuple(name for name, _, _ in FLAT)
+    rates = tuple(f"{name} (/h; least)" for name in counts)
     return [
         "",
         "## Resources",
@@ -331,7 +210,8 @@ def _resources(result: SoakResult) -> list[str]:
         "Slopes of each process life long enough to count, fitted after its warm-up; RSS also"
         " between faults (each stretch between them with a level of its own, a fault and the"
         f" {RECOVERY_S / 60:.0f} minutes after it set aside: a step a backlog left moves a"
-        " level, a leak climbs in every stretch):",
+        " level, a leak climbs in every stretch); each count also with the least it was just"
+        " after warm-up and at the end (what is in flight comes and goes, a leak lifts it):",
         "",
         *_table(
             ("daemon", "pid", "life (min)", "RSS (MB/h)", "RSS between faults (MB/h)", *rates),
@@ -346,6 +226,12 @@ def _resources(result: SoakResult) -> list[str]:
         "",
         *_table(("daemon", "exits"), sorted(result.exits.items())),
     ]
+
+
+def _count(slope: Slope, key: str, per_h: Callable[[Slope], float | None]) -> str:
+    """A count's slope and its floors: "+4.20; 18 → 17"."""
+    floor = slope.floors.get(key)
+    return _rate(per_h(slope)) + ("" if floor is None else f"; {floor.first:,} → {floor.last:,}")
 
 
 def _first_last(samples: Sequence[Sample], of: Callable[[Sample], float | int | None]) -> str:

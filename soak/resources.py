@@ -10,6 +10,11 @@ the allocators do not give back every page freed. One line through the life read
 as a slope. Beside it, `slopes` fits the RSS within the stretches between faults, each stretch
 with a level of its own (`between_faults_per_h`): a step at a fault moves a level, a leak
 climbs within every stretch.
+
+A count (fds, threads, Kafka connections, tasks) also follows what is in flight: ingest's fds
+are its senders' connections, more of them open while its answers take longer. Its slope reads
+a lag that grew as a leak. Each life's `floors` give the least each count was just after
+warm-up and at the end: a leaked descriptor or task lifts the floor, one in flight does not.
 """
 
 from __future__ import annotations
@@ -24,7 +29,16 @@ from typing import Self
 
 import httpx
 
-from soak.model import MIN_LIFE_S, SAMPLE_EVERY_S, WARMUP_S, Fault, Sample, Slope
+from soak.model import (
+    FLOOR_SPAN_S,
+    MIN_LIFE_S,
+    SAMPLE_EVERY_S,
+    WARMUP_S,
+    Fault,
+    Floor,
+    Sample,
+    Slope,
+)
 
 SCRAPE_TIMEOUT_S = 1.0
 #: after a fault ends, this long is its backlog's to work off: not part of a stretch between faults
@@ -219,10 +233,34 @@ def slopes(
             rss_mb_per_h_between_faults=between_faults_per_h(
                 [(s.at_s, s.rss_mb) for s in steady], faults
             ),
+            floors=floors(steady),
         )
         fitted.append((first_s, slope))
     fitted.sort(key=lambda pair: (pair[1].daemon, pair[0]))
     return [slope for _, slope in fitted]
+
+
+#: the counts whose floors a life keeps, by their name in `Slope.floors`
+COUNTS: dict[str, Callable[[Sample], int | None]] = {
+    "fds": lambda s: s.fds,
+    "threads": lambda s: s.threads,
+    "kafka_connections": lambda s: s.kafka_connections,
+    "tasks": lambda s: s.tasks,
+}
+
+
+def floors(steady: Sequence[Sample], *, span_s: float = FLOOR_SPAN_S) -> dict[str, Floor]:
+    """Each count's least over the first `span_s` of `steady` (a life after its warm-up) and
+    over its last, each span at most half of it; a count never read is left out."""
+    first_s, last_s = steady[0].at_s, steady[-1].at_s
+    span_s = min(span_s, (last_s - first_s) / 2)
+    found = {}
+    for name, of in COUNTS.items():
+        early = [v for s in steady if s.at_s <= first_s + span_s and (v := of(s)) is not None]
+        late = [v for s in steady if s.at_s >= last_s - span_s and (v := of(s)) is not None]
+        if early and late:
+            found[name] = Floor(min(early), min(late))
+    return found
 
 
 def _fittable(steady: Sequence[Sample]) -> bool:

@@ -12,9 +12,10 @@ import matplotlib.font_manager  # noqa: F401
 import orjson
 
 from soak.__main__ import problems
-from soak.model import BROKER, Account, Fault, Minute, Sample, Slope, SoakResult
+from soak.model import BROKER, Account, Fault, Floor, Minute, Sample, Slope, SoakResult
 from soak.picture import _draw_memory
-from soak.report import late_beyond_budget, late_minute_budget, late_minutes_by_fault, write_report
+from soak.report import write_report
+from soak.targets import late_beyond_budget, late_minute_budget, late_minutes_by_fault
 
 STARTED_MS = 1_735_732_800_000  # 2025-01-01 12:00 UTC
 KILL = Fault("kill9", "connector", 60.0, 61.5, "SIGKILL pid 100, ready again in 1.5 s")
@@ -42,6 +43,12 @@ def _samples() -> tuple[Sample, ...]:
     return tuple(samples)
 
 
+def _level(fds: int, threads: int, connections: int, tasks: int | None) -> dict[str, Floor]:
+    """Floors of counts that stayed where they were."""
+    counts = {"fds": fds, "threads": threads, "kafka_connections": connections, "tasks": tasks}
+    return {name: Floor(n, n) for name, n in counts.items() if n is not None}
+
+
 def _result(**changes: Any) -> SoakResult:
     """Twelve minutes, three faults; late only 07:00-08:00, under JOIN and just after DOWN."""
     account = Account(
@@ -64,8 +71,8 @@ def _result(**changes: Any) -> SoakResult:
         minutes=tuple(_minute(i, on_time=i != 7) for i in range(12)),
         samples=_samples(),
         slopes=(
-            Slope("connector", 101, 660.0, 1.2, 0.1, 0.0, 0.0, 0.2),
-            Slope("retrier", 200, 720.0, 0.4, 0.0, 0.0, 0.0, None),
+            Slope("connector", 101, 660.0, 1.2, 0.1, 0.0, 0.0, 0.2, floors=_level(40, 9, 3, 25)),
+            Slope("retrier", 200, 720.0, 0.4, 0.0, 0.0, 0.0, None, floors=_level(30, 7, 2, None)),
         ),
         account=account,
         exits={"connector": 1},
@@ -113,20 +120,38 @@ def test_a_lost_event_fails_its_target_and_no_other(tmp_path: Path) -> None:
 def test_late_minutes_with_no_fault_and_a_growing_count_fail_their_targets(tmp_path: Path) -> None:
     """Late minutes long after every fault fail "on time with no fault", its p95 and, past the
     faults' own minutes and the next of each in all, the late minutes' target though no fault
-    has more than its own; a thread count growing by 3 an hour is not flat."""
+    has more than its own; threads that never fell back to where they were are not flat."""
     late = (1, 2, 3, 4, 7, 8, 9, 10, 11)
     minutes = tuple(_minute(i, on_time=i not in late) for i in range(12))
-    slopes = (Slope("connector", 101, 660.0, 1.2, 0.1, 3.0, 0.0, 0.2),)
+    floors = {**_level(40, 9, 3, 25), "threads": Floor(9, 12)}
+    slopes = (Slope("connector", 101, 660.0, 1.2, 0.1, 3.0, 0.0, 0.2, floors=floors),)
     result = _result(minutes=minutes, slopes=slopes)
-    verdicts = _verdicts(write_report(result, tmp_path).read_text())
+    report = write_report(result, tmp_path).read_text()
+    verdicts = _verdicts(report)
     assert late_minutes_by_fault(result) == {0: 2, 1: 1, 2: 2}
     assert late_minute_budget(result) == {0: 2, 1: 3, 2: 3}  # DOWN and JOIN cross a minute's end
     assert late_beyond_budget(result) == 5  # 02:00-05:00 and 09:00-12:00
     assert verdicts["late minutes ≤ a fault's own and the next, per fault"] == "not met"
     assert verdicts["on time with no fault = 100 %"] == "not met"
     assert verdicts["p95 with no fault ≤ 1,000 ms"] == "not met"
-    assert verdicts["threads flat (\\|slope\\| < 1/h)"] == "not met"
-    assert verdicts["fds flat (\\|slope\\| < 1/h)"] == "met"
+    assert verdicts["threads flat (least at the end ≤ after warm-up)"] == "not met"
+    assert verdicts["fds flat (least at the end ≤ after warm-up)"] == "met"
+    assert "+3 (connector pid 101: least 9 → 12); fitted at most +3.0/h" in report
+
+
+def test_a_count_is_flat_by_the_least_it_held_not_by_its_fitted_slope(tmp_path: Path) -> None:
+    """Connections in flight that grew with the answer times climb as fitted and fall back at
+    rest: flat. One fd more at rest than after warm-up, however small its slope, is not."""
+    in_flight = Slope("ingest", 400, 3600.0, 0.3, 4.2, 0.0, 0.0, 2.0, floors=_level(18, 6, 2, 9))
+    in_flight = dataclasses.replace(in_flight, floors={**in_flight.floors, "fds": Floor(18, 17)})
+    verdicts = _verdicts(write_report(_result(slopes=(in_flight,)), tmp_path / "a").read_text())
+    assert verdicts["fds flat (least at the end ≤ after warm-up)"] == "met"
+    leaked = dataclasses.replace(
+        in_flight, fds_per_h=0.1, floors={**in_flight.floors, "fds": Floor(18, 19)}
+    )
+    report = write_report(_result(slopes=(leaked,)), tmp_path / "b").read_text()
+    assert _verdicts(report)["fds flat (least at the end ≤ after warm-up)"] == "not met"
+    assert "| ingest | 400 | 60 | +0.30 | - | +0.10; 18 → 19 |" in report
 
 
 def test_the_dev_brokers_growth_is_shown_beside_the_daemons_not_judged_with_them(
@@ -142,7 +167,7 @@ def test_the_dev_brokers_growth_is_shown_beside_the_daemons_not_judged_with_them
     assert result.fds_slope_per_h == 0.1
     assert "rss_slope_mb_per_h=1.2 fds_slope_per_h=0.1" in result.summary_line()
     assert verdicts["RSS slope < 5 MB/h per daemon"] == "met"
-    assert verdicts["fds flat (\\|slope\\| < 1/h)"] == "met"
+    assert verdicts["fds flat (least at the end ≤ after warm-up)"] == "met"
     assert "| broker | 90 | 12 | +4396.70 |" in report.split("## Resources", 1)[1]
 
 

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import httpx
 import pytest
 
-from soak.model import MIN_LIFE_S, WARMUP_S, Fault, Sample
+from soak.model import MIN_LIFE_S, WARMUP_S, Fault, Floor, Sample
 from soak.resources import (
     ResourceSampler,
     between_faults_per_h,
@@ -337,3 +337,36 @@ def test_stretches_too_short_to_fit_are_left_out() -> None:
     assert slope.rss_mb_per_h_between_faults is None
     assert between_faults_per_h([(0.0, 1.0), (600.0, 2.0)], ()) == pytest.approx(6.0)
     assert between_faults_per_h([(0.0, 1.0), (60.0, 2.0)], ()) is None
+
+
+# --- floors ---------------------------------------------------------------------------------
+
+
+def _in_flight(life_s: float, *, leaked: int = 0) -> int:
+    """Ingest's fds: 17 of its own, and connections in flight that grow with its answer times
+    (0-3 at first, 0-11 by the end, none at the last sample, at rest), plus `leaked`."""
+    resting = life_s == 3600
+    in_flight = 0 if resting else int(life_s // 10) % (4 + int(life_s // 450))
+    return 17 + in_flight + (leaked if life_s >= 1200 else 0)
+
+
+def test_connections_in_flight_climb_as_fitted_but_their_floor_holds() -> None:
+    """More in flight as answers slow reads as a slope, and the least at the end is where it was."""
+    (slope,) = slopes(_life(7, fds=_in_flight))
+    assert slope.fds_per_h > 1.0
+    assert slope.floors["fds"] == Floor(17, 17)
+    assert slope.floors["threads"].rise == slope.floors["kafka_connections"].rise == 0
+
+
+def test_a_leaked_descriptor_lifts_the_floor_however_small_its_slope() -> None:
+    """One fd that stays from minute 20 on: the least at the end is one more than after warm-up."""
+    (slope,) = slopes(_life(7, fds=lambda life_s: _in_flight(life_s, leaked=1)))
+    assert slope.floors["fds"] == Floor(17, 18)
+    assert slope.floors["fds"].rise == 1
+
+
+def test_a_count_never_read_has_no_floor() -> None:
+    """A daemon whose /metrics never answered has no tasks floor, only the others."""
+    (slope,) = slopes(_life(7, tasks=lambda life_s: None))
+    assert "tasks" not in slope.floors
+    assert set(slope.floors) == {"fds", "threads", "kafka_connections"}
