@@ -186,7 +186,8 @@ def run_daemon_command(command: click.Command, prog: str) -> NoReturn:
 def run_daemon(run: Callable[[], Awaitable[None]], request_stop: Callable[[], None]) -> None:
     """Run a daemon's coroutine until it returns; SIGTERM/SIGINT ask it to drain, and one that
     came before the loop ran ends it at once (exit 0). A `HifiError` propagates to the runner.
-    Meanwhile the memory it frees goes back to the system (`hifi.memory`)."""
+    Its threads are all started first (`hifi.threads`); meanwhile the memory it frees goes back
+    to the system (`hifi.memory`)."""
     import asyncio
 
     import structlog
@@ -195,6 +196,7 @@ def run_daemon(run: Callable[[], Awaitable[None]], request_stop: Callable[[], No
 
     from hifi.event_loop import loop_factory, loop_kind
     from hifi.memory import releasing_memory
+    from hifi.threads import start_threads
 
     kind = loop_kind()  # a bad HIFI_EVENT_LOOP is a ConfigError before anything starts
 
@@ -203,6 +205,7 @@ def run_daemon(run: Callable[[], Awaitable[None]], request_stop: Callable[[], No
             log.info("stopped_before_start", signal=getattr(STOP_SIGNALS.received, "name", None))
             return
         log.debug("event_loop", kind=kind)
+        await start_threads()
         async with releasing_memory():
             await run()
 

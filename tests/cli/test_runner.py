@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import re
 import signal
+import threading
 from collections.abc import Iterator
 
 import click
@@ -17,6 +18,7 @@ import hifi.cli
 from hifi import errors, memory
 from hifi.cli import EXIT_FAILURE, EXIT_USAGE, Group, StopSignals, run_command, run_daemon
 from hifi.environment import EVENT_LOOP_ENV
+from hifi.threads import WORKER_THREADS
 
 ERROR_CLASSES = [
     cls
@@ -234,3 +236,26 @@ def test_a_daemon_hands_freed_memory_back_while_it_runs(
     run_daemon(run, lambda: None)
     assert "memory-release" in seen
     assert (prometheus_client.REGISTRY.get_sample_value(seconds) or 0.0) > before
+
+
+@pytest.mark.parametrize("kind", ["uvloop", "asyncio"])
+def test_a_daemon_has_its_threads_from_the_start_and_none_after(
+    fresh_stop_signals: StopSignals, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before the daemon's first line runs, its `WORKER_THREADS` are started and its jobs in
+    threads run on them; once the run ends they are joined, on either event loop."""
+    monkeypatch.setenv(EVENT_LOOP_ENV, kind)
+    seen: list[int] = []
+    ran_on: list[str] = []
+
+    def workers() -> int:
+        return sum(1 for t in threading.enumerate() if t.name.startswith("hifi-worker"))
+
+    async def run() -> None:
+        seen.append(workers())
+        ran_on.append(await asyncio.to_thread(lambda: threading.current_thread().name))
+
+    run_daemon(run, lambda: None)
+    assert seen == [WORKER_THREADS]
+    assert ran_on[0].startswith("hifi-worker")
+    assert workers() == 0
