@@ -20,6 +20,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from hifi.errors import HifiError
+
 __all__ = ["START_TIMEOUT_S", "WORKER_THREADS", "start_threads"]
 
 WORKER_THREADS = min(32, (os.cpu_count() or 1) + 4)  # ThreadPoolExecutor's own bound
@@ -28,12 +30,21 @@ _NAME = "hifi-worker"
 
 
 async def start_threads(count: int = WORKER_THREADS) -> ThreadPoolExecutor:
-    """Set the running loop's default executor to `count` threads, every one started now."""
+    """Set the running loop's default executor to `count` threads, every one started now; a
+    `HifiError` if the system would not start them all (none is left running then)."""
     executor = ThreadPoolExecutor(max_workers=count, thread_name_prefix=_NAME)
-    asyncio.get_running_loop().set_default_executor(executor)
     # each job waits for all the others: no thread is idle before the last one has started,
     # so the executor starts a thread for each
     arrived = threading.Barrier(count)
-    started = [executor.submit(arrived.wait, START_TIMEOUT_S) for _ in range(count)]
-    await asyncio.gather(*(asyncio.wrap_future(job) for job in started))
+    try:
+        started = [executor.submit(arrived.wait, START_TIMEOUT_S) for _ in range(count)]
+        await asyncio.gather(*(asyncio.wrap_future(job) for job in started))
+    except (RuntimeError, threading.BrokenBarrierError) as exc:
+        arrived.abort()  # the threads that did start stop waiting
+        executor.shutdown(wait=True, cancel_futures=True)
+        raise HifiError(
+            f"could not start {count} worker threads ({exc or type(exc).__name__}):"
+            " is a limit on tasks (systemd's TasksMax, the container's pids limit) too low?"
+        ) from None
+    asyncio.get_running_loop().set_default_executor(executor)
     return executor
