@@ -123,7 +123,7 @@ class PartitionWorker:
             consumer.subscribe(topics, on_assigned=member.assigned, on_revoked=member.revoke)
             self._member = member
             try:
-                async with member.ends.refreshing():
+                async with member.ends.refreshing(), member.session.watching():
                     await member.poll_until_stopped()
             finally:
                 await member.drain()

@@ -1,6 +1,7 @@
 """A group member cut from Kafka: it waits, and after a session without heartbeats it lets go.
 
-The worker asks `check()` on every turn of its loop. From the group coordinator's answers to
+The worker asks `check()` on every turn of its loop, and `heard()` runs every `WATCH_EVERY_S`
+besides, whatever the loop waits on (`watching()`). From the group coordinator's answers to
 the member (heartbeats, joins, commits) and the daemon's `KafkaReach` it says:
 
 - *waiting*: the coordinator silent for half a session, or a Kafka call of the daemon waits
@@ -16,18 +17,22 @@ the member (heartbeats, joins, commits) and the daemon's `KafkaReach` it says:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiokafka import TopicPartition
 
+from hifi.background import in_background
 from hifi.kafka.reach import KafkaReach
 from hifi.worker.seams import GroupConsumer
 
 __all__ = ["GroupSession"]
 
 _CALL = "group"
+WATCH_EVERY_S = 0.5
 
 
 class GroupSession:
@@ -56,14 +61,9 @@ class GroupSession:
 
     def check(self, owned: set[TopicPartition]) -> set[TopicPartition]:
         """Look at the heartbeats now; return the partitions lost at this call (else none)."""
-        last_s = self._consumer.last_heard_s()
-        now_s = self._clock()
+        last_s, now_s = self._consumer.last_heard_s(), self._clock()
         session_s = self._consumer.session_timeout_s
-        silent_s = now_s - last_s
-        if silent_s >= session_s / 2:
-            self._reach.failed(_CALL, f"the group coordinator silent for {silent_s:.0f} s")
-        else:
-            self._reach.answered(_CALL)
+        silent_s = self.heard()
         if self._lost_at_s is not None:
             if last_s > self._lost_at_s and not self._rejoined:
                 self._rejoined = True
@@ -82,6 +82,30 @@ class GroupSession:
             session_timeout_s=session_s,
         )
         return set(self.lost)
+
+    def heard(self) -> float:
+        """Say to the daemon's reach whether the coordinator answered within half a session;
+        the seconds it has been silent."""
+        silent_s = self._clock() - self._consumer.last_heard_s()
+        if silent_s >= self._consumer.session_timeout_s / 2:
+            self._reach.failed(_CALL, f"the group coordinator silent for {silent_s:.0f} s")
+        else:
+            self._reach.answered(_CALL)
+        return silent_s
+
+    @contextlib.asynccontextmanager
+    async def watching(self, every_s: float = WATCH_EVERY_S) -> AsyncIterator[None]:
+        """While the block runs, look at the heartbeats every `every_s` too (`heard`): a turn of
+        the worker's loop that itself waits on Kafka (a commit sent just before a cut) would
+        otherwise show the silence only once that call gives up."""
+
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(every_s)
+                self.heard()
+
+        async with in_background(watch(), name="group-session-watch"):
+            yield
 
     def assigned(self) -> None:
         """A rebalance ended: what is owned now is owned, heard from the group just now."""

@@ -57,6 +57,8 @@ class FakeGroup:
         self.listener_failures = 0  # assignments whose callback raised
         self.session_timeout_s = 10.0
         self.silent_since: float | None = None  # the coordinator's last answer, while cut off
+        self.commits_held = asyncio.Event()  # set: a commit waits until it is cleared (a cut)
+        self.commits_waiting = 0
         self.rejoins = 0  # rejoin() calls
         self._rejoining: asyncio.Future[None] | None = None
         self.holes: dict[TopicPartition, set[int]] = {}  # offsets with no record (compaction)
@@ -130,6 +132,10 @@ class FakeGroup:
 
     async def commit(self, offsets: dict[TopicPartition, int]) -> None:
         assert set(offsets) <= self._owned, "commit for a partition the member does not own"
+        self.commits_waiting += 1
+        while self.commits_held.is_set():
+            await asyncio.sleep(0.01)
+        self.commits_waiting -= 1
         self.committed.update(offsets)
         self.commits.append(dict(offsets))
 

@@ -53,6 +53,34 @@ async def test_half_a_session_of_silence_starts_no_new_work_and_kafka_answering_
     assert handler.taken() == [(0, n) for n in range(5)]
 
 
+async def test_the_silence_is_seen_while_the_worker_waits_on_a_commit_held_by_the_cut() -> None:
+    """Cut just as a commit went out: the worker's turn waits on that commit, and the daemon is
+    not ready after half a session all the same, not once the commit gives up."""
+    group = FakeGroup(TOPIC, partitions=1)
+    group.append(0, 3)
+    handler = Units(auto_release=True)
+    reach = KafkaReach()
+    worker = PartitionWorker(
+        NEVER_DIALED, options("g", commit_interval_s=0.05), consumer=group.open, reach=reach
+    )
+    async with running(worker, handler, [TOPIC]):
+        await handler.changes.until(lambda: group.committed.get(P0) == 3, "three committed")
+        group.commits_held.set()
+        commits = len(group.commits)
+        group.append(0, 2)  # something to commit, so the next commit waits
+        assert await until(lambda: group.commits_waiting == 1, WAIT_S), "the loop in a commit"
+        group.silent_since = time.monotonic() - 6  # half of the fake's 10 s session, and more
+        try:
+            assert await until(lambda: not reach.reachable, 5.0), "seen during the commit"
+            assert group.commits_waiting == 1
+            assert len(group.commits) == commits
+        finally:  # Kafka answers again, and the commit goes through
+            group.silent_since = None
+            group.commits_held.clear()
+        await handler.changes.until(lambda: group.committed.get(P0) == 5, "all five committed")
+        assert await until(lambda: reach.reachable, WAIT_S)
+
+
 async def test_a_whole_session_of_silence_lets_the_partitions_go_until_kafka_answers() -> None:
     group = FakeGroup(TOPIC, partitions=1)
     group.append(0, 2)
