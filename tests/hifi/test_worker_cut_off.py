@@ -30,14 +30,19 @@ async def _quiet(handler: Units, seconds: float) -> list[tuple[int, int]]:
     return handler.started()[len(before) :]
 
 
-async def test_half_a_session_of_silence_starts_no_new_work_and_kafka_answering_resumes() -> None:
+def _three_records() -> tuple[FakeGroup, Units, KafkaReach, PartitionWorker]:
+    """A group of one partition with three records, and a worker that commits often."""
     group = FakeGroup(TOPIC, partitions=1)
     group.append(0, 3)
-    handler = Units(auto_release=True)
     reach = KafkaReach()
     worker = PartitionWorker(
         NEVER_DIALED, options("g", commit_interval_s=0.05), consumer=group.open, reach=reach
     )
+    return group, Units(auto_release=True), reach, worker
+
+
+async def test_half_a_session_of_silence_starts_no_new_work_and_kafka_answering_resumes() -> None:
+    group, handler, reach, worker = _three_records()
     async with running(worker, handler, [TOPIC]):
         await handler.changes.until(lambda: len(handler.started()) == 3, "three units run")
         group.silent_since = time.monotonic() - 6  # half of the fake's 10 s session, and more
@@ -56,13 +61,7 @@ async def test_half_a_session_of_silence_starts_no_new_work_and_kafka_answering_
 async def test_the_silence_is_seen_while_the_worker_waits_on_a_commit_held_by_the_cut() -> None:
     """Cut just as a commit went out: the worker's turn waits on that commit, and the daemon is
     not ready after half a session all the same, not once the commit gives up."""
-    group = FakeGroup(TOPIC, partitions=1)
-    group.append(0, 3)
-    handler = Units(auto_release=True)
-    reach = KafkaReach()
-    worker = PartitionWorker(
-        NEVER_DIALED, options("g", commit_interval_s=0.05), consumer=group.open, reach=reach
-    )
+    group, handler, reach, worker = _three_records()
     async with running(worker, handler, [TOPIC]):
         await handler.changes.until(lambda: group.committed.get(P0) == 3, "three committed")
         group.commits_held.set()
