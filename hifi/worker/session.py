@@ -63,7 +63,8 @@ class GroupSession:
         """Look at the heartbeats now; return the partitions lost at this call (else none)."""
         last_s, now_s = self._consumer.last_heard_s(), self._clock()
         session_s = self._consumer.session_timeout_s
-        silent_s = self.heard()
+        silent_s = now_s - last_s
+        self._tell_reach(silent_s)
         if self._lost_at_s is not None:
             if last_s > self._lost_at_s and not self._rejoined:
                 self._rejoined = True
@@ -83,15 +84,15 @@ class GroupSession:
         )
         return set(self.lost)
 
-    def heard(self) -> float:
-        """Say to the daemon's reach whether the coordinator answered within half a session;
-        the seconds it has been silent."""
-        silent_s = self._clock() - self._consumer.last_heard_s()
+    def heard(self) -> None:
+        """Say to the daemon's reach whether the coordinator answered within half a session."""
+        self._tell_reach(self._clock() - self._consumer.last_heard_s())
+
+    def _tell_reach(self, silent_s: float) -> None:
         if silent_s >= self._consumer.session_timeout_s / 2:
             self._reach.failed(_CALL, f"the group coordinator silent for {silent_s:.0f} s")
         else:
             self._reach.answered(_CALL)
-        return silent_s
 
     @contextlib.asynccontextmanager
     async def watching(self, every_s: float = WATCH_EVERY_S) -> AsyncIterator[None]:
