@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -61,6 +61,9 @@ class AuditAccount:
     missing: int
     provisional: int  # minutes with events that were not final yet
     mismatches: tuple[str, ...]  # "MINUTE figure auditor != run"
+    # minute (epoch ms) -> its p95 lag in two parts, as the auditor tables a final minute: the
+    # part before the connector took the events in (producer and broker), the connector's own
+    lag_parts: Mapping[int, tuple[int | None, int | None]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -106,6 +109,11 @@ def check(rows: Sequence[Mapping[str, Any]], expected: Mapping[int, Expected]) -
         missing=sum(row["missing"] for row in found.values()),
         provisional=len(found) - len(final),
         mismatches=tuple(mismatches),
+        lag_parts={
+            minute: (row.get("lag_in_p95_ms"), row.get("process_p95_ms"))
+            for minute, row in found.items()
+            if row["final"]
+        },
     )
 
 

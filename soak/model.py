@@ -37,6 +37,16 @@ class Fault:
 
 
 @dataclass(frozen=True)
+class LagParts:
+    """A destination's minute, its p95 lag in two parts as its auditor tables it: before its
+    connector took the events in (the producer, the broker's write and its fetch), and the
+    connector's own (taken in to the 2xx, retries included)."""
+
+    before_connector_ms: float | None
+    connector_ms: float | None
+
+
+@dataclass(frozen=True)
 class Minute:
     """One minute of event time, all destinations, as the auditor cuts them: its events' lag,
     from the event's time to the destination's 2xx of its first delivery."""
@@ -48,6 +58,7 @@ class Minute:
     p99_ms: float | None
     on_time: bool  # its p95 within `lag_sla_s` (the auditor's "down for lag" otherwise)
     faults: tuple[str, ...] = ()  # "kind target" of every fault active during the minute
+    parts: Mapping[str, LagParts] = field(default_factory=dict)  # destination -> its parts
 
     @property
     def fault_active(self) -> bool:

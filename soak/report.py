@@ -170,11 +170,16 @@ def _minutes(result: SoakResult) -> list[str]:
             _ms(m.p95_ms),
             _ms(m.p99_ms),
             ("yes" if m.on_time else "no") if m.events else "-",
+            "; ".join(
+                f"{dest} {_ms(parts.before_connector_ms)} / {_ms(parts.connector_ms)}"
+                for dest, parts in sorted(m.parts.items())
+            ),
             ", ".join(m.faults),
         )
         for m in result.minutes
     )
-    return ["", "## Minutes", "", *_table((*header, "on time", "faults active"), rows)]
+    parts = "p95 before the connector / the connector's own (ms)"
+    return ["", "## Minutes", "", *_table((*header, "on time", parts, "faults active"), rows)]
 
 
 def _resources(result: SoakResult) -> list[str]:

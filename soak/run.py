@@ -29,7 +29,7 @@ from soak import calibrate, schedule
 from soak.faults import FaultRunner
 from soak.ledger import Ledger
 from soak.load import IngestLoad, KafkaLoad
-from soak.model import Account, Fault, Minute, SoakResult, StackCapacity
+from soak.model import Account, Fault, LagParts, Minute, SoakResult, StackCapacity
 from soak.resources import ResourceSampler, slopes
 from soak.stack import INGEST_TOKEN, KILLABLE, PARTITIONS, PLAIN, TENANTS_DEST, Stack, stack
 
@@ -115,7 +115,7 @@ async def soak(plan: SoakPlan, work: Path) -> SoakResult:
         for name, daemon in running.daemons.items():
             if not name.startswith("auditor"):
                 await daemon.stop()
-        account = await _account(running, ledger, runner.done, run_started_ms, plan.settle_s)
+        account, parts = await _account(running, ledger, runner.done, run_started_ms, plan.settle_s)
     faults = tuple(sorted(runner.done, key=lambda fault: fault.start_s))
     return SoakResult(
         started_ms=run_started_ms,
@@ -126,7 +126,7 @@ async def soak(plan: SoakPlan, work: Path) -> SoakResult:
         stack_capacity=stack_capacity,
         rate_events_per_s=rate,
         faults=faults,
-        minutes=_minutes(ledger, faults, run_started_ms),
+        minutes=_minutes(ledger, faults, run_started_ms, parts),
         samples=samples,
         slopes=tuple(slopes(samples, faults=faults)),
         account=account,
@@ -267,7 +267,8 @@ async def _drain(ledger: Ledger, timeout_s: float) -> float:
 
 async def _account(
     running: Stack, ledger: Ledger, faults: list[Fault], run_started_ms: int, settle_s: float
-) -> Account:
+) -> tuple[Account, dict[int, dict[str, LagParts]]]:
+    """The account by id, and each minute's lag in parts as the auditors table it."""
     dead = {
         dest: await kafka_tools.dead_letters(running.settings, running.name(dest))
         for dest in (PLAIN, TENANTS_DEST)
@@ -284,12 +285,15 @@ async def _account(
     await _count_records(running, ledger)
     expected = ledger.expected_minutes({dest: set(found) for dest, found in dead.items()})
     mismatches: list[str] = []
+    parts: dict[int, dict[str, LagParts]] = {}
     for dest in (PLAIN, TENANTS_DEST):
         found = await _audit(
             running.auditor_url(dest), running.name(dest), expected.get(dest, {}), settle_s
         )
-        mismatches.extend(f"{dest} {mismatch}" for mismatch in found)
-    return Account(
+        mismatches.extend(f"{dest} {mismatch}" for mismatch in found.mismatches)
+        for minute, (before_ms, own_ms) in found.lag_parts.items():
+            parts.setdefault(minute, {})[dest] = LagParts(before_ms, own_ms)
+    account = Account(
         accepted=ledger.accepted_count(),
         delivered=ledger.delivered_count(),
         lost=len(lost),
@@ -300,6 +304,7 @@ async def _account(
         lost_sample=tuple(lost[:10]),
         audit_mismatches=tuple(mismatches),
     )
+    return account, parts
 
 
 class _EventId(msgspec.Struct):
@@ -331,17 +336,16 @@ async def _count_records(running: Stack, ledger: Ledger) -> None:
 
 async def _audit(
     url: str, dest: str, expected: dict[int, audit.Expected], settle_s: float
-) -> tuple[str, ...]:
+) -> audit.AuditAccount:
     """The auditor's tables against the run's count, once its last minute is final."""
     if not expected:
-        return ()
+        return audit.AuditAccount(0, 0, 0, 0, 0, 0, 0, ())
     final_ms = max(expected) + MINUTE_MS + int(settle_s * 1000)
     wait_s = max(0.0, (final_ms - time.time_ns() // 1_000_000) / 1000) + 90.0
     try:
-        found = await audit.account(url, dest, expected, timeout_s=wait_s)
+        return await audit.account(url, dest, expected, timeout_s=wait_s)
     except httpx.HTTPError as exc:
-        return (f"the auditor did not answer: {exc}",)
-    return found.mismatches
+        return audit.AuditAccount(0, 0, 0, 0, 0, 0, 0, (f"the auditor did not answer: {exc}",))
 
 
 def _causes(ledger: Ledger, faults: list[Fault], run_started_ms: int) -> dict[str, int]:
@@ -360,7 +364,12 @@ def _causes(ledger: Ledger, faults: list[Fault], run_started_ms: int) -> dict[st
     return dict(causes)
 
 
-def _minutes(ledger: Ledger, faults: tuple[Fault, ...], run_started_ms: int) -> tuple[Minute, ...]:
+def _minutes(
+    ledger: Ledger,
+    faults: tuple[Fault, ...],
+    run_started_ms: int,
+    parts: Mapping[int, Mapping[str, LagParts]],
+) -> tuple[Minute, ...]:
     minutes = []
     for start_ms, lags in ledger.lags().items():
         if start_ms < minute_of(run_started_ms):  # the warm-up's
@@ -375,6 +384,7 @@ def _minutes(ledger: Ledger, faults: tuple[Fault, ...], run_started_ms: int) -> 
                 p99_ms=lags.p99_ms,
                 on_time=lags.p95_ms is not None and lags.p95_ms <= LAG_SLA_S * 1000,
                 faults=tuple(f"{f.kind} {f.target}" for f in faults if f.active(*span)),
+                parts=dict(parts.get(start_ms, {})),
             )
         )
     return tuple(minutes)

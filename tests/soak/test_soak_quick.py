@@ -41,6 +41,10 @@ async def test_a_short_soak_loses_nothing_and_the_auditors_agree(
     assert [problem for problem in problems(result) if "late minutes" not in problem] == []
     assert result.minutes
     assert all(m.p95_ms is not None for m in result.minutes if m.events)
+    # each destination's lag in two parts, from its auditor's final minutes
+    parted = [m for m in result.minutes if set(m.parts) == {PLAIN, TENANTS_DEST}]
+    assert parted, result.minutes
+    assert all(p.connector_ms is not None for m in parted for p in m.parts.values())
     daemons = {sample.daemon for sample in result.samples}
     assert {"connector-plain-a", "auditor-plain", "ingest"} <= daemons
     assert "broker" not in daemons
