@@ -1,9 +1,6 @@
 """The targets a soak run is judged by (issue 45), each met, not met, or not measured.
 
-The late minutes a fault may cost are its own and the next (`late_minute_budget`). A late
-minute beyond them is the broker's when the connector's own part of its lag would have left it
-on time with the broker as fast as in the run's first minute (`late_for_the_broker`): the dev
-broker's fetch slows with every batch it holds, a Kafka's does not. A daemon's
+The late minutes a fault may cost are its own and the next (`late_minute_budget`). A daemon's
 RSS is judged by the line fitted through each life after its warm-up; the slope between faults
 is shown beside it and decides nothing. A count (fds, threads, Kafka connections, tasks) is
 flat when the least it was at the end of each life is no more than just after its warm-up
@@ -16,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from soak.model import Fault, Minute, Slope, SoakResult
+from soak.model import Fault, Slope, SoakResult
 
 #: the highest p95 lag a minute with no fault may have
 P95_NO_FAULT_MAX_MS = 1_000.0
@@ -83,58 +80,9 @@ def late_minute_budget(result: SoakResult) -> dict[int, int]:
 def late_beyond_budget(result: SoakResult) -> int:
     """The late minutes no fault may cost (`late_minute_budget`): neither among a fault's own
     minutes nor the next after one; a fault whose late minutes run on, or a late quiet minute."""
-    return len(_late_beyond(result))
-
-
-def _late_beyond(result: SoakResult) -> list[Minute]:
-    return [
-        m
-        for m in result.minutes
-        if m.events
-        and not m.on_time
-        and not any(_may_cost(f, minute_span_s(result, m.start_ms)) for f in result.faults)
-    ]
-
-
-def broker_baseline_ms(result: SoakResult) -> dict[str, float]:
-    """Destination -> the part of its p95 lag before its connector took the events in, in the
-    run's first minute on time with no fault active: the broker before it held much of the
-    run's."""
-    for minute in result.minutes:
-        if minute.events and minute.on_time and not minute.faults:
-            return {
-                dest: parts.before_connector_ms
-                for dest, parts in minute.parts.items()
-                if parts.before_connector_ms is not None
-            }
-    return {}
-
-
-def late_for_the_broker(result: SoakResult) -> list[Minute]:
-    """The late minutes beyond the faults' budget that the broker made late: its parts account
-    for its p95 (the retrier's deliveries have no part: a minute late by them is not the
-    broker's), and every destination's would have been on time had its part before the
-    connector stayed as in the run's first on-time minute (`broker_baseline_ms`), its
-    connector's own part as it was. A minute without both parts of every destination, or whose
-    connectors took longer than that leaves, is the pipeline's."""
-    baseline, sla_ms = broker_baseline_ms(result), result.lag_sla_s * 1000
-
-    def the_brokers(minute: Minute) -> bool:
-        explained_ms = 0.0
-        for dest, parts in minute.parts.items():
-            first_ms, before_ms, own_ms = (
-                baseline.get(dest),
-                parts.before_connector_ms,
-                parts.connector_ms,
-            )
-            if first_ms is None or before_ms is None or own_ms is None:
-                return False
-            if first_ms + own_ms > sla_ms:
-                return False
-            explained_ms = max(explained_ms, before_ms + own_ms)
-        return minute.p95_ms is not None and minute.p95_ms <= explained_ms
-
-    return [minute for minute in _late_beyond(result) if the_brokers(minute)]
+    return sum(
+        1 for span in _late_spans(result) if not any(_may_cost(f, span) for f in result.faults)
+    )
 
 
 def targets(result: SoakResult) -> list[Target]:
@@ -143,14 +91,12 @@ def targets(result: SoakResult) -> list[Target]:
     quiet = result.quiet_minutes
     by_fault = late_minutes_by_fault(result)
     worst = max(by_fault.values(), default=0)
-    beyond, brokers = late_beyond_budget(result), len(late_for_the_broker(result))
-    by_broker = f"; {brokers} of the late made late by the broker" if brokers else ""
     return [
         Target("lost = 0", f"{result.account.lost:,}", result.account.lost == 0),
         Target("auditors agree", f"{len(mismatches):,} mismatches", not mismatches),
         Target(
             "on time with no fault = 100 %",
-            f"{result.on_time_pct_no_fault:.1f} % of {len(quiet)} minutes{by_broker}",
+            f"{result.on_time_pct_no_fault:.1f} % of {len(quiet)} minutes",
             all(m.on_time for m in quiet) if quiet else None,
         ),
         Target(
@@ -161,9 +107,8 @@ def targets(result: SoakResult) -> list[Target]:
         Target(
             "late minutes ≤ a fault's own and the next, per fault",
             f"at most {worst} per fault; {result.late_minutes} in all"
-            f" for {len(result.faults)} faults, {beyond} beyond them"
-            + (f" ({brokers} the broker's)" if brokers else ""),
-            beyond == brokers,
+            f" for {len(result.faults)} faults, {late_beyond_budget(result)} beyond them",
+            not late_beyond_budget(result),
         ),
         _rss_target(result.daemon_slopes),
         *(_flat_target(name, key, per_h, result.daemon_slopes) for name, key, per_h in FLAT),
