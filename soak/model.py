@@ -15,7 +15,7 @@ MIN_LIFE_S = 30 * 60.0
 WARMUP_S = 10 * 60.0
 #: how often every daemon's resources are sampled
 SAMPLE_EVERY_S = 10.0
-#: a count's floor is its least over this much of a life, just after warm-up and at its end
+#: a count's floor is the least it held over this much of a life, after warm-up and at its end
 FLOOR_SPAN_S = 10 * 60.0
 #: the local broker's name among the sampled processes: shown with the daemons, not judged
 BROKER = "broker"
@@ -77,11 +77,13 @@ class Sample:
     threads: int
     kafka_connections: int  # its established TCP connections to the Kafka listener
     tasks: int | None  # asyncio tasks (`hifi_asyncio_tasks`); None when it did not answer
+    fd_kinds: Mapping[str, int] = field(default_factory=dict)  # kind (`soak.fds`) -> its fds
 
 
 @dataclass(frozen=True)
 class Floor:
-    """The least a count was over `FLOOR_SPAN_S` just after a life's warm-up, and over its last.
+    """The least a count held for two samples running (`soak.resources.held`) over
+    `FLOOR_SPAN_S` just after a life's warm-up, and over its last.
 
     What a daemon has in flight (a request's connection, its task) comes and goes with the
     load and its answer times; what it leaks stays, and lifts the least it ever has. The last
@@ -114,6 +116,8 @@ class Slope:
     rss_mb_per_h_between_faults: float | None = None
     # count name ("fds", "threads", "kafka_connections", "tasks") -> its floors
     floors: Mapping[str, Floor] = field(default_factory=dict)
+    # kind of fd (`soak.fds.kind_of`) -> its floors: which kind a rise of the fds' floor was
+    fd_floors: Mapping[str, Floor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -13,22 +13,24 @@ climbs within every stretch.
 
 A count (fds, threads, Kafka connections, tasks) also follows what is in flight: ingest's fds
 are its senders' connections, more of them open while its answers take longer. Its slope reads
-a lag that grew as a leak. Each life's `floors` give the least each count was just after
+a lag that grew as a leak. Each life's `floors` give the least each count held just after
 warm-up and at the end: a leaked descriptor or task lifts the floor, one in flight does not.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
+import functools
 import statistics
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Self
 
 import httpx
 
+from soak import fds
 from soak.model import (
     FLOOR_SPAN_S,
     MIN_LIFE_S,
@@ -46,33 +48,46 @@ RECOVERY_S = 120.0
 #: a stretch between faults is fitted when it spans this long at least
 MIN_STRETCH_S = 5 * 60.0
 TASKS_GAUGE = "hifi_asyncio_tasks"
-_ESTABLISHED = "01"  # the `st` column of /proc/net/tcp
 
 
 def sample_process(
-    daemon: str, pid: int, *, at_s: float, kafka_ports: Collection[int], tasks: int | None
+    daemon: str,
+    pid: int,
+    *,
+    at_s: float,
+    kafka_ports: Collection[int],
+    tasks: int | None,
+    port_names: Mapping[int, str] | None = None,
 ) -> Sample | None:
-    """The process's resources now, from /proc; None when it is gone (or a zombie)."""
+    """The process's resources now, from /proc; None when it is gone (or a zombie).
+    `port_names` name the ports its fds' kinds are told by (`soak.fds.kind_of`)."""
     proc = Path(f"/proc/{pid}")
     try:
         status = _status_fields(proc.joinpath("status").read_text())
         if "VmRSS" not in status:  # a zombie keeps its status, not its memory
             return None
-        fd_names = os.listdir(proc / "fd")
-        sockets = _socket_inodes(proc / "fd", fd_names)
+        fd_targets = fds.targets(proc / "fd")
         tables = [proc.joinpath("net", "tcp").read_text(), _read_if_any(proc / "net" / "tcp6")]
     except (FileNotFoundError, ProcessLookupError):
         return None
-    to_kafka = _established_to(tables, frozenset(kafka_ports))
+    sockets = fds.tcp_sockets(tables)
+    to_kafka = [
+        socket
+        for target in fd_targets
+        if (socket := fds.socket_of(target, sockets)) is not None
+        and socket.state == fds.ESTABLISHED
+        and socket.remote_port in kafka_ports
+    ]
     return Sample(
         at_s=at_s,
         daemon=daemon,
         pid=pid,
         rss_mb=int(status["VmRSS"].split()[0]) / 1024,  # "123456 kB"
-        fds=len(fd_names),
+        fds=len(fd_targets),
         threads=int(status["Threads"]),
-        kafka_connections=len(sockets & to_kafka),
+        kafka_connections=len(to_kafka),
         tasks=tasks,
+        fd_kinds=fds.kinds(fd_targets, sockets, port_names or {}),
     )
 
 
@@ -81,37 +96,12 @@ def _status_fields(text: str) -> dict[str, str]:
     return {name: value.strip() for name, _, value in fields}
 
 
-def _socket_inodes(fd_dir: Path, fd_names: Iterable[str]) -> set[str]:
-    """The inodes of the sockets among the fds; an fd closed since the listing is skipped."""
-    inodes = set()
-    for name in fd_names:
-        try:
-            target = os.readlink(fd_dir / name)
-        except FileNotFoundError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
-    return inodes
-
-
 def _read_if_any(path: Path) -> str:
     """A /proc/net table the kernel may lack (tcp6 without IPv6): empty then."""
     try:
         return path.read_text()
     except FileNotFoundError:
         return ""
-
-
-def _established_to(tables: Iterable[str], ports: frozenset[int]) -> set[str]:
-    """The inodes of the ESTABLISHED TCP sockets whose remote port is one of `ports`."""
-    inodes = set()
-    for table in tables:
-        for row in table.splitlines()[1:]:  # the first line names the columns
-            columns = row.split()
-            remote, state, inode = columns[2], columns[3], columns[9]
-            if state == _ESTABLISHED and int(remote.rpartition(":")[2], 16) in ports:
-                inodes.add(inode)
-    return inodes
 
 
 async def scrape_tasks(client: httpx.AsyncClient, metrics_port: int) -> int | None:
@@ -148,10 +138,12 @@ class ResourceSampler:
         kafka_ports: Collection[int],
         started: float,
         every_s: float = SAMPLE_EVERY_S,
+        port_names: Mapping[int, str] | None = None,
     ) -> None:
         self.samples: list[Sample] = []
         self._processes = processes
         self._kafka_ports = frozenset(kafka_ports)
+        self._port_names = {**(port_names or {}), **dict.fromkeys(self._kafka_ports, "Kafka")}
         self._started = started
         self._every_s = every_s
         self._client: httpx.AsyncClient | None = None
@@ -188,7 +180,12 @@ class ResourceSampler:
         at_s = time.monotonic() - self._started
         for (daemon, pid, _), count in zip(processes, tasks, strict=True):
             sample = sample_process(
-                daemon, pid, at_s=at_s, kafka_ports=self._kafka_ports, tasks=count
+                daemon,
+                pid,
+                at_s=at_s,
+                kafka_ports=self._kafka_ports,
+                tasks=count,
+                port_names=self._port_names,
             )
             if sample is not None:
                 self.samples.append(sample)
@@ -234,6 +231,7 @@ def slopes(
                 [(s.at_s, s.rss_mb) for s in steady], faults
             ),
             floors=floors(steady),
+            fd_floors=fd_floors(steady),
         )
         fitted.append((first_s, slope))
     fitted.sort(key=lambda pair: (pair[1].daemon, pair[0]))
@@ -250,17 +248,50 @@ COUNTS: dict[str, Callable[[Sample], int | None]] = {
 
 
 def floors(steady: Sequence[Sample], *, span_s: float = FLOOR_SPAN_S) -> dict[str, Floor]:
-    """Each count's least over the first `span_s` of `steady` (a life after its warm-up) and
-    over its last, each span at most half of it; a count never read is left out."""
-    first_s, last_s = steady[0].at_s, steady[-1].at_s
-    span_s = min(span_s, (last_s - first_s) / 2)
+    """Each count's least level (`held`) over the first `span_s` of `steady` (a life after its
+    warm-up) and over its last, each span at most half of it; a count never read is left out."""
     found = {}
     for name, of in COUNTS.items():
-        early = [v for s in steady if s.at_s <= first_s + span_s and (v := of(s)) is not None]
-        late = [v for s in steady if s.at_s >= last_s - span_s and (v := of(s)) is not None]
-        if early and late:
-            found[name] = Floor(min(early), min(late))
+        if (floor := _floor(steady, of, span_s)) is not None:
+            found[name] = floor
     return found
+
+
+def fd_floors(steady: Sequence[Sample], *, span_s: float = FLOOR_SPAN_S) -> dict[str, Floor]:
+    """`floors` of each kind of fd (`Sample.fd_kinds`; none of a kind in a sample: 0), over the
+    samples that name their kinds."""
+    named = [sample for sample in steady if sample.fd_kinds]
+    if not named:
+        return {}
+    found = {}
+    for kind in sorted({kind for sample in named for kind in sample.fd_kinds}):
+        floor = _floor(named, functools.partial(_fds_of_kind, kind), span_s)
+        if floor is not None:
+            found[kind] = floor
+    return found
+
+
+def _fds_of_kind(kind: str, sample: Sample) -> int:
+    return sample.fd_kinds.get(kind, 0)
+
+
+def _floor(
+    steady: Sequence[Sample], of: Callable[[Sample], int | None], span_s: float
+) -> Floor | None:
+    first_s, last_s = steady[0].at_s, steady[-1].at_s
+    span_s = min(span_s, (last_s - first_s) / 2)
+    early = [v for s in steady if s.at_s <= first_s + span_s and (v := of(s)) is not None]
+    late = [v for s in steady if s.at_s >= last_s - span_s and (v := of(s)) is not None]
+    return Floor(held(early), held(late)) if early and late else None
+
+
+def held(values: Sequence[int]) -> int:
+    """The least level `values` (in time order) held for two samples running; a lone sample's
+    own value. A count that dips for one sample (a task ended, the next not yet started) was
+    not at rest there; a leaked descriptor or task is in every sample after it."""
+    if len(values) < 2:
+        return values[0]
+    return min(max(value, after) for value, after in pairwise(values))
 
 
 def _fittable(steady: Sequence[Sample]) -> bool:

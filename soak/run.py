@@ -102,7 +102,10 @@ async def soak(plan: SoakPlan, work: Path) -> SoakResult:
         run_started_ms = time.time_ns() // 1_000_000
         runner = FaultRunner(running, planned, origin)
         async with ResourceSampler(
-            running.processes, kafka_ports=running.kafka_ports, started=origin
+            running.processes,
+            kafka_ports=running.kafka_ports,
+            started=origin,
+            port_names=running.port_names,
         ) as sampler:
             async with asyncio.TaskGroup() as group:
                 group.create_task(runner.run(), name="faults")

@@ -91,6 +91,22 @@ class Stack:
             int(address.rsplit(":", 1)[1]) for address in self.settings.bootstrap.split(",")
         )
 
+    @property
+    def ingest_port(self) -> int:
+        return int(self.ingest_url.rsplit(":", 1)[1].split("/", 1)[0])
+
+    @property
+    def port_names(self) -> dict[int, str]:
+        """What listens on each port of the stack: its fds are named by them (`soak.fds`)."""
+        names = {port: "Kafka" for port in self.kafka_ports}
+        names[self.redis.port] = "Redis"
+        names[self.ingest_port] = "ingest"
+        for dest, destination in self.destinations.items():
+            names[destination.port] = f"destination {dest}"
+        for name, daemon in self.daemons.items():
+            names[daemon.metrics_port] = f"{name}'s ops server"
+        return names
+
     def auditor_url(self, dest: str) -> str:
         name = "auditor-plain" if dest == PLAIN else "auditor-tenants"
         return f"http://127.0.0.1:{self.daemons[name].metrics_port}"
@@ -153,7 +169,7 @@ class Stack:
                 f"auditor-{role}", "auditor", [*named, *archive], {}
             )
         streams = self.work / "streams"
-        port = int(self.ingest_url.rsplit(":", 1)[1].split("/", 1)[0])
+        port = self.ingest_port
         self.daemons["ingest"] = self._daemon(
             "ingest",
             "ingest",

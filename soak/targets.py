@@ -144,4 +144,6 @@ def _flat_target(
     if floor.rise <= 0:
         return Target(target, f"flat (no life's least rose){fitted}", True)
     where = f"{life.daemon} pid {life.pid}: least {floor.first:,} → {floor.last:,}"
+    if key == "fds" and (kinds := [(k, f) for k, f in life.fd_floors.items() if f.rise > 0]):
+        where += "; of them " + ", ".join(f"{k} {f.first:,} → {f.last:,}" for k, f in kinds)
     return Target(target, f"+{floor.rise:,} ({where}){fitted}", False)

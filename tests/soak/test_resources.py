@@ -19,6 +19,7 @@ from soak.model import MIN_LIFE_S, WARMUP_S, Fault, Floor, Sample
 from soak.resources import (
     ResourceSampler,
     between_faults_per_h,
+    held,
     sample_process,
     scrape_tasks,
     slopes,
@@ -344,9 +345,10 @@ def test_stretches_too_short_to_fit_are_left_out() -> None:
 
 def _in_flight(life_s: float, *, leaked: int = 0) -> int:
     """Ingest's fds: 17 of its own, and connections in flight that grow with its answer times
-    (0-3 at first, 0-11 by the end, none at the last sample, at rest), plus `leaked`."""
-    resting = life_s == 3600
-    in_flight = 0 if resting else int(life_s // 10) % (4 + int(life_s // 450))
+    (0-3 at first, 0-11 by the end, each for two samples; none in the last minute, at rest),
+    plus `leaked`."""
+    resting = life_s >= 3540
+    in_flight = 0 if resting else int(life_s // 20) % (4 + int(life_s // 450))
     return 17 + in_flight + (leaked if life_s >= 1200 else 0)
 
 
@@ -363,6 +365,16 @@ def test_a_leaked_descriptor_lifts_the_floor_however_small_its_slope() -> None:
     (slope,) = slopes(_life(7, fds=lambda life_s: _in_flight(life_s, leaked=1)))
     assert slope.floors["fds"] == Floor(17, 18)
     assert slope.floors["fds"].rise == 1
+
+
+def test_a_dip_of_one_sample_is_not_a_floor() -> None:
+    """45 tasks in one sample just after warm-up and 46 in every other: the floor holds at 46.
+    45 in two samples running is a level the count held, and the rise to 46 is one."""
+    (slope,) = slopes(_life(7, tasks=lambda life_s: 45 if life_s == 900 else 46))
+    assert slope.floors["tasks"] == Floor(46, 46)
+    (slope,) = slopes(_life(7, tasks=lambda life_s: 45 if life_s in (900, 910) else 46))
+    assert slope.floors["tasks"] == Floor(45, 46)
+    assert (held([3]), held([5, 4, 5]), held([5, 4, 4, 5])) == (3, 5, 4)
 
 
 def test_a_count_never_read_has_no_floor() -> None:
