@@ -39,8 +39,10 @@ class Fault:
 @dataclass(frozen=True)
 class LagParts:
     """A destination's minute, its p95 lag in two parts as its auditor tables it: before its
-    connector took the events in (the producer, the broker's write and its fetch), and the
-    connector's own (taken in to the 2xx, retries included)."""
+    connector took the events in, and the connector's own (taken in to the 2xx). The first
+    holds the producer and the broker, and every wait of the pipeline's before a connector
+    polled the events: a paused partition, a backlog, the retry tier of an event the retrier
+    gave back (taken in again). It says where the lag was, not whose it was."""
 
     before_connector_ms: float | None
     connector_ms: float | None
