@@ -6,7 +6,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 
 from soak.fds import TcpSocket, kind_of, tcp_sockets
 from soak.model import Account, Floor, Sample, SoakResult
@@ -14,7 +13,8 @@ from soak.resources import sample_process, slopes
 from soak.targets import targets
 
 # Connects to the test's "destination" (argv: its port), listens on a port of its own, opens a
-# pipe and a file, says "ready"; exits at the end of stdin.
+# pipe and a file, says "ready"; at a line on stdin, reads its connection to the end (the peer
+# closed it) without closing it and says "closed"; exits at the end of stdin.
 CHILD = """
 import os, socket, sys
 connection = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
@@ -22,6 +22,10 @@ listening = socket.create_server(("127.0.0.1", 0))
 pipe = os.pipe()
 devnull = open(os.devnull)
 print("ready", flush=True)
+sys.stdin.readline()
+while connection.recv(4096):
+    pass
+print("closed", flush=True)
 sys.stdin.read()
 """
 # /proc/net/tcp: a connection to port 9092 (0x2384), one listening on 8080 (0x1F90), and one
@@ -61,13 +65,13 @@ def test_a_process_fds_are_named_by_kind_and_a_connection_closed_by_its_peer_sho
         assert kinds["pipe"] >= 4  # its stdin and stdout, and the pipe it made
         assert kinds["file"] >= 1
         accepted.close()
-        deadline = time.monotonic() + 5.0
-        while "tcp to destination plain (close-wait)" not in kinds:
-            assert time.monotonic() < deadline, kinds
-            time.sleep(0.05)
-            kinds = _kinds_of(process.pid, names)
+        assert process.stdin is not None
+        process.stdin.write(b"read\n")
+        process.stdin.flush()
+        assert process.stdout.readline() == b"closed\n"  # it has read the peer's FIN
+        kinds = _kinds_of(process.pid, names)
+        assert kinds["tcp to destination plain (close-wait)"] == 1
         assert "tcp to destination plain" not in kinds
-    assert process.stdin is not None
     process.stdin.close()  # the child exits at the end of its stdin
     process.stdout.close()
     process.wait(timeout=10)
