@@ -61,9 +61,14 @@ class AuditAccount:
     missing: int
     provisional: int  # minutes with events that were not final yet
     mismatches: tuple[str, ...]  # "MINUTE figure auditor != run"
-    # minute (epoch ms) -> its p95 lag in two parts, as the auditor tables a final minute: the
-    # part before the connector took the events in (producer and broker), the connector's own
+    # minute (epoch ms) -> its p95 lag in two parts, as the auditor tables a final minute: before
+    # the connector took the events in, and the connector's own (`soak.model.LagParts`)
     lag_parts: Mapping[int, tuple[int | None, int | None]] = field(default_factory=dict)
+
+    @classmethod
+    def unread(cls, *why: str) -> AuditAccount:
+        """An account of no rows read: `why` are its mismatches (none: nothing to read)."""
+        return cls(0, 0, 0, 0, 0, 0, 0, why)
 
     @property
     def ok(self) -> bool:
@@ -122,7 +127,7 @@ async def account(
 ) -> AuditAccount:
     """Wait until the auditor at `url` agrees with the run, or `timeout_s`; its account then."""
     deadline = time.monotonic() + timeout_s
-    result = AuditAccount(0, 0, 0, 0, 0, 0, 0, ("the auditor never answered",))
+    result = AuditAccount.unread("the auditor never answered")
     async with httpx.AsyncClient(timeout=5.0) as client:
         while True:
             rows = await tables(client, url, dest)

@@ -214,7 +214,7 @@ async def _tables_agree(
         missing[audit.minute_of(at_ms)] += 1
     final_ms = max(truth) + audit.MINUTE_MS + round(audit.SETTLE_S * 1000)
     deadline = time.monotonic() + max(0.0, (final_ms - now_ms()) / 1000) + _CATCH_UP_S
-    result = audit.AuditAccount(0, 0, 0, 0, 0, 0, 0, ("no auditor answered",))
+    result = audit.AuditAccount.unread("no auditor answered")
     async with httpx.AsyncClient(timeout=5.0) as client:
         while True:
             tables = [await audit.tables(client, url, dest) for url in urls]

@@ -26,7 +26,8 @@ _STATES = {
     "09": "last-ack",
     "0A": "listening",
 }
-ESTABLISHED = "established"
+_ESTABLISHED = "established"
+KAFKA = "Kafka"  # the name of a Kafka listener's port among `port_names`
 _SOCKET = "socket:["
 
 
@@ -64,7 +65,7 @@ def tcp_sockets(tables: Iterable[str]) -> dict[str, TcpSocket]:
     return sockets
 
 
-def socket_of(target: str, sockets: Mapping[str, TcpSocket]) -> TcpSocket | None:
+def _socket_of(target: str, sockets: Mapping[str, TcpSocket]) -> TcpSocket | None:
     """The TCP socket an fd's target is, if it is one."""
     if not target.startswith(_SOCKET):
         return None
@@ -82,7 +83,7 @@ def kind_of(target: str, sockets: Mapping[str, TcpSocket], port_names: Mapping[i
     """An fd's kind: "tcp to Kafka", "tcp to destination plain (close-wait)", "tcp from a client
     of auditor-plain", "tcp listening", "socket" (Unix, UDP), "pipe", "eventpoll", "file"..."""
     if target.startswith(_SOCKET):
-        socket = socket_of(target, sockets)
+        socket = _socket_of(target, sockets)
         if socket is None:
             return "socket"
         if socket.state == "listening":
@@ -93,7 +94,7 @@ def kind_of(target: str, sockets: Mapping[str, TcpSocket], port_names: Mapping[i
             kind = f"tcp from a client of {name}"
         else:
             kind = "tcp to another port"
-        return kind if socket.state == ESTABLISHED else f"{kind} ({socket.state})"
+        return kind if socket.state == _ESTABLISHED else f"{kind} ({socket.state})"
     if target.startswith("pipe:"):
         return "pipe"
     if target.startswith("anon_inode:"):

@@ -70,14 +70,8 @@ def sample_process(
         tables = [proc.joinpath("net", "tcp").read_text(), _read_if_any(proc / "net" / "tcp6")]
     except (FileNotFoundError, ProcessLookupError):
         return None
-    sockets = fds.tcp_sockets(tables)
-    to_kafka = [
-        socket
-        for target in fd_targets
-        if (socket := fds.socket_of(target, sockets)) is not None
-        and socket.state == fds.ESTABLISHED
-        and socket.remote_port in kafka_ports
-    ]
+    names = {**(port_names or {}), **dict.fromkeys(kafka_ports, fds.KAFKA)}
+    kinds = fds.kinds(fd_targets, fds.tcp_sockets(tables), names)
     return Sample(
         at_s=at_s,
         daemon=daemon,
@@ -85,9 +79,9 @@ def sample_process(
         rss_mb=int(status["VmRSS"].split()[0]) / 1024,  # "123456 kB"
         fds=len(fd_targets),
         threads=int(status["Threads"]),
-        kafka_connections=len(to_kafka),
+        kafka_connections=kinds.get(f"tcp to {fds.KAFKA}", 0),  # established ones only
         tasks=tasks,
-        fd_kinds=fds.kinds(fd_targets, sockets, port_names or {}),
+        fd_kinds=kinds,
     )
 
 
@@ -143,7 +137,7 @@ class ResourceSampler:
         self.samples: list[Sample] = []
         self._processes = processes
         self._kafka_ports = frozenset(kafka_ports)
-        self._port_names = {**(port_names or {}), **dict.fromkeys(self._kafka_ports, "Kafka")}
+        self._port_names = dict(port_names or {})
         self._started = started
         self._every_s = every_s
         self._client: httpx.AsyncClient | None = None

@@ -342,13 +342,13 @@ async def _audit(
 ) -> audit.AuditAccount:
     """The auditor's tables against the run's count, once its last minute is final."""
     if not expected:
-        return audit.AuditAccount(0, 0, 0, 0, 0, 0, 0, ())
+        return audit.AuditAccount.unread()
     final_ms = max(expected) + MINUTE_MS + int(settle_s * 1000)
     wait_s = max(0.0, (final_ms - time.time_ns() // 1_000_000) / 1000) + 90.0
     try:
         return await audit.account(url, dest, expected, timeout_s=wait_s)
     except httpx.HTTPError as exc:
-        return audit.AuditAccount(0, 0, 0, 0, 0, 0, 0, (f"the auditor did not answer: {exc}",))
+        return audit.AuditAccount.unread(f"the auditor did not answer: {exc}")
 
 
 def _causes(ledger: Ledger, faults: list[Fault], run_started_ms: int) -> dict[str, int]:

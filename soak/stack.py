@@ -34,6 +34,7 @@ from hifi.environment import REDIS_URL_ENV_VAR
 from hifi.files import STATE_DIR_ENV_VAR
 from hifi.kafka import admin as kafka_admin
 from hifi.kafka.settings import KafkaSettings
+from soak import fds
 from soak.model import BROKER
 from tenants.keys import tenants_key
 
@@ -98,7 +99,7 @@ class Stack:
     @property
     def port_names(self) -> dict[int, str]:
         """What listens on each port of the stack: its fds are named by them (`soak.fds`)."""
-        names = {port: "Kafka" for port in self.kafka_ports}
+        names = dict.fromkeys(self.kafka_ports, fds.KAFKA)
         names[self.redis.port] = "Redis"
         names[self.ingest_port] = "ingest"
         for dest, destination in self.destinations.items():
