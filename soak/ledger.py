@@ -161,7 +161,7 @@ class Ledger:
 
     def lags(self) -> dict[int, Lags]:
         """Each event-time minute's lag percentiles (nearest rank), oldest first."""
-        return {minute: _percentiles(self._lags[minute]) for minute in sorted(self._lags)}
+        return {minute: percentiles(self._lags[minute]) for minute in sorted(self._lags)}
 
     def expected_minutes(
         self, dead_lettered: Mapping[str, Collection[str]]
@@ -201,7 +201,8 @@ class Ledger:
         return found
 
 
-def _percentiles(values: array[int]) -> Lags:
+def percentiles(values: array[int]) -> Lags:
+    """Nearest-rank p50, p95 and p99 of `values` (ms), and how many there are."""
     ordered = sorted(values)
     if not ordered:
         return Lags(0, None, None, None)

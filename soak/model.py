@@ -61,6 +61,9 @@ class Minute:
     on_time: bool  # its p95 within `lag_sla_s` (the auditor's "down for lag" otherwise)
     faults: tuple[str, ...] = ()  # "kind target" of every fault active during the minute
     parts: Mapping[str, LagParts] = field(default_factory=dict)  # destination -> its parts
+    # the broker alone (`soak.probe`): p95 from a record's producer timestamp to a bare
+    # consumer with the connectors' fetch wait, both source topics; None: not probed
+    broker_p95_ms: float | None = None
 
     @property
     def fault_active(self) -> bool:

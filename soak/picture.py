@@ -16,6 +16,7 @@ _SIZE_IN = (12.0, 9.0)
 _P95_COLOR = "#2f5fc6"
 _P50_COLOR = "#9db7e8"
 _SLA_COLOR = "#c62f2f"
+_BROKER_COLOR = "#7a7a7a"
 _BAND_ALPHA = 0.18
 _BAND_MIN_S = 6.0  # a kill lasts a second or two: wide enough to see in an hour
 
@@ -93,21 +94,19 @@ def _draw_faults(result: SoakResult, colors: dict[str, Any], panels: Sequence[An
 def _draw_lag(result: SoakResult, axes: Any, colors: dict[str, Any]) -> None:
     from matplotlib.patches import Patch
 
-    for name, color, width in (("p50_ms", _P50_COLOR, 0.8), ("p95_ms", _P95_COLOR, 1.4)):
+    for name, color, width, label in (
+        ("p50_ms", _P50_COLOR, 0.8, "lag p50"),
+        ("p95_ms", _P95_COLOR, 1.4, "lag p95"),
+        ("broker_p95_ms", _BROKER_COLOR, 1.0, "the broker alone, p95"),
+    ):
         points = [
             (_minute_x(result, m.start_ms), value)
             for m in result.minutes
             if (value := getattr(m, name)) is not None and value > 0  # a log axis has no 0
         ]
-        axes.plot(
-            [x for x, _ in points],
-            [y for _, y in points],
-            color=color,
-            lw=width,
-            marker=".",
-            ms=3,
-            label=f"lag {name.removesuffix('_ms')}",
-        )
+        if points:
+            xs, ys = zip(*points, strict=True)
+            axes.plot(xs, ys, color=color, lw=width, marker=".", ms=3, label=label)
     axes.axhline(result.lag_sla_s * 1000, color=_SLA_COLOR, lw=1, ls="--", label="SLA")
     axes.set_yscale("log")
     axes.set_ylabel("lag per minute, ms")

@@ -174,12 +174,14 @@ def _minutes(result: SoakResult) -> list[str]:
                 f"{dest} {_ms(parts.before_connector_ms)} / {_ms(parts.connector_ms)}"
                 for dest, parts in sorted(m.parts.items())
             ),
+            _ms(m.broker_p95_ms),
             ", ".join(m.faults),
         )
         for m in result.minutes
     )
     parts = "p95 before the connector / the connector's own (ms)"
-    return ["", "## Minutes", "", *_table((*header, "on time", parts, "faults active"), rows)]
+    columns = (*header, "on time", parts, "the broker alone: p95 (ms)", "faults active")
+    return ["", "## Minutes", "", *_table(columns, rows)]
 
 
 def _resources(result: SoakResult) -> list[str]:

@@ -25,9 +25,9 @@ from chaos.audit import MINUTE_MS, minute_of
 from devstack import kafka_tools
 from hifi.kafka import reading
 from hifi.kafka.settings import KafkaSettings
-from soak import calibrate, schedule
+from soak import calibrate, probe, schedule
 from soak.faults import FaultRunner
-from soak.ledger import Ledger
+from soak.ledger import Lags, Ledger
 from soak.load import IngestLoad, KafkaLoad
 from soak.model import Account, Fault, LagParts, Minute, SoakResult, StackCapacity
 from soak.resources import ResourceSampler, slopes
@@ -49,9 +49,8 @@ _READY_TIMEOUT_S = 180.0
 _DRAIN_POLL_S = 5.0
 _CAUSE_WINDOW_MS = 60_000  # a repeat this long after a fault ended is put down to it
 _READ_S = 900.0  # the end's read of a source topic: an hour of records from the dev broker
-# Tansu keeps every record in memory, without retention: it grew 9.5 MB/s under 31,900 events/s
-# of about 250 bytes (2026-12-03). The rate is capped so the run's records fit in this share
-# of the memory available.
+# Tansu keeps every record in memory, without retention (9.5 MB/s under 31,900 events/s of
+# about 250 bytes): the rate is capped so the run's records fit in this share of the memory.
 TANSU_BYTES_PER_EVENT = 300
 _BROKER_MEMORY_SHARE = 0.5
 
@@ -77,9 +76,13 @@ async def soak(plan: SoakPlan, work: Path) -> SoakResult:
     started_ms = time.time_ns() // 1_000_000
     ledger = Ledger(started_ms, SOURCES)
     tenants = Tenants(TENANTS, ZIPF_S, seed=plan.seed)
-    async with stack(
-        work / "stack", ledger.on_delivery, seed=plan.seed, settle_s=plan.settle_s, kafka=plan.kafka
-    ) as running:
+    work_dir = work / "stack"
+    async with (
+        stack(
+            work_dir, ledger.on_delivery, seed=plan.seed, settle_s=plan.settle_s, kafka=plan.kafka
+        ) as running,
+        probe.running(running, work_dir / "probe.json") as broker,  # the broker alone
+    ):
         await _start(running)
         stack_capacity = await _calibrate(plan, running, ledger, tenants, capacity)
         capacities = [capacity] + ([stack_capacity.events_per_s] if stack_capacity else [])
@@ -129,7 +132,7 @@ async def soak(plan: SoakPlan, work: Path) -> SoakResult:
         stack_capacity=stack_capacity,
         rate_events_per_s=rate,
         faults=faults,
-        minutes=_minutes(ledger, faults, run_started_ms, parts),
+        minutes=_minutes(ledger, faults, run_started_ms, parts, broker),
         samples=samples,
         slopes=tuple(slopes(samples, faults=faults)),
         account=account,
@@ -372,6 +375,7 @@ def _minutes(
     faults: tuple[Fault, ...],
     run_started_ms: int,
     parts: Mapping[int, Mapping[str, LagParts]],
+    broker: Mapping[int, Lags],
 ) -> tuple[Minute, ...]:
     minutes = []
     for start_ms, lags in ledger.lags().items():
@@ -388,6 +392,7 @@ def _minutes(
                 on_time=lags.p95_ms is not None and lags.p95_ms <= LAG_SLA_S * 1000,
                 faults=tuple(f"{f.kind} {f.target}" for f in faults if f.active(*span)),
                 parts=dict(parts.get(start_ms, {})),
+                broker_p95_ms=broker[start_ms].p95_ms if start_ms in broker else None,
             )
         )
     return tuple(minutes)

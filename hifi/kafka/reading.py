@@ -59,7 +59,7 @@ async def topic_batches(
                 yield batch
             if at_least and seen >= at_least:
                 return
-            if not at_least and not fetched and await _at_end(reader, tps):
+            if not at_least and not fetched and await at_end(reader, tps):
                 return
         if at_least:
             return
@@ -139,7 +139,8 @@ async def _read_partition_at(
             reader.seek(tp, wanted[index])
 
 
-async def _at_end(reader: Consumer, tps: Sequence[TopicPartition]) -> bool:
+async def at_end(reader: Consumer, tps: Sequence[TopicPartition]) -> bool:
+    """Whether each of `tps` was read to the end its last fetch reported."""
     for tp in tps:
         highwater = reader.highwater(tp)
         if highwater is None or await reader.position(tp) < highwater:

@@ -15,7 +15,12 @@ from soak.__main__ import problems
 from soak.model import BROKER, Account, Fault, Floor, Minute, Sample, Slope, SoakResult
 from soak.picture import _draw_memory
 from soak.report import write_report
-from soak.targets import late_beyond_budget, late_minute_budget, late_minutes_by_fault
+from soak.targets import (
+    late_beyond_budget,
+    late_for_the_broker,
+    late_minute_budget,
+    late_minutes_by_fault,
+)
 
 STARTED_MS = 1_735_732_800_000  # 2025-01-01 12:00 UTC
 KILL = Fault("kill9", "connector", 60.0, 61.5, "SIGKILL pid 100, ready again in 1.5 s")
@@ -137,6 +142,38 @@ def test_late_minutes_with_no_fault_and_a_growing_count_fail_their_targets(tmp_p
     assert verdicts["threads flat (least at the end ≤ after warm-up)"] == "not met"
     assert verdicts["fds flat (least at the end ≤ after warm-up)"] == "met"
     assert "+3 (connector pid 101: least 9 → 12); fitted at most +3.0/h" in report
+
+
+def test_late_quiet_minutes_say_which_the_broker_alone_made_late(tmp_path: Path) -> None:
+    """The probe's bare consumer beside each minute: a late quiet minute whose p95 the broker
+    alone took past the SLA is the broker's, one it answered in time is the pipeline's. The
+    verdicts do not move: the targets are judged by the lag delivered."""
+    late = (10, 11)
+    broker_ms = {10: 2_500.0, 11: 300.0}  # the SLA is 2 s
+    minutes = tuple(
+        dataclasses.replace(_minute(i, on_time=i not in late), broker_p95_ms=broker_ms.get(i, 90.0))
+        for i in range(12)
+    )
+    result = _result(minutes=minutes)
+    assert [m.start_ms for m in late_for_the_broker(result)] == [STARTED_MS + 10 * 60_000]
+    report = write_report(result, tmp_path).read_text()
+    targets = dict(
+        (row[0], row[1])
+        for line in report.split("## Targets", 1)[1].split("\n\n", 2)[1].splitlines()[2:]
+        if (row := line.strip("| ").split(" | "))
+    )
+    assert targets["on time with no fault = 100 %"].endswith(
+        "; the broker alone over 2,000 ms in 1 of the 2 late"
+    )
+    assert targets["p95 with no fault ≤ 1,000 ms"] == (
+        "4,000 ms (the worst minute; the broker alone 2,500 ms in it)"
+    )
+    assert _verdicts(report)["on time with no fault = 100 %"] == "not met"
+    minutes_table = report.split("## Minutes", 1)[1]
+    assert "| the broker alone: p95 (ms) |" in minutes_table
+    assert "| 2,500 |" in minutes_table
+    unprobed = write_report(_result(), tmp_path / "unprobed").read_text()
+    assert "the broker alone" not in unprobed.split("## Minutes", 1)[0]
 
 
 def test_a_count_is_flat_by_the_least_it_held_not_by_its_fitted_slope(tmp_path: Path) -> None:

@@ -45,6 +45,9 @@ async def test_a_short_soak_loses_nothing_and_the_auditors_agree(
     parted = [m for m in result.minutes if set(m.parts) == {PLAIN, TENANTS_DEST}]
     assert parted, result.minutes
     assert all(p.connector_ms is not None for m in parted for p in m.parts.values())
+    # and what the broker alone took, from the probe's bare consumer
+    probed = [m for m in result.minutes if m.events and m.broker_p95_ms is not None]
+    assert len(probed) >= len([m for m in result.minutes if m.events]) - 1, result.minutes
     daemons = {sample.daemon for sample in result.samples}
     assert {"connector-plain-a", "auditor-plain", "ingest"} <= daemons
     assert "broker" not in daemons
