@@ -1,13 +1,14 @@
-"""The broker alone: a bare consumer of the soak's source topics, in a process of its own, with
-the connectors' fetch wait and none of their work. Each record's lag runs from its producer's
-timestamp (ingest's: the request's arrival) to its arrival here, cut by the minute of that
-timestamp. A minute whose p95 the broker alone takes past `lag_sla_s` can be on time for no
-consumer of it; beside the auditors' part before the connector, it tells the broker's wait
-from the pipeline's (docs/reliability.md, "The soak").
+"""The broker alone: a bare consumer of the soak's source topics (the first partition of each,
+a sample), in a process of its own, with the connectors' fetch wait and none of their work.
+Each record's lag runs from its producer's timestamp (ingest's: the request's arrival) to its
+arrival here, cut by the minute of that timestamp. A minute whose p95 the broker alone takes
+past `lag_sla_s` can be on time for no consumer of it; beside the auditors' part before the
+connector, it tells the broker's wait from the pipeline's (docs/reliability.md, "The soak").
 
-`python -m soak.probe --topic T [--topic T ...] --out FILE` reads from the topics' ends, on
-the Kafka that `HIFI_KAFKA_*` name, until SIGTERM; then it writes each minute's percentiles to
-FILE (JSON) and exits 0: what was written before the stop is counted.
+`python -m soak.probe --topic T [--topic T ...] --out FILE [--partitions-per-topic N]` reads
+from the topics' ends, on the Kafka that `HIFI_KAFKA_*` name, until SIGTERM; then it writes
+each minute's percentiles to FILE (JSON) and exits 0: what was written before the stop is
+counted.
 """
 
 from __future__ import annotations
@@ -37,20 +38,33 @@ from soak.stack import FETCH_MAX_WAIT_MS, PLAIN, TENANTS_DEST, Stack
 
 _POLL_MS = 200
 _STOP_TIMEOUT_S = 30.0
+#: the soak's sample: the first partition of each source topic, a quarter of its records
+SAMPLED_PARTITIONS = 1
 _TO_THE_END_S = 10.0  # at the start and the stop, reading on to the topics' ends
 
 
 async def read(
-    settings: KafkaSettings, topics: Sequence[str], fetch_max_wait_ms: int, stop: asyncio.Event
+    settings: KafkaSettings,
+    topics: Sequence[str],
+    fetch_max_wait_ms: int,
+    stop: asyncio.Event,
+    *,
+    partitions_per_topic: int | None = None,
 ) -> dict[int, array[int]]:
     """Every record written to `topics` from now until `stop` (and read by then): its lag in
-    ms, by the minute of its timestamp (epoch ms)."""
+    ms, by the minute of its timestamp (epoch ms). `partitions_per_topic`: only the first so
+    many of each topic's partitions, a sample (the dev broker's fetch costs it CPU for each
+    partition it reads)."""
     lags: dict[int, array[int]] = {}
     async with open_consumer(
         settings, group_id=None, fetch_max_wait_ms=fetch_max_wait_ms
     ) as consumer:
         await consumer.topics()
-        partitions = [tp for topic in topics for tp in consumer.partitions(topic)]
+        partitions = [
+            tp
+            for topic in topics
+            for tp in sorted(consumer.partitions(topic))[:partitions_per_topic]
+        ]
         if not partitions:
             raise click.ClickException(f"no partitions found for {', '.join(topics)}")
         consumer.assign(partitions)
@@ -102,6 +116,7 @@ async def running(stack: Stack, out: Path) -> AsyncIterator[dict[int, Lags]]:
     block exits (left empty when the probe failed: its log is beside `out`)."""
     command = [sys.executable, "-m", "soak.probe", "--out", str(out)]
     command += ["--fetch-max-wait-ms", str(FETCH_MAX_WAIT_MS)]
+    command += ["--partitions-per-topic", str(SAMPLED_PARTITIONS)]
     for dest in (PLAIN, TENANTS_DEST):
         command += ["--topic", stack.topic(dest)]
     log = await asyncio.to_thread(open, out.with_suffix(".log"), "ab")
@@ -130,12 +145,17 @@ async def running(stack: Stack, out: Path) -> AsyncIterator[dict[int, Lags]]:
             say(f"   the broker probe exited {process.returncode}: see {out.with_suffix('.log')}")
 
 
-async def _main(topics: Sequence[str], out: Path, fetch_max_wait_ms: int) -> None:
+async def _main(
+    topics: Sequence[str], out: Path, fetch_max_wait_ms: int, partitions_per_topic: int | None
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    lags = await read(KafkaSettings.from_env(), topics, fetch_max_wait_ms, stop)
+    settings = KafkaSettings.from_env()
+    lags = await read(
+        settings, topics, fetch_max_wait_ms, stop, partitions_per_topic=partitions_per_topic
+    )
     found = {minute: percentiles(values) for minute, values in lags.items()}
     await asyncio.to_thread(out.write_bytes, msgspec.json.encode(found))
 
@@ -144,8 +164,16 @@ async def _main(topics: Sequence[str], out: Path, fetch_max_wait_ms: int) -> Non
 @click.option("--topic", "topics", multiple=True, required=True, help="a topic to read")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="the JSON written")
 @click.option("--fetch-max-wait-ms", type=click.IntRange(1, 60_000), default=100, show_default=True)
-def main(topics: tuple[str, ...], out: Path, fetch_max_wait_ms: int) -> None:
-    asyncio.run(_main(topics, out, fetch_max_wait_ms))
+@click.option(
+    "--partitions-per-topic",
+    type=click.IntRange(min=1),
+    default=None,
+    help="read only the first N partitions of each topic (default: all)",
+)
+def main(
+    topics: tuple[str, ...], out: Path, fetch_max_wait_ms: int, partitions_per_topic: int | None
+) -> None:
+    asyncio.run(_main(topics, out, fetch_max_wait_ms, partitions_per_topic))
 
 
 if __name__ == "__main__":
