@@ -30,6 +30,7 @@ from aiokafka import TopicPartition
 
 from bench.report import say
 from chaos.audit import minute_of
+from hifi.errors import BrokerUnavailable
 from hifi.kafka import reading
 from hifi.kafka.consuming import Consumer, open_consumer
 from hifi.kafka.settings import KafkaSettings
@@ -75,7 +76,7 @@ async def read(
         await _to_the_end(consumer, partitions, None)
         print(f"probe: reading {len(partitions)} partitions from their ends", flush=True)
         while not stop.is_set():
-            _take(await consumer.getmany(timeout_ms=_POLL_MS), lags)
+            _take(await fetch(consumer), lags)
         await _to_the_end(consumer, partitions, lags)  # what was written before the stop
     return lags
 
@@ -88,11 +89,22 @@ async def _to_the_end(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + _TO_THE_END_S
     while loop.time() < deadline:
-        fetched = await consumer.getmany(timeout_ms=_POLL_MS)
+        fetched = await fetch(consumer)
         if lags is not None:
             _take(fetched, lags)
         if await reading.at_end(consumer, partitions):
             return
+
+
+async def fetch(consumer: Consumer) -> Mapping[TopicPartition, list[Any]]:
+    """One poll's records; none, after a pause, while the broker does not answer (frozen,
+    restarting): the probe waits for it as the daemons do, its minutes kept."""
+    try:
+        return await consumer.getmany(timeout_ms=_POLL_MS)
+    except BrokerUnavailable as exc:
+        print(f"probe: {exc}", flush=True)
+        await asyncio.sleep(_POLL_MS / 1000)
+        return {}
 
 
 def _take(fetched: Mapping[TopicPartition, list[Any]], lags: dict[int, array[int]]) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from chaos.audit import MINUTE_MS, minute_of
+from hifi.errors import BrokerUnavailable
 from hifi.kafka import admin
 from hifi.kafka.clients import Record
 from hifi.kafka.producing import open_producer
@@ -91,3 +92,22 @@ async def test_a_probe_of_topics_that_do_not_exist_says_so(
     assert process.returncode == 1
     assert b"Error: no partitions found for probe.absent." in err
     assert not (tmp_path / "probe.json").exists()
+
+
+class _Unanswered:
+    """A consumer whose broker does not answer: each poll raises as a frozen broker's does."""
+
+    polls = 0
+
+    async def getmany(self, *, timeout_ms: int) -> dict[object, list[object]]:
+        self.polls += 1
+        raise BrokerUnavailable("kafka 127.0.0.1:9: fetch: timed out")
+
+
+async def test_a_broker_that_does_not_answer_is_waited_for_not_a_crash(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    consumer = _Unanswered()
+    assert await probe.fetch(consumer) == {}  # type: ignore[arg-type]
+    assert consumer.polls == 1
+    assert "probe: kafka 127.0.0.1:9: fetch: timed out" in capsys.readouterr().out
