@@ -62,7 +62,8 @@ class Minute:
     faults: tuple[str, ...] = ()  # "kind target" of every fault active during the minute
     parts: Mapping[str, LagParts] = field(default_factory=dict)  # destination -> its parts
     # the broker alone (`soak.probe`): p95 from a record's producer timestamp to a bare
-    # consumer with the connectors' fetch wait, both source topics; None: not probed
+    # consumer with the connectors' fetch wait (the first partition of each source topic);
+    # None: not probed
     broker_p95_ms: float | None = None
 
     @property
