@@ -3,7 +3,8 @@
 A slot is one connection open, being opened, or lent to a request. A request takes an idle
 connection of its origin (the newest), else a free slot to open one, else it waits in line for
 the next connection or slot given back (`pool` timeout: `httpx.PoolTimeout`). Idle connections
-past `keepalive_expiry` or closed by the server are closed when met, never lent.
+past `keepalive_expiry` or closed by the server are closed when met, never lent; a timer
+closes those past `keepalive_expiry` that no request met, so a pool at rest lets its sockets go.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class ConnectionPool:
         self._connections: set[Http1Connection] = set()  # every open one, for `aclose`
         self._waiters: deque[_Waiter] = deque()
         self._closed = False
+        self._reaper: asyncio.TimerHandle | None = None  # the next `_reap`, while any lie idle
 
     @property
     def open_count(self) -> int:
@@ -97,6 +99,8 @@ class ConnectionPool:
             idle = self._idle[connection.key] = deque()
         idle.append(connection)
         self._idle_count += 1
+        if self._reaper is None and self._expiry_s is not None:
+            self._reaper = asyncio.get_running_loop().call_later(self._expiry_s, self._reap)
 
     def discard(self, connection: Http1Connection) -> None:
         """Drop a lent connection at once (an error, a timeout, a cut body) and free its slot."""
@@ -107,6 +111,9 @@ class ConnectionPool:
     async def aclose(self) -> None:
         """Close every connection, idle or lent, and refuse further requests."""
         self._closed = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+            self._reaper = None
         while self._waiters:
             future = self._waiters.popleft().future
             if not future.done():
@@ -147,6 +154,25 @@ class ConnectionPool:
                 return connection
             self._close(connection)
         return None
+
+    def _reap(self) -> None:
+        """Close every idle connection past `keepalive_expiry`, and come again when the oldest
+        left will be: with no request to meet them, a pool at rest would hold its sockets, and
+        those the server closed (close-wait), for good."""
+        self._reaper = None
+        if self._closed or self._expiry_s is None:
+            return
+        now_s = time.monotonic()
+        next_s: float | None = None
+        for idle in self._idle.values():
+            while idle and idle[0].idle_since_s <= now_s - self._expiry_s:
+                self._idle_count -= 1
+                self._close(idle.popleft())
+            if idle:
+                due_s = idle[0].idle_since_s + self._expiry_s - now_s
+                next_s = due_s if next_s is None else min(next_s, due_s)
+        if next_s is not None:
+            self._reaper = asyncio.get_running_loop().call_later(next_s, self._reap)
 
     def _evict_idle(self) -> bool:
         """Close the oldest idle connection of any origin to free its slot; False: none idle."""

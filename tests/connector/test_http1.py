@@ -303,6 +303,23 @@ async def test_idle_connections_past_keepalive_expiry_are_closed_not_reused() ->
         assert (server.opened, server.eofs) == (2, 1)
 
 
+async def test_a_pool_at_rest_closes_its_idle_connections_past_keepalive_expiry() -> None:
+    """With no request to meet them, idle connections past `keepalive_expiry` are closed all
+    the same: a connector at rest does not hold its sockets open."""
+    limits = httpx.Limits(keepalive_expiry=0.2)
+
+    async def handle(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer
+    ) -> None:
+        while await server.read_request(reader) is not None:
+            writer.write(OK)
+
+    async with RawServer(handle) as server, _client(Http1Transport(limits=limits)) as client:
+        await asyncio.gather(*(client.post(server.url, content=b"a") for _ in range(2)))
+        assert server.opened == 2
+        assert await until(lambda: server.eofs == 2, 30, interval_s=0.01)
+
+
 async def test_never_more_connections_than_max_connections(destination: TestDestination) -> None:
     """Twelve requests at once with max_connections 3: never more than 3 sockets at once,
     the others wait for a free connection, all are answered."""
