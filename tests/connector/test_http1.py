@@ -282,18 +282,20 @@ async def test_bytes_sent_on_an_idle_connection_retire_it() -> None:
     assert (second.status_code, server.opened) == (200, 2)
 
 
+async def _answer_each(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer
+) -> None:
+    """200 to every request of the connection, kept open until the client closes it."""
+    while await server.read_request(reader) is not None:
+        writer.write(OK)
+
+
 async def test_idle_connections_past_keepalive_expiry_are_closed_not_reused() -> None:
     """An idle connection older than `keepalive_expiry` is closed when next met; a new one
     serves the request."""
     limits = httpx.Limits(keepalive_expiry=0.3)
 
-    async def handle(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer
-    ) -> None:
-        while await server.read_request(reader) is not None:
-            writer.write(OK)
-
-    async with RawServer(handle) as server, _client(Http1Transport(limits=limits)) as client:
+    async with RawServer(_answer_each) as server, _client(Http1Transport(limits=limits)) as client:
         await client.post(server.url, content=b"a")
         await client.post(server.url, content=b"b")
         assert server.opened == 1
@@ -308,13 +310,7 @@ async def test_a_pool_at_rest_closes_its_idle_connections_past_keepalive_expiry(
     the same: a connector at rest does not hold its sockets open."""
     limits = httpx.Limits(keepalive_expiry=0.2)
 
-    async def handle(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer
-    ) -> None:
-        while await server.read_request(reader) is not None:
-            writer.write(OK)
-
-    async with RawServer(handle) as server, _client(Http1Transport(limits=limits)) as client:
+    async with RawServer(_answer_each) as server, _client(Http1Transport(limits=limits)) as client:
         await asyncio.gather(*(client.post(server.url, content=b"a") for _ in range(2)))
         assert server.opened == 2
         assert await until(lambda: server.eofs == 2, 30, interval_s=0.01)
@@ -361,13 +357,11 @@ async def test_full_pool_closes_an_idle_connection_of_another_origin() -> None:
     slot instead of waiting."""
     transport = Http1Transport(limits=httpx.Limits(max_connections=1))
 
-    async def handle(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer
-    ) -> None:
-        while await server.read_request(reader) is not None:
-            writer.write(OK)
-
-    async with RawServer(handle) as one, RawServer(handle) as other, _client(transport) as client:
+    async with (
+        RawServer(_answer_each) as one,
+        RawServer(_answer_each) as other,
+        _client(transport) as client,
+    ):
         await client.post(one.url, content=b"a")
         await client.post(other.url, content=b"b")
         assert await until(lambda: one.eofs == 1, 30, interval_s=0.01)
