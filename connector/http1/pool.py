@@ -142,11 +142,7 @@ class ConnectionPool:
         idle = self._idle.get(key)
         if not idle:
             return None
-        if self._expiry_s is not None:
-            oldest_s = time.monotonic() - self._expiry_s
-            while idle and idle[0].idle_since_s < oldest_s:
-                self._idle_count -= 1
-                self._close(idle.popleft())
+        self._close_expired(idle, time.monotonic())
         while idle:
             connection = idle.pop()
             self._idle_count -= 1
@@ -165,14 +161,20 @@ class ConnectionPool:
         now_s = time.monotonic()
         next_s: float | None = None
         for idle in self._idle.values():
-            while idle and idle[0].idle_since_s <= now_s - self._expiry_s:
-                self._idle_count -= 1
-                self._close(idle.popleft())
+            self._close_expired(idle, now_s)
             if idle:
                 due_s = idle[0].idle_since_s + self._expiry_s - now_s
                 next_s = due_s if next_s is None else min(next_s, due_s)
         if next_s is not None:
             self._reaper = asyncio.get_running_loop().call_later(next_s, self._reap)
+
+    def _close_expired(self, idle: deque[Http1Connection], now_s: float) -> None:
+        """Close the connections of `idle` (oldest first) idle for `keepalive_expiry` or more."""
+        if self._expiry_s is None:
+            return
+        while idle and idle[0].idle_since_s <= now_s - self._expiry_s:
+            self._idle_count -= 1
+            self._close(idle.popleft())
 
     def _evict_idle(self) -> bool:
         """Close the oldest idle connection of any origin to free its slot; False: none idle."""
