@@ -60,6 +60,7 @@ class Watch:
         self._scrape_s = scrape_s
         self._intake_first: tuple[float, int] | None = None  # (at_s, records) first seen
         self._intake_done_s: float | None = None
+        self._intake_none_s: float | None = None  # the last scrape with no record taken
         self._partitions, self._roll_s, self._timeout_s = partitions, roll_s, timeout_s
         self.topic, self.audit_topic = topic, audit_topic
         self.events, self.facts, self._timeline = events, facts, timeline
@@ -96,8 +97,16 @@ class Watch:
     def _note(self, scrape: Scrape) -> None:
         self.last = scrape
         taken = scrape.records.get(self.topic, 0)
-        if taken and self._intake_first is None:
-            self._intake_first = (scrape.at_s, taken)
+        if not taken:
+            self._intake_none_s = scrape.at_s
+        elif self._intake_first is None:
+            # read whole between two scrapes (a loaded machine, a small backlog): counted
+            # from the last scrape that saw none, else its rate would be 0
+            none_s = self._intake_none_s
+            if taken >= self.events and none_s is not None:
+                self._intake_first = (none_s, 0)
+            else:
+                self._intake_first = (scrape.at_s, taken)
         if taken >= self.events and self._intake_done_s is None:
             self._intake_done_s = scrape.at_s
         self.tracked_max = max(self.tracked_max, scrape.tracked_events)
